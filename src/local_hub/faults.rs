@@ -1,0 +1,383 @@
+//! Fault injection and request accounting, per route class (api, resolve/blob, cas).
+//!
+//! The knobs shape real network trouble: added latency, a per-connection bandwidth cap, 5xx
+//! errors, stalls (the request is accepted and never answered), connections reset mid-body and
+//! 429 rate limiting with the Hub's `RateLimit` header. They are set by CLI flags and at runtime
+//! through `/admin/faults`, and every class counts its requests and body bytes for benchmarks.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::Stream;
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RouteClass {
+    Api,
+    Resolve,
+    Cas,
+}
+
+impl RouteClass {
+    pub const ALL: [RouteClass; 3] = [RouteClass::Api, RouteClass::Resolve, RouteClass::Cas];
+
+    fn idx(self) -> usize {
+        self as usize
+    }
+
+    pub fn parse(s: &str) -> Option<RouteClass> {
+        match s {
+            "api" => Some(RouteClass::Api),
+            "resolve" | "blob" => Some(RouteClass::Resolve),
+            "cas" => Some(RouteClass::Cas),
+            _ => None,
+        }
+    }
+}
+
+/// The knobs of one route class. Rates are probabilities in [0, 1]; `rate_limit` is requests per
+/// second (0 = unlimited).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FaultSettings {
+    pub latency_ms: u64,
+    pub bandwidth_mbps: f64,
+    pub error_rate: f64,
+    pub stall_rate: f64,
+    pub reset_rate: f64,
+    pub rate_limit: f64,
+}
+
+impl FaultSettings {
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, v) in [
+            ("error_rate", self.error_rate),
+            ("stall_rate", self.stall_rate),
+            ("reset_rate", self.reset_rate),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(format!("{name} must be between 0 and 1, got {v}"));
+            }
+        }
+        if self.bandwidth_mbps < 0.0 || !self.bandwidth_mbps.is_finite() {
+            return Err("bandwidth_mbps must be a non-negative number".to_string());
+        }
+        if self.rate_limit < 0.0 || !self.rate_limit.is_finite() {
+            return Err("rate_limit must be a non-negative number".to_string());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Default)]
+struct ClassStats {
+    requests: AtomicU64,
+    bytes_out: AtomicU64,
+    injected: AtomicU64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ClassStatsSnapshot {
+    pub requests: u64,
+    pub bytes_out: u64,
+    pub faults_injected: u64,
+}
+
+/// Shared by every router of one local Hub.
+pub struct Faults {
+    settings: [RwLock<FaultSettings>; 3],
+    stats: [ClassStats; 3],
+    /// Token bucket per class for `rate_limit`: (tokens, last refill).
+    buckets: [Mutex<(f64, Instant)>; 3],
+    /// Released on shutdown so stalled requests end.
+    pub shutdown: Arc<tokio::sync::Notify>,
+}
+
+impl Faults {
+    pub fn new() -> Arc<Faults> {
+        let now = Instant::now();
+        Arc::new(Faults {
+            settings: Default::default(),
+            stats: Default::default(),
+            buckets: [
+                Mutex::new((0.0, now)),
+                Mutex::new((0.0, now)),
+                Mutex::new((0.0, now)),
+            ],
+            shutdown: Arc::new(tokio::sync::Notify::new()),
+        })
+    }
+
+    pub fn get(&self, class: RouteClass) -> FaultSettings {
+        self.settings[class.idx()].read().clone()
+    }
+
+    pub fn set(&self, class: RouteClass, s: FaultSettings) -> Result<(), String> {
+        s.validate()?;
+        let rate = s.rate_limit;
+        *self.settings[class.idx()].write() = s;
+        *self.buckets[class.idx()].lock() = (rate, Instant::now());
+        Ok(())
+    }
+
+    pub fn stats(&self, class: RouteClass) -> ClassStatsSnapshot {
+        let s = &self.stats[class.idx()];
+        ClassStatsSnapshot {
+            requests: s.requests.load(Ordering::Relaxed),
+            bytes_out: s.bytes_out.load(Ordering::Relaxed),
+            faults_injected: s.injected.load(Ordering::Relaxed),
+        }
+    }
+
+    pub fn reset_stats(&self) {
+        for s in &self.stats {
+            s.requests.store(0, Ordering::Relaxed);
+            s.bytes_out.store(0, Ordering::Relaxed);
+            s.injected.store(0, Ordering::Relaxed);
+        }
+    }
+
+    fn take_token(&self, class: RouteClass, rate: f64) -> bool {
+        let mut b = self.buckets[class.idx()].lock();
+        let now = Instant::now();
+        let refill = now.duration_since(b.1).as_secs_f64() * rate;
+        b.0 = (b.0 + refill).min(rate.max(1.0));
+        b.1 = now;
+        if b.0 >= 1.0 {
+            b.0 -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+fn chance(p: f64) -> bool {
+    p > 0.0 && rand::random::<f64>() < p
+}
+
+fn injected_error(status: StatusCode, msg: &str) -> Response {
+    let mut r = (status, serde_json::json!({ "error": msg }).to_string()).into_response();
+    r.headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/json"));
+    if let Ok(v) = HeaderValue::from_str(msg) {
+        r.headers_mut().insert("x-error-message", v);
+    }
+    r
+}
+
+/// Class of a request on the API origin: `/resolve/` downloads or the API; admin routes have none.
+pub fn classify(path: &str) -> Option<RouteClass> {
+    if path.starts_with("/admin/") {
+        None
+    } else if !path.starts_with("/api/") && path.contains("/resolve/") {
+        Some(RouteClass::Resolve)
+    } else {
+        Some(RouteClass::Api)
+    }
+}
+
+/// Axum middleware: apply the class's faults, then count the request and its body bytes.
+pub async fn layer(
+    State((faults, fixed)): State<(Arc<Faults>, Option<RouteClass>)>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let Some(class) = fixed.or_else(|| classify(req.uri().path())) else {
+        return next.run(req).await;
+    };
+    let s = faults.get(class);
+    let stats = &faults.stats[class.idx()];
+    stats.requests.fetch_add(1, Ordering::Relaxed);
+    if s.latency_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(s.latency_ms)).await;
+    }
+    if s.rate_limit > 0.0 && !faults.take_token(class, s.rate_limit) {
+        stats.injected.fetch_add(1, Ordering::Relaxed);
+        let mut r = injected_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "Too many requests (injected rate limit)",
+        );
+        r.headers_mut().insert(
+            "ratelimit",
+            HeaderValue::from_static("\"resolvers\";r=0;t=1"),
+        );
+        r.headers_mut()
+            .insert("retry-after", HeaderValue::from_static("1"));
+        return r;
+    }
+    if chance(s.stall_rate) {
+        stats.injected.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(?class, "injected stall");
+        // Never answer; give the task back only when the Hub shuts down (or after an hour).
+        tokio::select! {
+            _ = faults.shutdown.notified() => {}
+            _ = tokio::time::sleep(Duration::from_secs(3600)) => {}
+        }
+        return injected_error(StatusCode::SERVICE_UNAVAILABLE, "stalled request released");
+    }
+    if chance(s.error_rate) {
+        stats.injected.fetch_add(1, Ordering::Relaxed);
+        return injected_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Internal Error (injected)",
+        );
+    }
+    let resp = next.run(req).await;
+    let reset = chance(s.reset_rate);
+    if reset {
+        stats.injected.fetch_add(1, Ordering::Relaxed);
+    }
+    let len_hint = resp
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let (parts, body) = resp.into_parts();
+    let shaped = Shaped {
+        inner: Box::pin(body.into_data_stream()),
+        faults: faults.clone(),
+        class,
+        bytes_per_sec: s.bandwidth_mbps * 1_000_000.0 / 8.0,
+        started: Instant::now(),
+        sent: 0,
+        reset_after: reset.then(|| len_hint.unwrap_or(0) / 2),
+        sleep: None,
+        pending: None,
+    };
+    Response::from_parts(parts, Body::from_stream(shaped))
+}
+
+type DataStream = Pin<Box<dyn Stream<Item = Result<Bytes, axum::Error>> + Send>>;
+
+/// Response body wrapper: counts bytes, paces them to the bandwidth cap, and cuts the connection
+/// half-way when a reset is injected (an error from the body makes hyper drop the connection).
+struct Shaped {
+    inner: DataStream,
+    faults: Arc<Faults>,
+    class: RouteClass,
+    bytes_per_sec: f64,
+    started: Instant,
+    sent: u64,
+    reset_after: Option<u64>,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    pending: Option<Bytes>,
+}
+
+impl Stream for Shaped {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(limit) = self.reset_after
+            && self.sent >= limit
+        {
+            return Poll::Ready(Some(Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "injected connection reset",
+            ))));
+        }
+        if let Some(sleep) = self.sleep.as_mut() {
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.sleep = None;
+        }
+        let chunk = match self.pending.take() {
+            Some(c) => c,
+            None => match self.inner.as_mut().poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Ready(Some(Err(e))) => {
+                    return Poll::Ready(Some(Err(std::io::Error::other(e))));
+                }
+                Poll::Ready(Some(Ok(c))) => c,
+            },
+        };
+        // Cut the chunk so a reset lands exactly half-way and pacing stays smooth (64 KiB steps).
+        let mut take = chunk.len();
+        if let Some(limit) = self.reset_after {
+            take = take.min((limit - self.sent) as usize);
+        }
+        if self.bytes_per_sec > 0.0 {
+            take = take.min(64 * 1024);
+        }
+        let mut chunk = chunk;
+        if take < chunk.len() {
+            self.pending = Some(chunk.split_off(take));
+        }
+        self.sent += chunk.len() as u64;
+        self.faults.stats[self.class.idx()]
+            .bytes_out
+            .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        if self.bytes_per_sec > 0.0 {
+            let due = Duration::from_secs_f64(self.sent as f64 / self.bytes_per_sec);
+            let elapsed = self.started.elapsed();
+            if due > elapsed {
+                self.sleep = Some(Box::pin(tokio::time::sleep(due - elapsed)));
+            }
+        }
+        Poll::Ready(Some(Ok(chunk)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_validate() {
+        assert!(
+            FaultSettings {
+                error_rate: 1.5,
+                ..Default::default()
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            FaultSettings {
+                bandwidth_mbps: -1.0,
+                ..Default::default()
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            FaultSettings {
+                error_rate: 0.5,
+                latency_ms: 30,
+                ..Default::default()
+            }
+            .validate()
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn token_bucket_limits() {
+        let f = Faults::new();
+        f.set(
+            RouteClass::Api,
+            FaultSettings {
+                rate_limit: 2.0,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let granted = (0..10)
+            .filter(|_| f.take_token(RouteClass::Api, 2.0))
+            .count();
+        assert!((2..=3).contains(&granted), "granted {granted}");
+    }
+}

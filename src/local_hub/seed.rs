@@ -1,0 +1,254 @@
+//! The demo repos of `--seed-demo`: deterministic content, created once (a second run finds them and
+//! does nothing), with no downloads. The model's weights are uploaded through the Xet CAS exactly as
+//! a client would; the dataset holds a plain-LFS file and a folder of more than 1,000 files.
+
+use sha2::{Digest, Sha256};
+use xet::xet_session::{Sha256Policy, XetSessionBuilder};
+
+use super::error::HubError;
+use super::model::FileEntry;
+use super::names::{RepoId, RepoType};
+use super::state::HubState;
+use super::store::{CommitRequest, Op, XetBinding};
+
+pub const DEMO_MODEL: &str = "demo/tiny-model";
+pub const DEMO_DATASET: &str = "demo/tiny-dataset";
+/// Files in the dataset's `data/many/` folder: more than one listing page.
+pub const DEMO_MANY_FILES: usize = 1_100;
+
+/// Deterministic pseudo-random bytes (splitmix64), so the demo weights are the same everywhere.
+pub fn demo_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 8);
+    let mut x = seed;
+    while out.len() < len {
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// A valid safetensors file: an 8-byte little-endian header length, a JSON header padded with
+/// spaces to a multiple of 8, then the tensor data (one 4096×4096 F32 matrix = 64 MiB, and a bias).
+pub fn demo_safetensors() -> Vec<u8> {
+    let rows = 4096usize;
+    let big = rows * rows * 4;
+    let bias = rows * 4;
+    let header = serde_json::json!({
+        "__metadata__": {"format": "pt", "note": "hubfs demo weights (pseudo-random)"},
+        "model.embed.weight": {"dtype": "F32", "shape": [rows, rows], "data_offsets": [0, big]},
+        "model.head.bias": {"dtype": "F32", "shape": [rows], "data_offsets": [big, big + bias]},
+    })
+    .to_string();
+    let mut header = header.into_bytes();
+    while !header.len().is_multiple_of(8) {
+        header.push(b' ');
+    }
+    let mut out = Vec::with_capacity(8 + header.len() + big + bias);
+    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(&demo_bytes(big + bias, 42));
+    out
+}
+
+fn err(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("seeding demo repos: {e}")
+}
+
+/// Uploads `data` through the Xet CAS of this Hub and records the sha256 → Xet hash binding.
+async fn upload_xet(state: &HubState, data: Vec<u8>) -> anyhow::Result<FileEntry> {
+    let sha = hex::encode(Sha256::digest(&data));
+    let size = data.len() as u64;
+    let (token, exp) = state.issue_cas_token(true);
+    let session = XetSessionBuilder::new()
+        .with_tokio_handle(tokio::runtime::Handle::current())
+        .build()
+        .map_err(err)?;
+    let commit = session
+        .new_upload_commit()
+        .map_err(err)?
+        .with_endpoint(state.cas_url.clone())
+        .with_token_info(token, exp)
+        .build()
+        .await
+        .map_err(err)?;
+    commit
+        .upload_bytes(
+            data,
+            Sha256Policy::Compute,
+            Some("model.safetensors".to_string()),
+        )
+        .await
+        .map_err(err)?;
+    let report = commit.commit().await.map_err(err)?;
+    let meta = report
+        .uploads
+        .values()
+        .next()
+        .ok_or_else(|| err("the Xet upload reported no file"))?;
+    let xet_hash = meta.xet_info.hash.clone();
+    state
+        .store
+        .add_xet_binding(XetBinding {
+            sha256: sha.clone(),
+            xet_hash: xet_hash.clone(),
+            size,
+        })
+        .map_err(err)?;
+    Ok(FileEntry::lfs(&sha, size, Some(xet_hash)))
+}
+
+/// Stores `data` as a plain-LFS object (no Xet) and returns its entry.
+fn put_plain_lfs(state: &HubState, data: &[u8]) -> anyhow::Result<FileEntry> {
+    let sha = hex::encode(Sha256::digest(data));
+    let path = state.store.lfs_object_path(&sha);
+    if !path.exists() {
+        super::store::write_atomic(&path, data).map_err(err)?;
+    }
+    Ok(FileEntry::lfs(&sha, data.len() as u64, None))
+}
+
+fn regular(state: &HubState, path: &str, content: &[u8]) -> anyhow::Result<Op> {
+    let entry = state.store.put_git_object(content).map_err(err)?;
+    Ok(Op::Put {
+        path: path.to_string(),
+        entry,
+    })
+}
+
+async fn commit(state: &HubState, id: &RepoId, title: &str, ops: Vec<Op>) -> anyhow::Result<()> {
+    let repo = match state.store.repo(id).map_err(err)? {
+        Some(r) => r,
+        None => state.store.create_repo(id, false, "demo").map_err(err)?,
+    };
+    let _g = repo.write.lock().await;
+    let req = CommitRequest {
+        title: title.to_string(),
+        message: String::new(),
+        author: "demo".to_string(),
+        parent: None,
+        create_pr: false,
+        ops,
+    };
+    state
+        .store
+        .apply_commit(&repo, "main", req)
+        .map_err(|e: HubError| err(e))?;
+    Ok(())
+}
+
+fn seeded(state: &HubState, id: &RepoId, marker: &str) -> anyhow::Result<bool> {
+    let Some(repo) = state.store.repo(id).map_err(err)? else {
+        return Ok(false);
+    };
+    let head = state.store.resolve(&repo, "main").map_err(err)?;
+    Ok(state
+        .store
+        .commit(&repo, &head.commit)
+        .map_err(err)?
+        .files
+        .contains_key(marker))
+}
+
+pub async fn seed_demo(state: &HubState) -> anyhow::Result<()> {
+    let model = RepoId::new(RepoType::Model, "demo", "tiny-model").map_err(err)?;
+    if !seeded(state, &model, "model.safetensors")? {
+        tracing::info!("seeding {DEMO_MODEL}");
+        let config = serde_json::to_vec_pretty(&serde_json::json!({
+            "architectures": ["TinyDemoModel"], "model_type": "tiny-demo",
+            "hidden_size": 4096, "vocab_size": 4096, "num_hidden_layers": 1, "torch_dtype": "float32"
+        }))
+        .map_err(err)?;
+        let vocab: serde_json::Map<String, serde_json::Value> = (0..256u32)
+            .map(|i| (format!("tok{i}"), serde_json::json!(i)))
+            .collect();
+        let tokenizer = serde_json::to_vec_pretty(&serde_json::json!({
+            "version": "1.0", "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "tok0"}
+        }))
+        .map_err(err)?;
+        let readme = "---\nlicense: apache-2.0\n---\n# tiny-model\n\nDemo model of the hubfs local Hub: \
+                      pseudo-random weights in a valid safetensors file, stored through Xet.\n";
+        let weights = upload_xet(state, demo_safetensors()).await?;
+        let ops = vec![
+            regular(state, "config.json", &config)?,
+            regular(state, "tokenizer.json", &tokenizer)?,
+            regular(state, "README.md", readme.as_bytes())?,
+            Op::Put {
+                path: "model.safetensors".to_string(),
+                entry: weights,
+            },
+        ];
+        commit(state, &model, "Add demo model", ops).await?;
+    }
+
+    let dataset = RepoId::new(RepoType::Dataset, "demo", "tiny-dataset").map_err(err)?;
+    if !seeded(state, &dataset, "README.md")? {
+        tracing::info!("seeding datasets/{DEMO_DATASET}");
+        let mut ops = vec![regular(
+            state,
+            "README.md",
+            b"---\nlicense: cc0-1.0\n---\n# tiny-dataset\n\nDemo dataset of the hubfs local Hub.\n",
+        )?];
+        for shard in 0..3 {
+            let mut csv = String::from("id,text,label\n");
+            for row in 0..200 {
+                csv.push_str(&format!(
+                    "{},\"sample {shard}-{row}\",{}\n",
+                    shard * 200 + row,
+                    row % 2
+                ));
+            }
+            ops.push(regular(
+                state,
+                &format!("data/train/shard-{shard:05}.csv"),
+                csv.as_bytes(),
+            )?);
+        }
+        let jsonl: String = (0..100)
+            .map(|i| format!("{{\"id\": {i}, \"text\": \"validation {i}\"}}\n"))
+            .collect();
+        ops.push(regular(
+            state,
+            "data/validation/part-0.jsonl",
+            jsonl.as_bytes(),
+        )?);
+        ops.push(regular(state, "data/nested/a/b/c/deep.csv", b"x,y\n1,2\n")?);
+        for i in 0..DEMO_MANY_FILES {
+            let line = format!("{{\"id\": {i}}}\n");
+            ops.push(regular(
+                state,
+                &format!("data/many/item-{i:05}.jsonl"),
+                line.as_bytes(),
+            )?);
+        }
+        let blob = put_plain_lfs(state, &demo_bytes(3 << 20, 7))?;
+        ops.push(Op::Put {
+            path: "data/blobs/images.bin".to_string(),
+            entry: blob,
+        });
+        commit(state, &dataset, "Add demo dataset", ops).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn safetensors_header_is_valid() {
+        let st = demo_safetensors();
+        assert!(st.len() >= 64 << 20);
+        let n = u64::from_le_bytes(st[..8].try_into().unwrap()) as usize;
+        assert_eq!(n % 8, 0);
+        let header: serde_json::Value = serde_json::from_slice(&st[8..8 + n]).unwrap();
+        let end = header["model.head.bias"]["data_offsets"][1]
+            .as_u64()
+            .unwrap() as usize;
+        assert_eq!(8 + n + end, st.len());
+        assert_eq!(demo_bytes(16, 1), demo_bytes(16, 1));
+    }
+}

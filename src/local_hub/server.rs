@@ -1,0 +1,401 @@
+//! Starting and stopping a local Hub: three public origins (API, blob, CAS) plus the embedded CAS on
+//! an internal port, one shared state, and the request dispatcher of the API origin.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use xet_client::cas_client::{LocalServer, LocalServerConfig};
+
+use super::auth::{Auth, Caller, TokenSpec};
+use super::error::{HubError, HubResult};
+use super::faults::{FaultSettings, Faults, RouteClass};
+use super::http_util::{json_response, parse_query, read_body};
+use super::routes::Route;
+use super::state::{HubState, HubStateParts, random_hex};
+use super::store::{RefKind, Store};
+use super::{api_read, api_write, lfs, resolve, xet};
+
+/// One request as the route handlers see it.
+pub struct Req {
+    pub method: Method,
+    pub headers: HeaderMap,
+    pub query: std::collections::HashMap<String, Vec<String>>,
+    pub body: Body,
+    /// `http://host:port` the client used, for absolute URLs in answers (`Link`, `commitUrl`).
+    pub base: String,
+    pub caller: Option<Caller>,
+}
+
+#[derive(Debug, Clone)]
+pub struct LocalHubConfig {
+    pub data_dir: PathBuf,
+    pub addr: SocketAddr,
+    pub tokens: Vec<TokenSpec>,
+    pub seed_demo: bool,
+    pub faults: Vec<(RouteClass, FaultSettings)>,
+}
+
+impl LocalHubConfig {
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        LocalHubConfig {
+            data_dir: data_dir.into(),
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            tokens: Vec::new(),
+            seed_demo: false,
+            faults: Vec::new(),
+        }
+    }
+}
+
+/// A running local Hub. Dropping it without `stop` leaves its tasks running until the runtime ends.
+pub struct LocalHub {
+    state: Arc<HubState>,
+    tasks: Vec<JoinHandle<()>>,
+    cas_stop: Option<tokio::sync::oneshot::Sender<()>>,
+    _temp: Option<tempfile::TempDir>,
+}
+
+async fn bind(addr: SocketAddr) -> anyhow::Result<(TcpListener, String)> {
+    let l = TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let a = l.local_addr()?;
+    Ok((l, format!("http://{a}")))
+}
+
+fn serve(listener: TcpListener, router: Router) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router.into_make_service()).await {
+            tracing::error!(error = %e, "local hub listener failed");
+        }
+    })
+}
+
+fn load_secret(dir: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    let p = dir.join("secret");
+    if let Ok(s) = std::fs::read(&p)
+        && s.len() >= 32
+    {
+        return Ok(s);
+    }
+    let s = random_hex(32).into_bytes();
+    super::store::write_atomic(&p, &s)?;
+    Ok(s)
+}
+
+impl LocalHub {
+    pub async fn start(cfg: LocalHubConfig) -> anyhow::Result<LocalHub> {
+        std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
+            anyhow::anyhow!("cannot create data dir {}: {e}", cfg.data_dir.display())
+        })?;
+        let store = Store::open(&cfg.data_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let faults = Faults::new();
+        for (class, s) in &cfg.faults {
+            faults
+                .set(*class, s.clone())
+                .map_err(|e| anyhow::anyhow!(e))?;
+        }
+
+        // The embedded CAS, on an internal loopback port.
+        let ctx = xet_runtime::core::XetContext::default()?;
+        let (cas_listener, cas_internal) = bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let cas_port = cas_listener.local_addr()?.port();
+        let cas = Arc::new(
+            LocalServer::new(
+                ctx,
+                LocalServerConfig {
+                    data_directory: store.cas_dir(),
+                    host: "127.0.0.1".to_string(),
+                    port: cas_port,
+                    in_memory: false,
+                },
+            )
+            .await?,
+        );
+        let cas_client = cas.client();
+        let (cas_stop, cas_rx) = tokio::sync::oneshot::channel();
+        let cas_task = tokio::spawn(async move {
+            if let Err(e) = cas.serve_until_stopped(cas_listener, cas_rx).await {
+                tracing::error!(error = %e, "embedded CAS failed");
+            }
+        });
+
+        let ip = cfg.addr.ip();
+        let (api_l, endpoint) = bind(cfg.addr).await?;
+        let (blob_l, blob_url) = bind(SocketAddr::new(ip, 0)).await?;
+        let (cas_l, cas_url) = bind(SocketAddr::new(ip, 0)).await?;
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(10))
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()?;
+        let state = Arc::new(HubState::new(HubStateParts {
+            store,
+            auth: Auth::new(&cfg.tokens),
+            faults: faults.clone(),
+            endpoint,
+            blob_url,
+            cas_url,
+            cas_internal,
+            cas_client,
+            http,
+            secret: load_secret(&cfg.data_dir)?,
+        }));
+
+        let with_faults = |r: Router, class: Option<RouteClass>| {
+            r.layer(axum::middleware::from_fn_with_state(
+                (faults.clone(), class),
+                super::faults::layer,
+            ))
+        };
+        let api = with_faults(
+            Router::new().fallback(api_entry).with_state(state.clone()),
+            None,
+        );
+        let blob = with_faults(
+            Router::new().fallback(blob_entry).with_state(state.clone()),
+            Some(RouteClass::Resolve),
+        );
+        let casr = with_faults(
+            Router::new()
+                .fallback(xet::cas_front)
+                .with_state(state.clone()),
+            Some(RouteClass::Cas),
+        );
+        let tasks = vec![
+            cas_task,
+            serve(api_l, api),
+            serve(blob_l, blob),
+            serve(cas_l, casr),
+        ];
+        let hub = LocalHub {
+            state,
+            tasks,
+            cas_stop: Some(cas_stop),
+            _temp: None,
+        };
+        if cfg.seed_demo {
+            super::seed::seed_demo(&hub.state).await?;
+        }
+        tracing::info!(endpoint = %hub.endpoint(), "local hub ready");
+        Ok(hub)
+    }
+
+    /// A local Hub on a free loopback port with a temporary data dir (removed on drop), default
+    /// tokens, no faults. For tests and `hubfs demo`.
+    pub async fn start_temp(seed_demo: bool) -> anyhow::Result<LocalHub> {
+        let dir = tempfile::tempdir()?;
+        let mut cfg = LocalHubConfig::new(dir.path());
+        cfg.seed_demo = seed_demo;
+        let mut hub = LocalHub::start(cfg).await?;
+        hub._temp = Some(dir);
+        Ok(hub)
+    }
+
+    pub fn endpoint(&self) -> &str {
+        &self.state.endpoint
+    }
+
+    pub fn cas_url(&self) -> &str {
+        &self.state.cas_url
+    }
+
+    pub fn blob_url(&self) -> &str {
+        &self.state.blob_url
+    }
+
+    pub fn data_dir(&self) -> &std::path::Path {
+        self.state.store.root()
+    }
+
+    /// A write token valid on this Hub (the default one when no tokens were configured).
+    pub fn write_token(&self) -> Option<String> {
+        self.state.auth.some_write_token()
+    }
+
+    pub fn set_faults(&self, class: RouteClass, s: FaultSettings) -> Result<(), String> {
+        self.state.faults.set(class, s)
+    }
+
+    pub fn clear_faults(&self) {
+        for c in RouteClass::ALL {
+            let _ = self.state.faults.set(c, FaultSettings::default());
+        }
+    }
+
+    pub fn stats(&self, class: RouteClass) -> super::faults::ClassStatsSnapshot {
+        self.state.faults.stats(class)
+    }
+
+    pub fn reset_stats(&self) {
+        self.state.faults.reset_stats()
+    }
+
+    /// Stops every listener; stalled requests are released first so nothing hangs.
+    pub async fn stop(mut self) {
+        self.state.faults.shutdown.notify_waiters();
+        if let Some(tx) = self.cas_stop.take() {
+            let _ = tx.send(());
+        }
+        for t in &self.tasks {
+            t.abort();
+        }
+        for t in self.tasks.drain(..) {
+            let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
+        }
+    }
+}
+
+fn base_url(state: &HubState, headers: &HeaderMap) -> String {
+    headers
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| {
+            !h.is_empty()
+                && h.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || ".:-[]".contains(c))
+        })
+        .map(|h| format!("http://{h}"))
+        .unwrap_or_else(|| state.endpoint.clone())
+}
+
+async fn api_entry(State(state): State<Arc<HubState>>, req: Request) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    match dispatch(&state, req).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(%method, %path, error = %e, "request failed");
+            e.into_response()
+        }
+    }
+}
+
+async fn dispatch(state: &HubState, req: Request) -> HubResult<Response> {
+    let (parts, body) = req.into_parts();
+    let route = super::routes::parse(&parts.method, parts.uri.path())?;
+    let req = Req {
+        base: base_url(state, &parts.headers),
+        caller: state.auth.caller(&parts.headers)?,
+        query: parse_query(parts.uri.query()),
+        method: parts.method,
+        headers: parts.headers,
+        body,
+    };
+    let m = req.method.clone();
+    let is = |want: &Method| m == *want;
+    match route {
+        Route::Whoami => api_read::whoami(state, req).await,
+        Route::CreateRepo if is(&Method::POST) => api_write::create_repo(state, req).await,
+        Route::DeleteRepo if is(&Method::DELETE) => api_write::delete_repo(state, req).await,
+        Route::ValidateYaml if is(&Method::POST) => api_write::validate_yaml(state, req).await,
+        Route::ListRepos(ty) => api_read::list_repos(state, req, ty).await,
+        Route::Info { repo, rev } if is(&Method::GET) => {
+            api_read::info(state, req, repo, rev).await
+        }
+        Route::Tree { repo, rev, path } if is(&Method::GET) => {
+            api_read::tree(state, req, repo, rev, path).await
+        }
+        Route::PathsInfo { repo, rev } if is(&Method::POST) => {
+            api_read::paths_info(state, req, repo, rev).await
+        }
+        Route::Preupload { repo, rev } if is(&Method::POST) => {
+            api_write::preupload(state, req, repo, rev).await
+        }
+        Route::Commit { repo, rev } if is(&Method::POST) => {
+            api_write::commit(state, req, repo, rev).await
+        }
+        Route::Refs { repo } if is(&Method::GET) => api_read::refs(state, req, repo).await,
+        Route::Commits { repo, rev } if is(&Method::GET) => {
+            api_read::commits(state, req, repo, rev).await
+        }
+        Route::XetToken { repo, rev, write } if is(&Method::GET) => {
+            xet::token(state, req, repo, rev, write).await
+        }
+        Route::Branch { repo, name } => {
+            api_write::set_ref(state, req, repo, RefKind::Branch, name).await
+        }
+        Route::Tag { repo, name } => api_write::set_ref(state, req, repo, RefKind::Tag, name).await,
+        Route::Settings { repo } if is(&Method::PUT) => api_write::settings(state, req, repo).await,
+        Route::Resolve { repo, rev, path } => resolve::resolve(state, req, repo, rev, path).await,
+        Route::LfsBatch { repo } if is(&Method::POST) => lfs::batch(state, req, repo).await,
+        Route::LfsVerify { repo } if is(&Method::POST) => lfs::verify(state, req, repo).await,
+        Route::AdminFaults => admin_faults(state, req).await,
+        Route::AdminStats => admin_stats(state, req).await,
+        _ => Err(HubError::MethodNotAllowed),
+    }
+}
+
+/// `GET /admin/faults` shows every class; `POST` takes `{"api": {...}, "cas": {...}}` (classes left
+/// out keep their settings). Needs a write token: faults affect everyone using this Hub.
+async fn admin_faults(state: &HubState, req: Req) -> HubResult<Response> {
+    if !req.caller.as_ref().is_some_and(|c| c.write) {
+        return Err(HubError::Forbidden(
+            "The admin endpoint needs a write token".to_string(),
+        ));
+    }
+    if req.method == Method::POST {
+        let body = read_body(req.body, 1 << 20).await?;
+        let v: serde_json::Map<String, Value> = serde_json::from_slice(&body)
+            .map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?;
+        for (k, s) in v {
+            let class = RouteClass::parse(&k)
+                .ok_or_else(|| HubError::bad_request(format!("Unknown route class {k:?}")))?;
+            let s: FaultSettings = serde_json::from_value(s)
+                .map_err(|e| HubError::bad_request(format!("Invalid settings: {e}")))?;
+            state.faults.set(class, s).map_err(HubError::BadRequest)?;
+            tracing::info!(?class, "fault settings changed");
+        }
+    }
+    let v = json!({
+        "api": state.faults.get(RouteClass::Api),
+        "resolve": state.faults.get(RouteClass::Resolve),
+        "cas": state.faults.get(RouteClass::Cas),
+    });
+    Ok(json_response(StatusCode::OK, &v))
+}
+
+/// `GET /admin/stats[?reset=1]`: requests, body bytes and injected faults per class.
+async fn admin_stats(state: &HubState, req: Req) -> HubResult<Response> {
+    let v = json!({
+        "api": state.faults.stats(RouteClass::Api),
+        "resolve": state.faults.stats(RouteClass::Resolve),
+        "cas": state.faults.stats(RouteClass::Cas),
+    });
+    if super::http_util::query_flag(&req.query, "reset") {
+        state.faults.reset_stats();
+    }
+    Ok(json_response(StatusCode::OK, &v))
+}
+
+async fn blob_entry(State(state): State<Arc<HubState>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let req = Req {
+        base: base_url(&state, &parts.headers),
+        caller: None,
+        query: parse_query(parts.uri.query()),
+        method: parts.method,
+        headers: parts.headers,
+        body,
+    };
+    let r = match segs.as_slice() {
+        [kind @ ("lfs" | "xet"), key] => resolve::blob_download(&state, req, kind, key).await,
+        ["upload", ..] if matches!(req.method, Method::PUT | Method::POST) => {
+            lfs::blob_upload(&state, req, &segs).await
+        }
+        _ => Err(HubError::RouteNotFound),
+    };
+    r.unwrap_or_else(|e| e.into_response())
+}

@@ -1,0 +1,185 @@
+//! Xet: the token endpoints of the Hub API, and the public CAS origin. The CAS itself is xet-client's
+//! `LocalServer` on an internal port; the public origin in front of it checks the tokens we issued,
+//! applies the `cas` fault class, and reads every uploaded shard to learn which sha256 each Xet file
+//! hash stands for (the commit only names the sha256).
+
+use std::io::Cursor;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use xet_core_structures::metadata_shard::streaming_shard::MDBMinimalShard;
+
+use super::error::{HubError, HubResult};
+use super::http_util::{json_response, read_body, set_header};
+use super::names::RepoId;
+use super::server::Req;
+use super::state::HubState;
+use super::store::XetBinding;
+
+/// Largest shard accepted (real shards of one upload are a few MiB).
+const MAX_SHARD: usize = 256 << 20;
+
+pub async fn token(
+    state: &HubState,
+    req: Req,
+    id: RepoId,
+    rev: String,
+    write: bool,
+) -> HubResult<Response> {
+    if write {
+        state.writable_repo(&id, req.caller.as_ref())?;
+    } else {
+        let repo = state.readable_repo(&id, req.caller.as_ref())?;
+        state.store.resolve(&repo, &rev)?;
+    }
+    let (token, exp) = state.issue_cas_token(write);
+    let mut resp = json_response(
+        StatusCode::OK,
+        &json!({"casUrl": state.cas_url, "accessToken": token, "exp": exp}),
+    );
+    let h = resp.headers_mut();
+    set_header(h, "x-xet-cas-url", &state.cas_url);
+    set_header(h, "x-xet-access-token", &token);
+    set_header(h, "x-xet-token-expiration", &exp.to_string());
+    Ok(resp)
+}
+
+/// Reads the file sections of a shard: Xet file hash, sha256 (metadata extension) and size.
+pub fn shard_bindings(shard: &[u8]) -> HubResult<Vec<XetBinding>> {
+    let parsed = MDBMinimalShard::from_reader(&mut Cursor::new(shard), true, false)
+        .map_err(|e| HubError::bad_request(format!("Invalid shard: {e}")))?;
+    let mut out = Vec::new();
+    for i in 0..parsed.num_files() {
+        let Some(f) = parsed.file(i) else { continue };
+        let Some(ext) = f.metadata_ext() else {
+            continue;
+        };
+        let size: u64 = (0..f.num_entries())
+            .map(|j| f.entry(j).unpacked_segment_bytes as u64)
+            .sum();
+        out.push(XetBinding {
+            sha256: ext.sha256.hex(),
+            xet_hash: f.file_hash().hex(),
+            size,
+        });
+    }
+    Ok(out)
+}
+
+/// Paths of the CAS that need no bearer token: presigned fetch URLs and grant uploads.
+fn is_presigned(path: &str) -> bool {
+    path.starts_with("/v1/fetch_term")
+        || path.starts_with("/v1/get_xorb/")
+        || path.starts_with("/simulation/xorb-uploads/")
+}
+
+fn needs_write(method: &axum::http::Method, path: &str) -> bool {
+    *method == axum::http::Method::POST
+        && !path.starts_with("/v1/reconstructions")
+        && path != "/v1/telemetry"
+}
+
+pub async fn cas_front(State(state): State<Arc<HubState>>, req: Request) -> Response {
+    match cas_proxy(&state, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn cas_proxy(state: &HubState, req: Request) -> HubResult<Response> {
+    let path = req.uri().path().to_string();
+    let path_and_query = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| path.clone());
+    // The simulator's control routes must not be reachable from outside.
+    if path.starts_with("/simulation/") && !is_presigned(&path) {
+        return Err(HubError::RouteNotFound);
+    }
+    if !is_presigned(&path) && path != "/health" {
+        let token = req
+            .headers()
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or(HubError::BadToken)?;
+        let grant = state.cas_grant(token).ok_or(HubError::BadToken)?;
+        if needs_write(req.method(), &path) && !grant.write {
+            return Err(HubError::Forbidden(
+                "This CAS token is read-only".to_string(),
+            ));
+        }
+    }
+    let method = req.method().clone();
+    let host = req.headers().get(axum::http::header::HOST).cloned();
+    let mut headers = HeaderMap::new();
+    for (k, v) in req.headers() {
+        if !matches!(
+            k.as_str(),
+            "host" | "connection" | "content-length" | "transfer-encoding" | "authorization"
+        ) {
+            headers.insert(k.clone(), v.clone());
+        }
+    }
+    // The CAS builds fetch URLs from Host: keep ours so they point at this public origin.
+    if let Some(h) = host {
+        headers.insert(axum::http::header::HOST, h);
+    }
+    let is_shard =
+        method == axum::http::Method::POST && (path == "/v1/shards" || path == "/v2/shards");
+    let body = req.into_body();
+    let url = format!("{}{path_and_query}", state.cas_internal);
+    let mut builder = state.http.request(method, &url).headers(headers);
+    let shard = if is_shard {
+        let b = read_body(body, MAX_SHARD).await?;
+        builder = builder.body(b.clone());
+        Some(b)
+    } else {
+        builder = builder.body(reqwest::Body::wrap_stream(body.into_data_stream()));
+        None
+    };
+    let upstream = builder
+        .send()
+        .await
+        .map_err(|e| HubError::Upstream(e.to_string()))?;
+    let status =
+        StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut out_headers = HeaderMap::new();
+    for (k, v) in upstream.headers() {
+        if !matches!(
+            k.as_str(),
+            "connection" | "transfer-encoding" | "keep-alive"
+        ) {
+            out_headers.append(k.clone(), v.clone());
+        }
+    }
+    if let Some(shard) = shard {
+        // Shard answers are small: read them whole, and bind only when the CAS accepted the shard.
+        let body = upstream
+            .bytes()
+            .await
+            .map_err(|e| HubError::Upstream(e.to_string()))?;
+        let failed = !status.is_success() || String::from_utf8_lossy(&body).contains("\"error\"");
+        if !failed {
+            for b in shard_bindings(&shard)? {
+                tracing::debug!(sha256 = %b.sha256, xet = %b.xet_hash, size = b.size, "xet file bound");
+                state.store.add_xet_binding(b)?;
+            }
+        }
+        return Ok(super::http_util::with_headers(
+            status,
+            out_headers,
+            Body::from(body),
+        ));
+    }
+    Ok(super::http_util::with_headers(
+        status,
+        out_headers,
+        Body::from_stream(upstream.bytes_stream()),
+    ))
+}
