@@ -77,12 +77,8 @@ impl FaultArgs {
             FaultSettings::default(),
         ];
         let knobs: [(&str, &Vec<String>, Apply); 6] = [
-            ("--latency-ms", &self.latency_ms, |s, v| {
-                s.latency_ms = v as u64
-            }),
-            ("--bandwidth-mbps", &self.bandwidth_mbps, |s, v| {
-                s.bandwidth_mbps = v
-            }),
+            ("--latency-ms", &self.latency_ms, |s, v| s.latency_ms = v as u64),
+            ("--bandwidth-mbps", &self.bandwidth_mbps, |s, v| s.bandwidth_mbps = v),
             ("--error-rate", &self.error_rate, |s, v| s.error_rate = v),
             ("--stall-rate", &self.stall_rate, |s, v| s.stall_rate = v),
             ("--reset-rate", &self.reset_rate, |s, v| s.reset_rate = v),
@@ -93,9 +89,7 @@ impl FaultArgs {
                 let (classes, v) = match raw.split_once('=') {
                     Some((c, v)) => {
                         let class = RouteClass::parse(c).ok_or_else(|| {
-                            anyhow::anyhow!(
-                                "{flag} {raw}: unknown class {c:?}; use api, resolve or cas"
-                            )
+                            anyhow::anyhow!("{flag} {raw}: unknown class {c:?}; use api, resolve or cas")
                         })?;
                         (vec![class], v)
                     }
@@ -109,10 +103,7 @@ impl FaultArgs {
                 }
             }
         }
-        let out: Vec<_> = RouteClass::ALL
-            .iter()
-            .map(|c| (*c, per[*c as usize].clone()))
-            .collect();
+        let out: Vec<_> = RouteClass::ALL.iter().map(|c| (*c, per[*c as usize].clone())).collect();
         for (c, s) in &out {
             s.validate()
                 .map_err(|e| anyhow::anyhow!("fault settings for {c:?}: {e}"))?;
@@ -128,9 +119,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?)
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
 }
 
 fn run_local_hub(args: LocalHubArgs) -> anyhow::Result<()> {

@@ -29,8 +29,7 @@ pub fn entry_json(node: &Node, last: Option<&Commit>) -> Value {
         Node::File { path, entry } => {
             let mut v = json!({"type": "file", "oid": entry.oid, "size": entry.size, "path": path});
             if let Some(lfs) = &entry.lfs {
-                v["lfs"] =
-                    json!({"oid": lfs.sha256, "size": entry.size, "pointerSize": lfs.pointer_size});
+                v["lfs"] = json!({"oid": lfs.sha256, "size": entry.size, "pointerSize": lfs.pointer_size});
             }
             if let Some(x) = &entry.xet_hash {
                 v["xetHash"] = json!(x);
@@ -86,12 +85,7 @@ fn last_commits(
     Ok(out)
 }
 
-pub async fn info(
-    state: &HubState,
-    req: Req,
-    id: RepoId,
-    rev: Option<String>,
-) -> HubResult<Response> {
+pub async fn info(state: &HubState, req: Req, id: RepoId, rev: Option<String>) -> HubResult<Response> {
     let repo = state.readable_repo(&id, req.caller.as_ref())?;
     let rev = rev.unwrap_or_else(|| "main".to_string());
     let resolved = state.store.resolve(&repo, &rev)?;
@@ -106,8 +100,7 @@ pub async fn info(
                 s["size"] = json!(e.size);
                 s["blobId"] = json!(e.oid);
                 if let Some(l) = &e.lfs {
-                    s["lfs"] =
-                        json!({"sha256": l.sha256, "size": e.size, "pointerSize": l.pointer_size});
+                    s["lfs"] = json!({"sha256": l.sha256, "size": e.size, "pointerSize": l.pointer_size});
                 }
             }
             s
@@ -140,13 +133,7 @@ pub async fn info(
     Ok(resp)
 }
 
-pub async fn tree(
-    state: &HubState,
-    req: Req,
-    id: RepoId,
-    rev: String,
-    path: String,
-) -> HubResult<Response> {
+pub async fn tree(state: &HubState, req: Req, id: RepoId, rev: String, path: String) -> HubResult<Response> {
     let repo = state.readable_repo(&id, req.caller.as_ref())?;
     let resolved = state.store.resolve(&repo, &rev)?;
     let snap = state.store.snapshot(&repo, &resolved.commit)?;
@@ -163,11 +150,7 @@ pub async fn tree(
     } else {
         snap.dirs.get(&path).cloned().unwrap_or_default()
     };
-    let max = if expand {
-        TREE_PAGE_EXPANDED
-    } else {
-        TREE_PAGE
-    };
+    let max = if expand { TREE_PAGE_EXPANDED } else { TREE_PAGE };
     let limit = query_str(&req.query, "limit")
         .and_then(|l| l.parse::<usize>().ok())
         .unwrap_or(max)
@@ -198,12 +181,7 @@ pub async fn tree(
         && let Some(last) = page.last()
     {
         let cursor = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(last.path());
-        let mut url = format!(
-            "{}{}/tree/{}",
-            req.base,
-            id.api_path(),
-            encode_segment(&rev)
-        );
+        let mut url = format!("{}{}/tree/{}", req.base, id.api_path(), encode_segment(&rev));
         if !path.is_empty() {
             url.push('/');
             url.push_str(&super::names::encode_path(&path));
@@ -211,22 +189,13 @@ pub async fn tree(
         url.push_str(&format!(
             "?recursive={recursive}&expand={expand}&limit={limit}&cursor={cursor}"
         ));
-        set_header(
-            resp.headers_mut(),
-            "link",
-            &format!("<{url}>; rel=\"next\""),
-        );
+        set_header(resp.headers_mut(), "link", &format!("<{url}>; rel=\"next\""));
     }
     set_header(resp.headers_mut(), "x-repo-commit", &resolved.commit);
     Ok(resp)
 }
 
-pub async fn paths_info(
-    state: &HubState,
-    req: Req,
-    id: RepoId,
-    rev: String,
-) -> HubResult<Response> {
+pub async fn paths_info(state: &HubState, req: Req, id: RepoId, rev: String) -> HubResult<Response> {
     let repo = state.readable_repo(&id, req.caller.as_ref())?;
     let resolved = state.store.resolve(&repo, &rev)?;
     let is_json = req
@@ -236,8 +205,8 @@ pub async fn paths_info(
         .is_some_and(|v| v.starts_with("application/json"));
     let body = read_body(req.body, 16 << 20).await?;
     let (paths, expand) = if is_json {
-        let v: Value = serde_json::from_slice(&body)
-            .map_err(|e| HubError::bad_request(format!("Invalid JSON body: {e}")))?;
+        let v: Value =
+            serde_json::from_slice(&body).map_err(|e| HubError::bad_request(format!("Invalid JSON body: {e}")))?;
         let paths = v["paths"]
             .as_array()
             .ok_or_else(|| HubError::bad_request("Body must have a \"paths\" array"))?
@@ -283,8 +252,7 @@ pub async fn paths_info(
 pub async fn refs(state: &HubState, req: Req, id: RepoId) -> HubResult<Response> {
     let repo = state.readable_repo(&id, req.caller.as_ref())?;
     let refs = repo.refs.read().clone();
-    let item =
-        |name: &str, r: String, c: &String| json!({"name": name, "ref": r, "targetCommit": c});
+    let item = |name: &str, r: String, c: &String| json!({"name": name, "ref": r, "targetCommit": c});
     let mut v = json!({
         "branches": refs.branches.iter().map(|(n, c)| item(n, format!("refs/heads/{n}"), c)).collect::<Vec<_>>(),
         "tags": refs.tags.iter().map(|(n, c)| item(n, format!("refs/tags/{n}"), c)).collect::<Vec<_>>(),
@@ -304,9 +272,7 @@ pub async fn refs(state: &HubState, req: Req, id: RepoId) -> HubResult<Response>
 pub async fn commits(state: &HubState, req: Req, id: RepoId, rev: String) -> HubResult<Response> {
     let repo = state.readable_repo(&id, req.caller.as_ref())?;
     let resolved = state.store.resolve(&repo, &rev)?;
-    let page: usize = query_str(&req.query, "p")
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
+    let page: usize = query_str(&req.query, "p").and_then(|p| p.parse().ok()).unwrap_or(0);
     let limit: usize = query_str(&req.query, "limit")
         .and_then(|p| p.parse().ok())
         .unwrap_or(50)
@@ -336,11 +302,7 @@ pub async fn commits(state: &HubState, req: Req, id: RepoId, rev: String) -> Hub
             encode_segment(&rev),
             page + 1
         );
-        set_header(
-            resp.headers_mut(),
-            "link",
-            &format!("<{url}>; rel=\"next\""),
-        );
+        set_header(resp.headers_mut(), "link", &format!("<{url}>; rel=\"next\""));
     }
     Ok(resp)
 }
@@ -369,11 +331,7 @@ fn whoami_json(c: &Caller) -> Value {
     })
 }
 
-pub async fn list_repos(
-    state: &HubState,
-    req: Req,
-    ty: super::names::RepoType,
-) -> HubResult<Response> {
+pub async fn list_repos(state: &HubState, req: Req, ty: super::names::RepoType) -> HubResult<Response> {
     let author = query_str(&req.query, "author").map(str::to_string);
     let mut out = Vec::new();
     for id in state.store.list_repos(ty) {
@@ -390,9 +348,7 @@ pub async fn list_repos(
             continue;
         };
         let private = repo.meta.read().private;
-        out.push(
-            json!({"id": id.id(), "author": id.namespace, "sha": r.commit, "private": private}),
-        );
+        out.push(json!({"id": id.id(), "author": id.namespace, "sha": r.commit, "private": private}));
     }
     Ok(json_response(StatusCode::OK, &out))
 }

@@ -36,10 +36,7 @@ fn lfs_patterns(gitattributes: &str) -> GlobSet {
         } else {
             format!("**/{pat}")
         };
-        if let Ok(g) = globset::GlobBuilder::new(&pat)
-            .literal_separator(true)
-            .build()
-        {
+        if let Ok(g) = globset::GlobBuilder::new(&pat).literal_separator(true).build() {
             b.add(g);
         }
         if let Ok(g) = Glob::new(pat.trim_start_matches("**/")) {
@@ -66,8 +63,8 @@ struct PreuploadBody {
 pub async fn preupload(state: &HubState, req: Req, id: RepoId, rev: String) -> HubResult<Response> {
     let repo = state.writable_repo(&id, req.caller.as_ref())?;
     let body = read_body(req.body, 64 << 20).await?;
-    let body: PreuploadBody = serde_json::from_slice(&body)
-        .map_err(|e| HubError::bad_request(format!("Invalid preupload body: {e}")))?;
+    let body: PreuploadBody =
+        serde_json::from_slice(&body).map_err(|e| HubError::bad_request(format!("Invalid preupload body: {e}")))?;
     // A PR may be opened from any revision; otherwise the revision must exist.
     let resolved = state.store.resolve(&repo, &rev);
     let snap = match &resolved {
@@ -107,13 +104,8 @@ pub async fn preupload(state: &HubState, req: Req, id: RepoId, rev: String) -> H
 }
 
 /// Parses the NDJSON commit body into a request; content of inline files is stored on the way.
-fn parse_commit(
-    state: &HubState,
-    body: &[u8],
-    base_files: Option<&super::model::Commit>,
-) -> HubResult<CommitRequest> {
-    let text =
-        std::str::from_utf8(body).map_err(|_| HubError::bad_request("Commit body is not UTF-8"))?;
+fn parse_commit(state: &HubState, body: &[u8], base_files: Option<&super::model::Commit>) -> HubResult<CommitRequest> {
+    let text = std::str::from_utf8(body).map_err(|_| HubError::bad_request("Commit body is not UTF-8"))?;
     let mut req = CommitRequest {
         title: String::new(),
         message: String::new(),
@@ -123,11 +115,7 @@ fn parse_commit(
         ops: Vec::new(),
     };
     let mut saw_header = false;
-    for (i, line) in text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let v: Value = serde_json::from_str(line)
             .map_err(|e| HubError::bad_request(format!("Invalid NDJSON on line {}: {e}", i + 1)))?;
         let key = v["key"].as_str().unwrap_or("");
@@ -155,19 +143,14 @@ fn parse_commit(
                 let bytes = match val["encoding"].as_str().unwrap_or("utf-8") {
                     "base64" => base64::engine::general_purpose::STANDARD
                         .decode(content)
-                        .map_err(|e| {
-                            HubError::bad_request(format!("line {}: invalid base64: {e}", i + 1))
-                        })?,
+                        .map_err(|e| HubError::bad_request(format!("line {}: invalid base64: {e}", i + 1)))?,
                     "utf-8" | "utf8" => content.as_bytes().to_vec(),
                     other => {
                         return Err(HubError::bad_request(format!("Unknown encoding {other:?}")));
                     }
                 };
                 let entry = state.store.put_git_object(&bytes)?;
-                req.ops.push(Op::Put {
-                    path: path()?,
-                    entry,
-                });
+                req.ops.push(Op::Put { path: path()?, entry });
             }
             "lfsFile" => {
                 let p = path()?;
@@ -177,9 +160,7 @@ fn parse_commit(
             "deletedFile" => req.ops.push(Op::DeleteFile { path: path()? }),
             "deletedFolder" => req.ops.push(Op::DeleteFolder { path: path()? }),
             other => {
-                return Err(HubError::bad_request(format!(
-                    "Unknown commit operation key {other:?}"
-                )));
+                return Err(HubError::bad_request(format!("Unknown commit operation key {other:?}")));
             }
         }
     }
@@ -187,35 +168,23 @@ fn parse_commit(
         return Err(HubError::bad_request("The commit has no header line"));
     }
     if req.title.trim().is_empty() {
-        return Err(HubError::bad_request(
-            "The commit summary must not be empty",
-        ));
+        return Err(HubError::bad_request("The commit summary must not be empty"));
     }
     Ok(req)
 }
 
 /// An `lfsFile` line: the object must already be uploaded (plain LFS or Xet), or be a copy of an
 /// LFS file of the base revision (`oldPath`).
-fn lfs_entry(
-    state: &HubState,
-    val: &Value,
-    base: Option<&super::model::Commit>,
-) -> HubResult<FileEntry> {
+fn lfs_entry(state: &HubState, val: &Value, base: Option<&super::model::Commit>) -> HubResult<FileEntry> {
     let oid = val["oid"].as_str().unwrap_or("");
     if val["algo"].as_str().is_some_and(|a| a != "sha256") || !is_sha256(oid) {
-        return Err(HubError::bad_request(
-            "lfsFile needs algo sha256 and a 64-hex oid",
-        ));
+        return Err(HubError::bad_request("lfsFile needs algo sha256 and a 64-hex oid"));
     }
     if let Some(old) = val["oldPath"].as_str() {
         let e = base
             .and_then(|c| c.files.get(old))
             .filter(|e| e.lfs.as_ref().is_some_and(|l| l.sha256 == oid))
-            .ok_or_else(|| {
-                HubError::bad_request(format!(
-                    "Cannot copy {old:?}: no LFS file with oid {oid} there"
-                ))
-            })?;
+            .ok_or_else(|| HubError::bad_request(format!("Cannot copy {old:?}: no LFS file with oid {oid} there")))?;
         return Ok(e.clone());
     }
     let size = val["size"].as_u64();
@@ -238,20 +207,12 @@ fn lfs_entry(
             size.unwrap_or(0)
         )));
     }
-    Ok(FileEntry::lfs(
-        oid,
-        stored_size,
-        binding.map(|b| b.xet_hash),
-    ))
+    Ok(FileEntry::lfs(oid, stored_size, binding.map(|b| b.xet_hash)))
 }
 
 pub async fn commit(state: &HubState, req: Req, id: RepoId, rev: String) -> HubResult<Response> {
     let repo = state.writable_repo(&id, req.caller.as_ref())?;
-    let author = req
-        .caller
-        .as_ref()
-        .map(|c| c.user.clone())
-        .unwrap_or_default();
+    let author = req.caller.as_ref().map(|c| c.user.clone()).unwrap_or_default();
     let create_pr = query_flag(&req.query, "create_pr");
     let body = read_body(req.body, MAX_API_BODY).await?;
     // One commit at a time per repo, so parentCommit checks and ref moves cannot interleave.
@@ -300,8 +261,8 @@ fn repo_from_body(body: &CreateBody, caller_user: &str) -> HubResult<RepoId> {
 pub async fn create_repo(state: &HubState, req: Req) -> HubResult<Response> {
     let caller = req.caller.clone().ok_or(HubError::BadToken)?;
     let body = read_body(req.body, 1 << 20).await?;
-    let body: CreateBody = serde_json::from_slice(&body)
-        .map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?;
+    let body: CreateBody =
+        serde_json::from_slice(&body).map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?;
     let id = repo_from_body(&body, &caller.user)?;
     if !caller.write {
         return Err(HubError::Forbidden(
@@ -320,11 +281,7 @@ pub async fn create_repo(state: &HubState, req: Req) -> HubResult<Response> {
             StatusCode::CONFLICT,
             &json!({"error": format!("You already created this {} repo", id.ty.singular()), "url": format!("{}/{}", req.base, id.web_path())}),
         );
-        super::http_util::set_header(
-            resp.headers_mut(),
-            "x-error-message",
-            "You already created this repo",
-        );
+        super::http_util::set_header(resp.headers_mut(), "x-error-message", "You already created this repo");
         return Ok(resp);
     }
     state.store.create_repo(&id, private, &caller.user)?;
@@ -338,8 +295,8 @@ pub async fn create_repo(state: &HubState, req: Req) -> HubResult<Response> {
 pub async fn delete_repo(state: &HubState, req: Req) -> HubResult<Response> {
     let caller = req.caller.clone().ok_or(HubError::BadToken)?;
     let body = read_body(req.body, 1 << 20).await?;
-    let body: CreateBody = serde_json::from_slice(&body)
-        .map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?;
+    let body: CreateBody =
+        serde_json::from_slice(&body).map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?;
     let id = repo_from_body(&body, &caller.user)?;
     let repo = state.writable_repo(&id, Some(&caller))?;
     let _guard = repo.write.lock().await;
@@ -351,8 +308,7 @@ pub async fn delete_repo(state: &HubState, req: Req) -> HubResult<Response> {
 pub async fn settings(state: &HubState, req: Req, id: RepoId) -> HubResult<Response> {
     let repo = state.writable_repo(&id, req.caller.as_ref())?;
     let body = read_body(req.body, 1 << 20).await?;
-    let v: Value = serde_json::from_slice(&body)
-        .map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?;
+    let v: Value = serde_json::from_slice(&body).map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?;
     let private = match (&v["private"], v["visibility"].as_str()) {
         (Value::Bool(b), _) => Some(*b),
         (_, Some(vis)) => Some(vis == "private"),
@@ -366,21 +322,14 @@ pub async fn settings(state: &HubState, req: Req, id: RepoId) -> HubResult<Respo
 }
 
 /// `POST|DELETE /branch/{name}` and `POST /tag/{rev}` (body `{tag}`) / `DELETE /tag/{tag}`.
-pub async fn set_ref(
-    state: &HubState,
-    req: Req,
-    id: RepoId,
-    kind: RefKind,
-    name: String,
-) -> HubResult<Response> {
+pub async fn set_ref(state: &HubState, req: Req, id: RepoId, kind: RefKind, name: String) -> HubResult<Response> {
     let repo = state.writable_repo(&id, req.caller.as_ref())?;
     let method = req.method.clone();
     let body = read_body(req.body, 1 << 20).await?;
     let v: Value = if body.is_empty() {
         json!({})
     } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?
+        serde_json::from_slice(&body).map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?
     };
     let _guard = repo.write.lock().await;
     match (method, kind) {
@@ -405,12 +354,8 @@ pub async fn set_ref(
 
 pub async fn validate_yaml(_state: &HubState, req: Req) -> HubResult<Response> {
     let body = read_body(req.body, 4 << 20).await?;
-    let _: Value = serde_json::from_slice(&body)
-        .map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?;
-    Ok(json_response(
-        StatusCode::OK,
-        &json!({"errors": [], "warnings": []}),
-    ))
+    let _: Value = serde_json::from_slice(&body).map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?;
+    Ok(json_response(StatusCode::OK, &json!({"errors": [], "warnings": []})))
 }
 
 #[cfg(test)]

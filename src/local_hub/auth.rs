@@ -26,9 +26,7 @@ impl std::str::FromStr for TokenSpec {
             return Err("expected NAME:TOKEN:read|write".to_string());
         };
         if super::names::validate_name_part(user).is_err() {
-            return Err(format!(
-                "invalid user name {user:?} (letters, digits, '-', '_', '.')"
-            ));
+            return Err(format!("invalid user name {user:?} (letters, digits, '-', '_', '.')"));
         }
         if token.len() < 8 || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err("the token must be at least 8 characters with no spaces".to_string());

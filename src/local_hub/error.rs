@@ -51,9 +51,9 @@ impl HubError {
         match self {
             HubError::RepoNotFound { anonymous: true } => StatusCode::UNAUTHORIZED,
             HubError::RepoNotFound { anonymous: false } => StatusCode::NOT_FOUND,
-            HubError::RevisionNotFound(_)
-            | HubError::EntryNotFound(_)
-            | HubError::RouteNotFound => StatusCode::NOT_FOUND,
+            HubError::RevisionNotFound(_) | HubError::EntryNotFound(_) | HubError::RouteNotFound => {
+                StatusCode::NOT_FOUND
+            }
             HubError::BadRequest(_) => StatusCode::BAD_REQUEST,
             HubError::BadToken => StatusCode::UNAUTHORIZED,
             HubError::Forbidden(_) => StatusCode::FORBIDDEN,
@@ -79,9 +79,7 @@ impl HubError {
     fn message(&self) -> String {
         match self {
             // The real Hub hides whether a private repo exists from anonymous callers this way.
-            HubError::RepoNotFound { anonymous: true } => {
-                "Invalid username or password.".to_string()
-            }
+            HubError::RepoNotFound { anonymous: true } => "Invalid username or password.".to_string(),
             other => other.to_string(),
         }
     }

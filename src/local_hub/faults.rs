@@ -110,11 +110,7 @@ impl Faults {
         Arc::new(Faults {
             settings: Default::default(),
             stats: Default::default(),
-            buckets: [
-                Mutex::new((0.0, now)),
-                Mutex::new((0.0, now)),
-                Mutex::new((0.0, now)),
-            ],
+            buckets: [Mutex::new((0.0, now)), Mutex::new((0.0, now)), Mutex::new((0.0, now))],
             shutdown: Arc::new(tokio::sync::Notify::new()),
         })
     }
@@ -205,16 +201,10 @@ pub async fn layer(
     }
     if s.rate_limit > 0.0 && !faults.take_token(class, s.rate_limit) {
         stats.injected.fetch_add(1, Ordering::Relaxed);
-        let mut r = injected_error(
-            StatusCode::TOO_MANY_REQUESTS,
-            "Too many requests (injected rate limit)",
-        );
-        r.headers_mut().insert(
-            "ratelimit",
-            HeaderValue::from_static("\"resolvers\";r=0;t=1"),
-        );
+        let mut r = injected_error(StatusCode::TOO_MANY_REQUESTS, "Too many requests (injected rate limit)");
         r.headers_mut()
-            .insert("retry-after", HeaderValue::from_static("1"));
+            .insert("ratelimit", HeaderValue::from_static("\"resolvers\";r=0;t=1"));
+        r.headers_mut().insert("retry-after", HeaderValue::from_static("1"));
         return r;
     }
     if chance(s.stall_rate) {
@@ -229,10 +219,7 @@ pub async fn layer(
     }
     if chance(s.error_rate) {
         stats.injected.fetch_add(1, Ordering::Relaxed);
-        return injected_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "Internal Error (injected)",
-        );
+        return injected_error(StatusCode::INTERNAL_SERVER_ERROR, "Internal Error (injected)");
     }
     let resp = next.run(req).await;
     let reset = chance(s.reset_rate);
@@ -375,9 +362,7 @@ mod tests {
             },
         )
         .unwrap();
-        let granted = (0..10)
-            .filter(|_| f.take_token(RouteClass::Api, 2.0))
-            .count();
+        let granted = (0..10).filter(|_| f.take_token(RouteClass::Api, 2.0)).count();
         assert!((2..=3).contains(&granted), "granted {granted}");
     }
 }

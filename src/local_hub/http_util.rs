@@ -34,19 +34,14 @@ pub fn parse_range(headers: &HeaderMap, size: u64) -> HubResult<Option<ByteRange
     let Some(v) = headers.get(header::RANGE) else {
         return Ok(None);
     };
-    let v = v
-        .to_str()
-        .map_err(|_| HubError::RangeNotSatisfiable { size })?
-        .trim();
+    let v = v.to_str().map_err(|_| HubError::RangeNotSatisfiable { size })?.trim();
     let Some(spec) = v.strip_prefix("bytes=") else {
         return Err(HubError::RangeNotSatisfiable { size });
     };
     if spec.contains(',') {
         return Ok(None);
     }
-    let (a, b) = spec
-        .split_once('-')
-        .ok_or(HubError::RangeNotSatisfiable { size })?;
+    let (a, b) = spec.split_once('-').ok_or(HubError::RangeNotSatisfiable { size })?;
     let (a, b) = (a.trim(), b.trim());
     let bad = || HubError::RangeNotSatisfiable { size };
     let range = if a.is_empty() {
@@ -160,9 +155,7 @@ pub async fn serve_file(
     let mut f = tokio::fs::File::open(path)
         .await
         .map_err(|e| HubError::internal(format!("opening blob: {e}")))?;
-    f.seek(SeekFrom::Start(range.start))
-        .await
-        .map_err(HubError::internal)?;
+    f.seek(SeekFrom::Start(range.start)).await.map_err(HubError::internal)?;
     let reader = f.take(range.len());
     let stream = tokio_util::io::ReaderStream::with_capacity(reader, 1 << 20);
     Ok(with_headers(status, extra, Body::from_stream(stream)))
@@ -213,8 +206,7 @@ pub async fn read_body(body: Body, limit: usize) -> HubResult<Bytes> {
     let mut stream = body.into_data_stream();
     let mut buf = Vec::new();
     while let Some(chunk) = stream.next().await {
-        let chunk =
-            chunk.map_err(|e| HubError::bad_request(format!("reading request body: {e}")))?;
+        let chunk = chunk.map_err(|e| HubError::bad_request(format!("reading request body: {e}")))?;
         if buf.len() + chunk.len() > limit {
             return Err(HubError::PayloadTooLarge { limit });
         }
@@ -261,13 +253,7 @@ mod tests {
             Some(ByteRange { start: 50, end: 99 })
         );
         assert_eq!(parse_range(&h("bytes=0-1,5-6"), 100).unwrap(), None);
-        for bad in [
-            "bytes=100-",
-            "bytes=5-4",
-            "bytes=abc",
-            "items=0-1",
-            "bytes=-0",
-        ] {
+        for bad in ["bytes=100-", "bytes=5-4", "bytes=abc", "items=0-1", "bytes=-0"] {
             assert!(
                 matches!(
                     parse_range(&h(bad), 100),
@@ -282,10 +268,7 @@ mod tests {
     #[test]
     fn etags() {
         let mut m = HeaderMap::new();
-        m.insert(
-            header::IF_NONE_MATCH,
-            HeaderValue::from_static("W/\"abc\", \"def\""),
-        );
+        m.insert(header::IF_NONE_MATCH, HeaderValue::from_static("W/\"abc\", \"def\""));
         assert!(not_modified(&m, "def"));
         assert!(!not_modified(&m, "xyz"));
     }

@@ -40,25 +40,19 @@ struct BatchBody {
 
 fn lfs_json(status: StatusCode, v: &Value) -> Response {
     let mut r = json_response(status, v);
-    set_header(
-        r.headers_mut(),
-        "content-type",
-        "application/vnd.git-lfs+json",
-    );
+    set_header(r.headers_mut(), "content-type", "application/vnd.git-lfs+json");
     r
 }
 
 pub async fn batch(state: &HubState, req: Req, id: RepoId) -> HubResult<Response> {
     let body = read_body(req.body, 16 << 20).await?;
-    let b: BatchBody = serde_json::from_slice(&body)
-        .map_err(|e| HubError::bad_request(format!("Invalid LFS batch body: {e}")))?;
+    let b: BatchBody =
+        serde_json::from_slice(&body).map_err(|e| HubError::bad_request(format!("Invalid LFS batch body: {e}")))?;
     let upload = match b.operation.as_str() {
         "upload" => true,
         "download" => false,
         other => {
-            return Err(HubError::bad_request(format!(
-                "Unknown LFS operation {other:?}"
-            )));
+            return Err(HubError::bad_request(format!("Unknown LFS operation {other:?}")));
         }
     };
     if upload {
@@ -84,21 +78,16 @@ pub async fn batch(state: &HubState, req: Req, id: RepoId) -> HubResult<Response
             objects.push(json!({"oid": o.oid, "size": o.size, "error": {"code": 422, "message": "Object too large"}}));
             continue;
         }
-        let present =
-            state.store.has_lfs_object(&o.oid) || state.store.xet_binding(&o.oid).is_some();
+        let present = state.store.has_lfs_object(&o.oid) || state.store.xet_binding(&o.oid).is_some();
         let mut obj = json!({"oid": o.oid, "size": o.size, "authenticated": true});
         if upload {
             if !present {
                 obj["actions"] = upload_actions(state, &req.base, &id, transfer, &o.oid, o.size);
             }
         } else if present {
-            let entry = super::model::FileEntry::lfs(
-                &o.oid,
-                o.size,
-                state.store.xet_binding(&o.oid).map(|b| b.xet_hash),
-            );
-            obj["actions"] =
-                json!({"download": {"href": blob_location(state, &entry)?, "header": {}}});
+            let entry =
+                super::model::FileEntry::lfs(&o.oid, o.size, state.store.xet_binding(&o.oid).map(|b| b.xet_hash));
+            obj["actions"] = json!({"download": {"href": blob_location(state, &entry)?, "header": {}}});
         } else {
             obj["error"] = json!({"code": 404, "message": "Object does not exist"});
         }
@@ -110,14 +99,7 @@ pub async fn batch(state: &HubState, req: Req, id: RepoId) -> HubResult<Response
     ))
 }
 
-fn upload_actions(
-    state: &HubState,
-    base: &str,
-    id: &RepoId,
-    transfer: &str,
-    oid: &str,
-    size: u64,
-) -> Value {
+fn upload_actions(state: &HubState, base: &str, id: &RepoId, transfer: &str, oid: &str, size: u64) -> Value {
     let verify = json!({"href": format!("{base}/{}.git/info/lfs/objects/verify", id.web_path()), "header": {}});
     match transfer {
         "xet" => {
@@ -155,32 +137,23 @@ fn upload_actions(
 pub async fn verify(state: &HubState, req: Req, id: RepoId) -> HubResult<Response> {
     state.writable_repo(&id, req.caller.as_ref())?;
     let body = read_body(req.body, 1 << 20).await?;
-    let v: Value = serde_json::from_slice(&body)
-        .map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?;
+    let v: Value = serde_json::from_slice(&body).map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?;
     let oid = v["oid"].as_str().unwrap_or("");
     let size = v["size"].as_u64();
     if !state.store.has_lfs_object(oid) {
-        return Err(HubError::EntryNotFound(format!(
-            "LFS object {oid} was not uploaded"
-        )));
+        return Err(HubError::EntryNotFound(format!("LFS object {oid} was not uploaded")));
     }
     let actual = std::fs::metadata(state.store.lfs_object_path(oid))
         .map(|m| m.len())
         .unwrap_or(0);
     if size.is_some_and(|s| s != actual) {
-        return Err(HubError::bad_request(format!(
-            "LFS object {oid} has size {actual}"
-        )));
+        return Err(HubError::bad_request(format!("LFS object {oid} has size {actual}")));
     }
     Ok(lfs_json(StatusCode::OK, &json!({"success": true})))
 }
 
 /// Streams a body into a temp file, hashing it; returns the file, its sha256 and length.
-async fn spool(
-    state: &HubState,
-    body: axum::body::Body,
-    limit: u64,
-) -> HubResult<(tempfile::TempPath, String, u64)> {
+async fn spool(state: &HubState, body: axum::body::Body, limit: u64) -> HubResult<(tempfile::TempPath, String, u64)> {
     let tmp = tempfile::NamedTempFile::new_in(state.store.tmp_dir()).map_err(HubError::internal)?;
     let (file, path) = tmp.into_parts();
     let mut f = tokio::fs::File::from_std(file);
@@ -191,9 +164,7 @@ async fn spool(
         let chunk = chunk.map_err(|e| HubError::bad_request(format!("reading upload: {e}")))?;
         n += chunk.len() as u64;
         if n > limit {
-            return Err(HubError::PayloadTooLarge {
-                limit: limit as usize,
-            });
+            return Err(HubError::PayloadTooLarge { limit: limit as usize });
         }
         h.update(&chunk);
         f.write_all(&chunk).await.map_err(HubError::internal)?;
@@ -207,8 +178,7 @@ fn persist_object(state: &HubState, tmp: tempfile::TempPath, oid: &str) -> HubRe
     if let Some(parent) = dest.parent() {
         std::fs::create_dir_all(parent).map_err(HubError::internal)?;
     }
-    tmp.persist(&dest)
-        .map_err(|e| HubError::internal(e.error))?;
+    tmp.persist(&dest).map_err(|e| HubError::internal(e.error))?;
     Ok(())
 }
 
@@ -216,11 +186,7 @@ fn persist_object(state: &HubState, tmp: tempfile::TempPath, oid: &str) -> HubRe
 /// and `POST /upload/{oid}/{size}/complete` (multipart). Presigned, so no Authorization.
 pub async fn blob_upload(state: &HubState, req: Req, segs: &[&str]) -> HubResult<Response> {
     let signed = format!("/{}", segs.join("/"));
-    state.check_signature(
-        &signed,
-        query_str(&req.query, "exp"),
-        query_str(&req.query, "sig"),
-    )?;
+    state.check_signature(&signed, query_str(&req.query, "exp"), query_str(&req.query, "sig"))?;
     let (oid, size) = match segs {
         ["upload", oid, size, ..] => (
             oid.to_string(),
@@ -247,16 +213,15 @@ pub async fn blob_upload(state: &HubState, req: Req, segs: &[&str]) -> HubResult
             let n: u64 = n.parse().map_err(|_| HubError::RouteNotFound)?;
             let (tmp, sha, len) = spool(state, req.body, PART_SIZE).await?;
             let part = state.store.tmp_dir().join(format!("{oid}.{n}.part"));
-            tmp.persist(&part)
-                .map_err(|e| HubError::internal(e.error))?;
+            tmp.persist(&part).map_err(|e| HubError::internal(e.error))?;
             let mut h = HeaderMap::new();
             set_header(&mut h, "etag", &format!("\"{}-{len}\"", &sha[..16]));
             Ok(with_headers(StatusCode::OK, h, axum::body::Body::empty()))
         }
         ["complete"] => {
             let body = read_body(req.body, 1 << 20).await?;
-            let v: Value = serde_json::from_slice(&body)
-                .map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?;
+            let v: Value =
+                serde_json::from_slice(&body).map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?;
             let parts = v["parts"].as_array().map(|p| p.len()).unwrap_or(0) as u64;
             if parts != size.div_ceil(PART_SIZE) {
                 return Err(HubError::bad_request(format!(
@@ -264,15 +229,14 @@ pub async fn blob_upload(state: &HubState, req: Req, segs: &[&str]) -> HubResult
                     size.div_ceil(PART_SIZE)
                 )));
             }
-            let tmp = tempfile::NamedTempFile::new_in(state.store.tmp_dir())
-                .map_err(HubError::internal)?;
+            let tmp = tempfile::NamedTempFile::new_in(state.store.tmp_dir()).map_err(HubError::internal)?;
             let mut out = tmp.reopen().map_err(HubError::internal)?;
             let mut h = Sha256::new();
             let mut total = 0u64;
             for n in 1..=parts {
                 let part = state.store.tmp_dir().join(format!("{oid}.{n}.part"));
-                let data = std::fs::read(&part)
-                    .map_err(|_| HubError::bad_request(format!("Part {n} was not uploaded")))?;
+                let data =
+                    std::fs::read(&part).map_err(|_| HubError::bad_request(format!("Part {n} was not uploaded")))?;
                 h.update(&data);
                 total += data.len() as u64;
                 std::io::Write::write_all(&mut out, &data).map_err(HubError::internal)?;

@@ -67,10 +67,7 @@ impl FileEntry {
 
     /// The ETag the Hub sends on resolve: the sha256 for LFS files, the blob oid otherwise.
     pub fn etag(&self) -> &str {
-        self.lfs
-            .as_ref()
-            .map(|l| l.sha256.as_str())
-            .unwrap_or(&self.oid)
+        self.lfs.as_ref().map(|l| l.sha256.as_str()).unwrap_or(&self.oid)
     }
 }
 
@@ -227,11 +224,7 @@ impl Snapshot {
             });
         }
         let parent = path.rsplit_once('/').map(|(p, _)| p).unwrap_or("");
-        self.dirs
-            .get(parent)?
-            .iter()
-            .find(|n| n.path() == path)
-            .cloned()
+        self.dirs.get(parent)?.iter().find(|n| n.path() == path).cloned()
     }
 
     /// Every entry below `dir` (directories included), parents before children.
@@ -260,14 +253,8 @@ mod tests {
     #[test]
     fn blob_oid_matches_git() {
         // `printf hello | git hash-object --stdin`
-        assert_eq!(
-            git_blob_oid(b"hello"),
-            "b6fc4c620b67d95f953a5c1c1230aaab5db5a1b0"
-        );
-        assert_eq!(
-            git_blob_oid(b""),
-            "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
-        );
+        assert_eq!(git_blob_oid(b"hello"), "b6fc4c620b67d95f953a5c1c1230aaab5db5a1b0");
+        assert_eq!(git_blob_oid(b""), "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391");
     }
 
     #[test]

@@ -142,9 +142,7 @@ pub fn validate_ref_name(s: &str) -> HubResult<()> {
     if ok {
         Ok(())
     } else {
-        Err(HubError::bad_request(format!(
-            "Invalid reference name {s:?}"
-        )))
+        Err(HubError::bad_request(format!("Invalid reference name {s:?}")))
     }
 }
 
@@ -198,11 +196,7 @@ const PATH_SET: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~')
     .remove(b'/');
 /// For one segment (revisions, cursors): `/` is encoded too.
-const SEGMENT_SET: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
+const SEGMENT_SET: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
 
 pub fn encode_path(p: &str) -> String {
     utf8_percent_encode(p, PATH_SET).to_string()
@@ -220,17 +214,7 @@ mod tests {
     fn repo_names() {
         assert!(validate_name_part("gpt2").is_ok());
         assert!(validate_name_part("tiny-model_v1.0").is_ok());
-        for bad in [
-            "",
-            "-a",
-            "a-",
-            ".a",
-            "a..b",
-            "a--b",
-            "a/b",
-            "a b",
-            &"x".repeat(97),
-        ] {
+        for bad in ["", "-a", "a-", ".a", "a..b", "a--b", "a/b", "a b", &"x".repeat(97)] {
             assert!(validate_name_part(bad).is_err(), "{bad:?} accepted");
         }
     }
@@ -238,16 +222,7 @@ mod tests {
     #[test]
     fn file_paths() {
         assert!(validate_file_path("a/b c/#?%é.txt").is_ok());
-        for bad in [
-            "",
-            "/etc/passwd",
-            "a/../b",
-            "./a",
-            "a//b",
-            "a/\0b",
-            ".git/config",
-            "a/",
-        ] {
+        for bad in ["", "/etc/passwd", "a/../b", "./a", "a//b", "a/\0b", ".git/config", "a/"] {
             assert!(validate_file_path(bad).is_err(), "{bad:?} accepted");
         }
     }

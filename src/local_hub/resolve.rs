@@ -11,8 +11,7 @@ use xet_core_structures::merklehash::MerkleHash;
 
 use super::error::{HubError, HubResult};
 use super::http_util::{
-    ContentMeta, content_head, http_date, json_response, not_modified, serve_file, set_header,
-    with_headers,
+    ContentMeta, content_head, http_date, json_response, not_modified, serve_file, set_header, with_headers,
 };
 use super::model::FileEntry;
 use super::names::RepoId;
@@ -20,13 +19,7 @@ use super::server::Req;
 use super::state::HubState;
 use super::store::is_sha256;
 
-pub async fn resolve(
-    state: &HubState,
-    req: Req,
-    id: RepoId,
-    rev: String,
-    path: String,
-) -> HubResult<Response> {
+pub async fn resolve(state: &HubState, req: Req, id: RepoId, rev: String, path: String) -> HubResult<Response> {
     if req.method != Method::GET && req.method != Method::HEAD {
         return Err(HubError::MethodNotAllowed);
     }
@@ -121,12 +114,7 @@ pub fn blob_location(state: &HubState, entry: &FileEntry) -> HubResult<String> {
 }
 
 /// GET/HEAD on the blob origin: `/lfs/{sha256}` or `/xet/{hash}`, presigned.
-pub async fn blob_download(
-    state: &HubState,
-    req: Req,
-    kind: &str,
-    key: &str,
-) -> HubResult<Response> {
+pub async fn blob_download(state: &HubState, req: Req, kind: &str, key: &str) -> HubResult<Response> {
     if req.method != Method::GET && req.method != Method::HEAD {
         return Err(HubError::MethodNotAllowed);
     }

@@ -14,61 +14,20 @@ pub enum Route {
     DeleteRepo,
     ValidateYaml,
     ListRepos(RepoType),
-    Info {
-        repo: RepoId,
-        rev: Option<String>,
-    },
-    Tree {
-        repo: RepoId,
-        rev: String,
-        path: String,
-    },
-    PathsInfo {
-        repo: RepoId,
-        rev: String,
-    },
-    Preupload {
-        repo: RepoId,
-        rev: String,
-    },
-    Commit {
-        repo: RepoId,
-        rev: String,
-    },
-    Refs {
-        repo: RepoId,
-    },
-    Commits {
-        repo: RepoId,
-        rev: String,
-    },
-    XetToken {
-        repo: RepoId,
-        rev: String,
-        write: bool,
-    },
-    Branch {
-        repo: RepoId,
-        name: String,
-    },
-    Tag {
-        repo: RepoId,
-        name: String,
-    },
-    Settings {
-        repo: RepoId,
-    },
-    Resolve {
-        repo: RepoId,
-        rev: String,
-        path: String,
-    },
-    LfsBatch {
-        repo: RepoId,
-    },
-    LfsVerify {
-        repo: RepoId,
-    },
+    Info { repo: RepoId, rev: Option<String> },
+    Tree { repo: RepoId, rev: String, path: String },
+    PathsInfo { repo: RepoId, rev: String },
+    Preupload { repo: RepoId, rev: String },
+    Commit { repo: RepoId, rev: String },
+    Refs { repo: RepoId },
+    Commits { repo: RepoId, rev: String },
+    XetToken { repo: RepoId, rev: String, write: bool },
+    Branch { repo: RepoId, name: String },
+    Tag { repo: RepoId, name: String },
+    Settings { repo: RepoId },
+    Resolve { repo: RepoId, rev: String, path: String },
+    LfsBatch { repo: RepoId },
+    LfsVerify { repo: RepoId },
     AdminFaults,
     AdminStats,
 }
@@ -84,10 +43,7 @@ fn repo_of(ty: RepoType, ns: &str, name: &str) -> HubResult<RepoId> {
 /// Parses a request path (raw, still percent-encoded). Unknown shapes are 404.
 pub fn parse(method: &Method, raw_path: &str) -> HubResult<Route> {
     let raw: Vec<&str> = raw_path.trim_start_matches('/').split('/').collect();
-    let segs: Vec<String> = raw
-        .iter()
-        .map(|s| decode_segment(s))
-        .collect::<HubResult<_>>()?;
+    let segs: Vec<String> = raw.iter().map(|s| decode_segment(s)).collect::<HubResult<_>>()?;
     let s: Vec<&str> = segs.iter().map(|s| s.as_str()).collect();
     match s.as_slice() {
         ["admin", "faults"] => return Ok(Route::AdminFaults),
@@ -135,23 +91,11 @@ fn parse_api(segs: &[String]) -> HubResult<Route> {
             }
             Route::Tree { repo, rev, path }
         }
-        Some("paths-info") => Route::PathsInfo {
-            repo,
-            rev: rev_of(1)?,
-        },
-        Some("preupload") => Route::Preupload {
-            repo,
-            rev: rev_of(1)?,
-        },
-        Some("commit") => Route::Commit {
-            repo,
-            rev: rev_of(1)?,
-        },
+        Some("paths-info") => Route::PathsInfo { repo, rev: rev_of(1)? },
+        Some("preupload") => Route::Preupload { repo, rev: rev_of(1)? },
+        Some("commit") => Route::Commit { repo, rev: rev_of(1)? },
         Some("refs") if rest.len() == 1 => Route::Refs { repo },
-        Some("commits") => Route::Commits {
-            repo,
-            rev: rev_of(1)?,
-        },
+        Some("commits") => Route::Commits { repo, rev: rev_of(1)? },
         Some("xet-read-token") => Route::XetToken {
             repo,
             rev: rev_of(1)?,
@@ -193,10 +137,7 @@ fn parse_web(segs: &[String]) -> HubResult<Route> {
             })
         }
         [ns, name_git, info, lfs, objects, op]
-            if info == "info"
-                && lfs == "lfs"
-                && objects == "objects"
-                && name_git.ends_with(".git") =>
+            if info == "info" && lfs == "lfs" && objects == "objects" && name_git.ends_with(".git") =>
         {
             let repo = repo_of(ty, ns, name_git.trim_end_matches(".git"))?;
             match op.as_str() {
@@ -234,39 +175,25 @@ mod tests {
             p("/api/models/a/b/revision/v1").unwrap(),
             Route::Info { rev: Some(_), .. }
         ));
-        assert!(matches!(
-            p("/api/models/a/b").unwrap(),
-            Route::Info { rev: None, .. }
-        ));
-        assert!(matches!(
-            p("/api/widgets/a/b"),
-            Err(HubError::BadRequest(_))
-        ));
+        assert!(matches!(p("/api/models/a/b").unwrap(), Route::Info { rev: None, .. }));
+        assert!(matches!(p("/api/widgets/a/b"), Err(HubError::BadRequest(_))));
         assert!(matches!(
             p("/api/models/a/b/tree/main/..%2Fx"),
             Err(HubError::BadRequest(_))
         ));
-        assert!(matches!(
-            p("/api/models/a/b/unknown"),
-            Err(HubError::RouteNotFound)
-        ));
+        assert!(matches!(p("/api/models/a/b/unknown"), Err(HubError::RouteNotFound)));
     }
 
     #[test]
     fn web_routes() {
-        let Route::Resolve { repo, rev, path } =
-            p("/datasets/n/d/resolve/main/a%20b/%23c.txt").unwrap()
-        else {
+        let Route::Resolve { repo, rev, path } = p("/datasets/n/d/resolve/main/a%20b/%23c.txt").unwrap() else {
             panic!()
         };
         assert_eq!(
             (repo.ty, rev.as_str(), path.as_str()),
             (RepoType::Dataset, "main", "a b/#c.txt")
         );
-        assert!(matches!(
-            p("/n/m/resolve/main/x").unwrap(),
-            Route::Resolve { .. }
-        ));
+        assert!(matches!(p("/n/m/resolve/main/x").unwrap(), Route::Resolve { .. }));
         assert!(matches!(
             p("/n/m.git/info/lfs/objects/batch").unwrap(),
             Route::LfsBatch { .. }

@@ -76,11 +76,7 @@ async fn upload_xet(state: &HubState, data: Vec<u8>) -> anyhow::Result<FileEntry
         .await
         .map_err(err)?;
     commit
-        .upload_bytes(
-            data,
-            Sha256Policy::Compute,
-            Some("model.safetensors".to_string()),
-        )
+        .upload_bytes(data, Sha256Policy::Compute, Some("model.safetensors".to_string()))
         .await
         .map_err(err)?;
     let report = commit.commit().await.map_err(err)?;
@@ -162,9 +158,8 @@ pub async fn seed_demo(state: &HubState) -> anyhow::Result<()> {
             "hidden_size": 4096, "vocab_size": 4096, "num_hidden_layers": 1, "torch_dtype": "float32"
         }))
         .map_err(err)?;
-        let vocab: serde_json::Map<String, serde_json::Value> = (0..256u32)
-            .map(|i| (format!("tok{i}"), serde_json::json!(i)))
-            .collect();
+        let vocab: serde_json::Map<String, serde_json::Value> =
+            (0..256u32).map(|i| (format!("tok{i}"), serde_json::json!(i))).collect();
         let tokenizer = serde_json::to_vec_pretty(&serde_json::json!({
             "version": "1.0", "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "tok0"}
         }))
@@ -195,11 +190,7 @@ pub async fn seed_demo(state: &HubState) -> anyhow::Result<()> {
         for shard in 0..3 {
             let mut csv = String::from("id,text,label\n");
             for row in 0..200 {
-                csv.push_str(&format!(
-                    "{},\"sample {shard}-{row}\",{}\n",
-                    shard * 200 + row,
-                    row % 2
-                ));
+                csv.push_str(&format!("{},\"sample {shard}-{row}\",{}\n", shard * 200 + row, row % 2));
             }
             ops.push(regular(
                 state,
@@ -210,11 +201,7 @@ pub async fn seed_demo(state: &HubState) -> anyhow::Result<()> {
         let jsonl: String = (0..100)
             .map(|i| format!("{{\"id\": {i}, \"text\": \"validation {i}\"}}\n"))
             .collect();
-        ops.push(regular(
-            state,
-            "data/validation/part-0.jsonl",
-            jsonl.as_bytes(),
-        )?);
+        ops.push(regular(state, "data/validation/part-0.jsonl", jsonl.as_bytes())?);
         ops.push(regular(state, "data/nested/a/b/c/deep.csv", b"x,y\n1,2\n")?);
         for i in 0..DEMO_MANY_FILES {
             let line = format!("{{\"id\": {i}}}\n");
@@ -245,9 +232,7 @@ mod tests {
         let n = u64::from_le_bytes(st[..8].try_into().unwrap()) as usize;
         assert_eq!(n % 8, 0);
         let header: serde_json::Value = serde_json::from_slice(&st[8..8 + n]).unwrap();
-        let end = header["model.head.bias"]["data_offsets"][1]
-            .as_u64()
-            .unwrap() as usize;
+        let end = header["model.head.bias"]["data_offsets"][1].as_u64().unwrap() as usize;
         assert_eq!(8 + n + end, st.len());
         assert_eq!(demo_bytes(16, 1), demo_bytes(16, 1));
     }

@@ -95,15 +95,12 @@ fn load_secret(dir: &std::path::Path) -> anyhow::Result<Vec<u8>> {
 
 impl LocalHub {
     pub async fn start(cfg: LocalHubConfig) -> anyhow::Result<LocalHub> {
-        std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
-            anyhow::anyhow!("cannot create data dir {}: {e}", cfg.data_dir.display())
-        })?;
+        std::fs::create_dir_all(&cfg.data_dir)
+            .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {e}", cfg.data_dir.display()))?;
         let store = Store::open(&cfg.data_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
         let faults = Faults::new();
         for (class, s) in &cfg.faults {
-            faults
-                .set(*class, s.clone())
-                .map_err(|e| anyhow::anyhow!(e))?;
+            faults.set(*class, s.clone()).map_err(|e| anyhow::anyhow!(e))?;
         }
 
         // The embedded CAS, on an internal loopback port.
@@ -158,26 +155,16 @@ impl LocalHub {
                 super::faults::layer,
             ))
         };
-        let api = with_faults(
-            Router::new().fallback(api_entry).with_state(state.clone()),
-            None,
-        );
+        let api = with_faults(Router::new().fallback(api_entry).with_state(state.clone()), None);
         let blob = with_faults(
             Router::new().fallback(blob_entry).with_state(state.clone()),
             Some(RouteClass::Resolve),
         );
         let casr = with_faults(
-            Router::new()
-                .fallback(xet::cas_front)
-                .with_state(state.clone()),
+            Router::new().fallback(xet::cas_front).with_state(state.clone()),
             Some(RouteClass::Cas),
         );
-        let tasks = vec![
-            cas_task,
-            serve(api_l, api),
-            serve(blob_l, blob),
-            serve(cas_l, casr),
-        ];
+        let tasks = vec![cas_task, serve(api_l, api), serve(blob_l, blob), serve(cas_l, casr)];
         let hub = LocalHub {
             state,
             tasks,
@@ -260,11 +247,7 @@ fn base_url(state: &HubState, headers: &HeaderMap) -> String {
     headers
         .get(axum::http::header::HOST)
         .and_then(|h| h.to_str().ok())
-        .filter(|h| {
-            !h.is_empty()
-                && h.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || ".:-[]".contains(c))
-        })
+        .filter(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_alphanumeric() || ".:-[]".contains(c)))
         .map(|h| format!("http://{h}"))
         .unwrap_or_else(|| state.endpoint.clone())
 }
@@ -300,31 +283,15 @@ async fn dispatch(state: &HubState, req: Request) -> HubResult<Response> {
         Route::DeleteRepo if is(&Method::DELETE) => api_write::delete_repo(state, req).await,
         Route::ValidateYaml if is(&Method::POST) => api_write::validate_yaml(state, req).await,
         Route::ListRepos(ty) => api_read::list_repos(state, req, ty).await,
-        Route::Info { repo, rev } if is(&Method::GET) => {
-            api_read::info(state, req, repo, rev).await
-        }
-        Route::Tree { repo, rev, path } if is(&Method::GET) => {
-            api_read::tree(state, req, repo, rev, path).await
-        }
-        Route::PathsInfo { repo, rev } if is(&Method::POST) => {
-            api_read::paths_info(state, req, repo, rev).await
-        }
-        Route::Preupload { repo, rev } if is(&Method::POST) => {
-            api_write::preupload(state, req, repo, rev).await
-        }
-        Route::Commit { repo, rev } if is(&Method::POST) => {
-            api_write::commit(state, req, repo, rev).await
-        }
+        Route::Info { repo, rev } if is(&Method::GET) => api_read::info(state, req, repo, rev).await,
+        Route::Tree { repo, rev, path } if is(&Method::GET) => api_read::tree(state, req, repo, rev, path).await,
+        Route::PathsInfo { repo, rev } if is(&Method::POST) => api_read::paths_info(state, req, repo, rev).await,
+        Route::Preupload { repo, rev } if is(&Method::POST) => api_write::preupload(state, req, repo, rev).await,
+        Route::Commit { repo, rev } if is(&Method::POST) => api_write::commit(state, req, repo, rev).await,
         Route::Refs { repo } if is(&Method::GET) => api_read::refs(state, req, repo).await,
-        Route::Commits { repo, rev } if is(&Method::GET) => {
-            api_read::commits(state, req, repo, rev).await
-        }
-        Route::XetToken { repo, rev, write } if is(&Method::GET) => {
-            xet::token(state, req, repo, rev, write).await
-        }
-        Route::Branch { repo, name } => {
-            api_write::set_ref(state, req, repo, RefKind::Branch, name).await
-        }
+        Route::Commits { repo, rev } if is(&Method::GET) => api_read::commits(state, req, repo, rev).await,
+        Route::XetToken { repo, rev, write } if is(&Method::GET) => xet::token(state, req, repo, rev, write).await,
+        Route::Branch { repo, name } => api_write::set_ref(state, req, repo, RefKind::Branch, name).await,
         Route::Tag { repo, name } => api_write::set_ref(state, req, repo, RefKind::Tag, name).await,
         Route::Settings { repo } if is(&Method::PUT) => api_write::settings(state, req, repo).await,
         Route::Resolve { repo, rev, path } => resolve::resolve(state, req, repo, rev, path).await,
@@ -346,13 +313,13 @@ async fn admin_faults(state: &HubState, req: Req) -> HubResult<Response> {
     }
     if req.method == Method::POST {
         let body = read_body(req.body, 1 << 20).await?;
-        let v: serde_json::Map<String, Value> = serde_json::from_slice(&body)
-            .map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?;
+        let v: serde_json::Map<String, Value> =
+            serde_json::from_slice(&body).map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?;
         for (k, s) in v {
-            let class = RouteClass::parse(&k)
-                .ok_or_else(|| HubError::bad_request(format!("Unknown route class {k:?}")))?;
-            let s: FaultSettings = serde_json::from_value(s)
-                .map_err(|e| HubError::bad_request(format!("Invalid settings: {e}")))?;
+            let class =
+                RouteClass::parse(&k).ok_or_else(|| HubError::bad_request(format!("Unknown route class {k:?}")))?;
+            let s: FaultSettings =
+                serde_json::from_value(s).map_err(|e| HubError::bad_request(format!("Invalid settings: {e}")))?;
             state.faults.set(class, s).map_err(HubError::BadRequest)?;
             tracing::info!(?class, "fault settings changed");
         }

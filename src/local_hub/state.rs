@@ -113,19 +113,10 @@ impl HubState {
     /// A presigned URL on the blob origin for `path` (which starts with `/`).
     pub fn presign(&self, path: &str) -> String {
         let exp = unix_now() + GRANT_TTL.as_secs();
-        format!(
-            "{}{path}?exp={exp}&sig={}",
-            self.blob_url,
-            self.sign(path, exp)
-        )
+        format!("{}{path}?exp={exp}&sig={}", self.blob_url, self.sign(path, exp))
     }
 
-    pub fn check_signature(
-        &self,
-        path: &str,
-        exp: Option<&str>,
-        sig: Option<&str>,
-    ) -> HubResult<()> {
+    pub fn check_signature(&self, path: &str, exp: Option<&str>, sig: Option<&str>) -> HubResult<()> {
         let denied = || HubError::Forbidden("Invalid or expired signed URL".to_string());
         let exp: u64 = exp.and_then(|e| e.parse().ok()).ok_or_else(denied)?;
         let sig = sig.ok_or_else(denied)?;
@@ -153,8 +144,6 @@ impl HubState {
     }
 
     pub fn caller_for_write_token(&self) -> Option<Caller> {
-        self.auth
-            .some_write_token()
-            .and_then(|t| self.auth.lookup(&t))
+        self.auth.some_write_token().and_then(|t| self.auth.lookup(&t))
     }
 }

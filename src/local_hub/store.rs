@@ -78,22 +78,17 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
 }
 
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> HubResult<T> {
-    let data = std::fs::read(path)
-        .map_err(|e| HubError::internal(format!("reading {}: {e}", path.display())))?;
-    serde_json::from_slice(&data)
-        .map_err(|e| HubError::internal(format!("parsing {}: {e}", path.display())))
+    let data = std::fs::read(path).map_err(|e| HubError::internal(format!("reading {}: {e}", path.display())))?;
+    serde_json::from_slice(&data).map_err(|e| HubError::internal(format!("parsing {}: {e}", path.display())))
 }
 
 fn write_json<T: Serialize>(path: &Path, v: &T) -> HubResult<()> {
     let data = serde_json::to_vec(v).map_err(HubError::internal)?;
-    write_atomic(path, &data)
-        .map_err(|e| HubError::internal(format!("writing {}: {e}", path.display())))
+    write_atomic(path, &data).map_err(|e| HubError::internal(format!("writing {}: {e}", path.display())))
 }
 
 fn is_commit_id(s: &str) -> bool {
-    s.len() == 40
-        && s.bytes()
-            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
 /// Default `.gitattributes` of a new repo: the LFS patterns the Hub puts in every repo it creates.
@@ -159,9 +154,8 @@ pub struct CommitOutcome {
 impl Store {
     pub fn open(root: &Path) -> HubResult<Store> {
         for sub in ["repos", "objects/git", "objects/lfs", "objects/tmp", "cas"] {
-            std::fs::create_dir_all(root.join(sub)).map_err(|e| {
-                HubError::internal(format!("creating {}: {e}", root.join(sub).display()))
-            })?;
+            std::fs::create_dir_all(root.join(sub))
+                .map_err(|e| HubError::internal(format!("creating {}: {e}", root.join(sub).display())))?;
         }
         let mut bindings = HashMap::new();
         if let Ok(text) = std::fs::read_to_string(root.join("xet-bindings.jsonl")) {
@@ -176,9 +170,7 @@ impl Store {
             root: root.to_path_buf(),
             repos: Mutex::new(HashMap::new()),
             snapshots: moka::sync::Cache::builder()
-                .weigher(|_k: &String, v: &Arc<Snapshot>| {
-                    v.commit.files.len().min(u32::MAX as usize) as u32 + 1
-                })
+                .weigher(|_k: &String, v: &Arc<Snapshot>| v.commit.files.len().min(u32::MAX as usize) as u32 + 1)
                 .max_capacity(2_000_000)
                 .build(),
             bindings: RwLock::new(bindings),
@@ -203,10 +195,7 @@ impl Store {
     }
 
     pub fn git_object_path(&self, oid: &str) -> PathBuf {
-        self.root
-            .join("objects/git")
-            .join(&oid[..2.min(oid.len())])
-            .join(oid)
+        self.root.join("objects/git").join(&oid[..2.min(oid.len())]).join(oid)
     }
 
     pub fn lfs_object_path(&self, sha256: &str) -> PathBuf {
@@ -235,8 +224,7 @@ impl Store {
     }
 
     pub fn read_git_object(&self, oid: &str) -> HubResult<Vec<u8>> {
-        std::fs::read(self.git_object_path(oid))
-            .map_err(|e| HubError::internal(format!("git object {oid}: {e}")))
+        std::fs::read(self.git_object_path(oid)).map_err(|e| HubError::internal(format!("git object {oid}: {e}")))
     }
 
     pub fn xet_binding(&self, sha256: &str) -> Option<XetBinding> {
@@ -285,26 +273,17 @@ impl Store {
             refs: RwLock::new(refs),
             write: tokio::sync::Mutex::new(()),
         });
-        Ok(Some(
-            self.repos.lock().entry(id.clone()).or_insert(state).clone(),
-        ))
+        Ok(Some(self.repos.lock().entry(id.clone()).or_insert(state).clone()))
     }
 
     /// Creates a repo with an initial commit holding the default `.gitattributes`.
-    pub fn create_repo(
-        &self,
-        id: &RepoId,
-        private: bool,
-        author: &str,
-    ) -> HubResult<Arc<RepoState>> {
+    pub fn create_repo(&self, id: &RepoId, private: bool, author: &str) -> HubResult<Arc<RepoState>> {
         let dir = self.repo_dir(id);
         // Serialise creations of the same id through the map lock held only for the check.
         {
             let repos = self.repos.lock();
             if repos.contains_key(id) || dir.join("refs.json").is_file() {
-                return Err(HubError::Conflict(
-                    "You already created this model repo".to_string(),
-                ));
+                return Err(HubError::Conflict("You already created this model repo".to_string()));
             }
         }
         let meta = RepoMeta {
@@ -323,10 +302,7 @@ impl Store {
         let ga = self.put_git_object(DEFAULT_GITATTRIBUTES.as_bytes())?;
         commit.files.insert(".gitattributes".to_string(), ga);
         commit.id = commit.compute_id();
-        write_json(
-            &dir.join("commits").join(format!("{}.json", commit.id)),
-            &commit,
-        )?;
+        write_json(&dir.join("commits").join(format!("{}.json", commit.id)), &commit)?;
         write_json(&dir.join("repo.json"), &meta)?;
         let mut refs = Refs::default();
         refs.branches.insert("main".to_string(), commit.id.clone());
@@ -400,9 +376,7 @@ impl Store {
                 branch: None,
             });
         }
-        if let Some(n) = rev
-            .strip_prefix("refs/pr/")
-            .and_then(|n| n.parse::<u64>().ok())
+        if let Some(n) = rev.strip_prefix("refs/pr/").and_then(|n| n.parse::<u64>().ok())
             && let Some(c) = refs.prs.get(&n)
         {
             return Ok(Resolved {
@@ -419,13 +393,7 @@ impl Store {
             });
         }
         drop(refs);
-        if is_commit_id(rev)
-            && repo
-                .dir
-                .join("commits")
-                .join(format!("{rev}.json"))
-                .is_file()
-        {
+        if is_commit_id(rev) && repo.dir.join("commits").join(format!("{rev}.json")).is_file() {
             return Ok(Resolved {
                 commit: rev.to_string(),
                 branch: None,
@@ -459,12 +427,7 @@ impl Store {
 
     /// Applies a commit to `rev` (a branch or PR ref; any revision when opening a PR). Caller holds
     /// `repo.write`. The new commit is durable before the ref moves.
-    pub fn apply_commit(
-        &self,
-        repo: &RepoState,
-        rev: &str,
-        req: CommitRequest,
-    ) -> HubResult<CommitOutcome> {
+    pub fn apply_commit(&self, repo: &RepoState, rev: &str, req: CommitRequest) -> HubResult<CommitOutcome> {
         let resolved = self.resolve(repo, rev)?;
         if !req.create_pr && resolved.branch.is_none() {
             return Err(HubError::bad_request(format!(
@@ -489,9 +452,7 @@ impl Store {
                     let mut parent = path.as_str();
                     while let Some((p, _)) = parent.rsplit_once('/') {
                         if files.contains_key(p) {
-                            return Err(HubError::bad_request(format!(
-                                "{p:?} is a file in this revision"
-                            )));
+                            return Err(HubError::bad_request(format!("{p:?} is a file in this revision")));
                         }
                         parent = p;
                     }
@@ -526,10 +487,7 @@ impl Store {
             files,
         };
         commit.id = commit.compute_id();
-        write_json(
-            &repo.dir.join("commits").join(format!("{}.json", commit.id)),
-            &commit,
-        )?;
+        write_json(&repo.dir.join("commits").join(format!("{}.json", commit.id)), &commit)?;
 
         let mut refs = repo.refs.read().clone();
         let pr_num = if req.create_pr {
@@ -538,10 +496,7 @@ impl Store {
             Some(n)
         } else {
             let branch = resolved.branch.unwrap_or_default();
-            if let Some(n) = branch
-                .strip_prefix("refs/pr/")
-                .and_then(|n| n.parse::<u64>().ok())
-            {
+            if let Some(n) = branch.strip_prefix("refs/pr/").and_then(|n| n.parse::<u64>().ok()) {
                 refs.prs.insert(n, commit.id.clone());
             } else {
                 refs.branches.insert(branch, commit.id.clone());
@@ -562,13 +517,7 @@ impl Store {
     }
 
     /// Creates or deletes a branch or tag. Caller holds `repo.write`.
-    pub fn set_ref(
-        &self,
-        repo: &RepoState,
-        kind: RefKind,
-        name: &str,
-        target: Option<String>,
-    ) -> HubResult<()> {
+    pub fn set_ref(&self, repo: &RepoState, kind: RefKind, name: &str, target: Option<String>) -> HubResult<()> {
         validate_ref_name(name)?;
         let mut refs = repo.refs.read().clone();
         let map = match kind {
@@ -578,17 +527,13 @@ impl Store {
         match target {
             Some(c) => {
                 if map.contains_key(name) {
-                    return Err(HubError::Conflict(format!(
-                        "Reference {name} already exists"
-                    )));
+                    return Err(HubError::Conflict(format!("Reference {name} already exists")));
                 }
                 map.insert(name.to_string(), c);
             }
             None => {
                 if kind == RefKind::Branch && name == "main" {
-                    return Err(HubError::Forbidden(
-                        "Cannot delete the main branch".to_string(),
-                    ));
+                    return Err(HubError::Forbidden("Cannot delete the main branch".to_string()));
                 }
                 if map.remove(name).is_none() {
                     return Err(HubError::RevisionNotFound(name.to_string()));
@@ -599,12 +544,7 @@ impl Store {
     }
 
     /// History of a commit, newest first, following first parents.
-    pub fn history(
-        &self,
-        repo: &RepoState,
-        head: &str,
-        limit: usize,
-    ) -> HubResult<Vec<Arc<Commit>>> {
+    pub fn history(&self, repo: &RepoState, head: &str, limit: usize) -> HubResult<Vec<Arc<Commit>>> {
         let mut out = Vec::new();
         let mut cur = Some(head.to_string());
         while let Some(id) = cur {
@@ -626,9 +566,7 @@ pub enum RefKind {
 }
 
 pub fn is_sha256(s: &str) -> bool {
-    s.len() == 64
-        && s.bytes()
-            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
 #[cfg(test)]
@@ -732,16 +670,7 @@ mod tests {
             .unwrap();
         assert!(matches!(err, HubError::BadRequest(_)));
         let err = s
-            .apply_commit(
-                &repo,
-                "main",
-                req(
-                    vec![Op::DeleteFile {
-                        path: "nope".into(),
-                    }],
-                    None,
-                ),
-            )
+            .apply_commit(&repo, "main", req(vec![Op::DeleteFile { path: "nope".into() }], None))
             .err()
             .unwrap();
         assert!(matches!(err, HubError::EntryNotFound(_)));

@@ -23,13 +23,7 @@ use super::store::XetBinding;
 /// Largest shard accepted (real shards of one upload are a few MiB).
 const MAX_SHARD: usize = 256 << 20;
 
-pub async fn token(
-    state: &HubState,
-    req: Req,
-    id: RepoId,
-    rev: String,
-    write: bool,
-) -> HubResult<Response> {
+pub async fn token(state: &HubState, req: Req, id: RepoId, rev: String, write: bool) -> HubResult<Response> {
     if write {
         state.writable_repo(&id, req.caller.as_ref())?;
     } else {
@@ -78,9 +72,7 @@ fn is_presigned(path: &str) -> bool {
 }
 
 fn needs_write(method: &axum::http::Method, path: &str) -> bool {
-    *method == axum::http::Method::POST
-        && !path.starts_with("/v1/reconstructions")
-        && path != "/v1/telemetry"
+    *method == axum::http::Method::POST && !path.starts_with("/v1/reconstructions") && path != "/v1/telemetry"
 }
 
 pub async fn cas_front(State(state): State<Arc<HubState>>, req: Request) -> Response {
@@ -110,9 +102,7 @@ async fn cas_proxy(state: &HubState, req: Request) -> HubResult<Response> {
             .ok_or(HubError::BadToken)?;
         let grant = state.cas_grant(token).ok_or(HubError::BadToken)?;
         if needs_write(req.method(), &path) && !grant.write {
-            return Err(HubError::Forbidden(
-                "This CAS token is read-only".to_string(),
-            ));
+            return Err(HubError::Forbidden("This CAS token is read-only".to_string()));
         }
     }
     let method = req.method().clone();
@@ -130,8 +120,7 @@ async fn cas_proxy(state: &HubState, req: Request) -> HubResult<Response> {
     if let Some(h) = host {
         headers.insert(axum::http::header::HOST, h);
     }
-    let is_shard =
-        method == axum::http::Method::POST && (path == "/v1/shards" || path == "/v2/shards");
+    let is_shard = method == axum::http::Method::POST && (path == "/v1/shards" || path == "/v2/shards");
     let body = req.into_body();
     let url = format!("{}{path_and_query}", state.cas_internal);
     let mut builder = state.http.request(method, &url).headers(headers);
@@ -143,27 +132,17 @@ async fn cas_proxy(state: &HubState, req: Request) -> HubResult<Response> {
         builder = builder.body(reqwest::Body::wrap_stream(body.into_data_stream()));
         None
     };
-    let upstream = builder
-        .send()
-        .await
-        .map_err(|e| HubError::Upstream(e.to_string()))?;
-    let status =
-        StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let upstream = builder.send().await.map_err(|e| HubError::Upstream(e.to_string()))?;
+    let status = StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut out_headers = HeaderMap::new();
     for (k, v) in upstream.headers() {
-        if !matches!(
-            k.as_str(),
-            "connection" | "transfer-encoding" | "keep-alive"
-        ) {
+        if !matches!(k.as_str(), "connection" | "transfer-encoding" | "keep-alive") {
             out_headers.append(k.clone(), v.clone());
         }
     }
     if let Some(shard) = shard {
         // Shard answers are small: read them whole, and bind only when the CAS accepted the shard.
-        let body = upstream
-            .bytes()
-            .await
-            .map_err(|e| HubError::Upstream(e.to_string()))?;
+        let body = upstream.bytes().await.map_err(|e| HubError::Upstream(e.to_string()))?;
         let failed = !status.is_success() || String::from_utf8_lossy(&body).contains("\"error\"");
         if !failed {
             for b in shard_bindings(&shard)? {
@@ -171,11 +150,7 @@ async fn cas_proxy(state: &HubState, req: Request) -> HubResult<Response> {
                 state.store.add_xet_binding(b)?;
             }
         }
-        return Ok(super::http_util::with_headers(
-            status,
-            out_headers,
-            Body::from(body),
-        ));
+        return Ok(super::http_util::with_headers(status, out_headers, Body::from(body)));
     }
     Ok(super::http_util::with_headers(
         status,
