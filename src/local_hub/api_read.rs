@@ -258,7 +258,7 @@ pub async fn refs(state: &HubState, req: Req, id: RepoId) -> HubResult<Response>
         "tags": refs.tags.iter().map(|(n, c)| item(n, format!("refs/tags/{n}"), c)).collect::<Vec<_>>(),
         "converts": [],
     });
-    if query_flag(&req.query, "include_pull_requests") {
+    if query_flag(&req.query, "include_prs") || query_flag(&req.query, "include_pull_requests") {
         v["pullRequests"] = refs
             .prs
             .iter()

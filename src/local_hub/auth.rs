@@ -28,8 +28,8 @@ impl std::str::FromStr for TokenSpec {
         if super::names::validate_name_part(user).is_err() {
             return Err(format!("invalid user name {user:?} (letters, digits, '-', '_', '.')"));
         }
-        if token.len() < 8 || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err("the token must be at least 8 characters with no spaces".to_string());
+        if token.len() < 4 || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err("the token must be at least 4 characters with no spaces".to_string());
         }
         let write = match *role {
             "write" => true,
@@ -169,7 +169,7 @@ mod tests {
                 write: true
             }
         );
-        assert!("alice:short:write".parse::<TokenSpec>().is_err());
+        assert!("alice:abc:write".parse::<TokenSpec>().is_err());
         assert!("alice:hf_alice123:admin".parse::<TokenSpec>().is_err());
         assert!("alice".parse::<TokenSpec>().is_err());
     }

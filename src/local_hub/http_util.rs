@@ -152,13 +152,21 @@ pub async fn serve_file(
     let Some(range) = range else {
         return Ok(with_headers(status, extra, Body::empty()));
     };
+    Ok(with_headers(
+        status,
+        extra,
+        file_range_body(path, range.start, range.len()).await?,
+    ))
+}
+
+/// A body streaming `len` bytes of a file from `start`, in 1 MiB reads.
+pub async fn file_range_body(path: &Path, start: u64, len: u64) -> HubResult<Body> {
     let mut f = tokio::fs::File::open(path)
         .await
         .map_err(|e| HubError::internal(format!("opening blob: {e}")))?;
-    f.seek(SeekFrom::Start(range.start)).await.map_err(HubError::internal)?;
-    let reader = f.take(range.len());
-    let stream = tokio_util::io::ReaderStream::with_capacity(reader, 1 << 20);
-    Ok(with_headers(status, extra, Body::from_stream(stream)))
+    f.seek(SeekFrom::Start(start)).await.map_err(HubError::internal)?;
+    let stream = tokio_util::io::ReaderStream::with_capacity(f.take(len), 1 << 20);
+    Ok(Body::from_stream(stream))
 }
 
 pub fn with_headers(status: StatusCode, headers: HeaderMap, body: Body) -> Response {

@@ -7,6 +7,7 @@
 mod api_read;
 mod api_write;
 pub mod auth;
+mod discussions;
 pub mod error;
 pub mod faults;
 mod http_util;

@@ -21,6 +21,26 @@ pub struct Refs {
     pub branches: BTreeMap<String, String>,
     pub tags: BTreeMap<String, String>,
     pub prs: BTreeMap<u64, String>,
+    /// Discussions and pull requests share one numbering, as on the Hub.
+    #[serde(default)]
+    pub discussions: BTreeMap<u64, Discussion>,
+}
+
+impl Refs {
+    pub fn next_discussion_num(&self) -> u64 {
+        let a = self.prs.keys().next_back().copied().unwrap_or(0);
+        let b = self.discussions.keys().next_back().copied().unwrap_or(0);
+        a.max(b) + 1
+    }
+}
+
+/// A discussion or pull request (its changes live in `refs/pr/N`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Discussion {
+    pub title: String,
+    pub author: String,
+    pub created_at: String,
+    pub is_pr: bool,
 }
 
 /// How an LFS-class file is stored: its sha256 and the size of the git pointer that stands for it.

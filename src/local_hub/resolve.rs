@@ -3,16 +3,13 @@
 //! the Hub's CDN). The blob origin serves presigned URLs with ranges and conditional requests.
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use xet_client::cas_types::FileRange;
 use xet_core_structures::merklehash::MerkleHash;
 
 use super::error::{HubError, HubResult};
-use super::http_util::{
-    ContentMeta, content_head, http_date, json_response, not_modified, serve_file, set_header, with_headers,
-};
+use super::http_util::{ContentMeta, http_date, json_response, not_modified, serve_file, set_header, with_headers};
 use super::model::FileEntry;
 use super::names::RepoId;
 use super::server::Req;
@@ -142,44 +139,54 @@ pub async fn blob_download(state: &HubState, req: Req, kind: &str, key: &str) ->
     }
 }
 
-/// Piece size when streaming a Xet reconstruction: bounds the memory of one download.
-const XET_PIECE: u64 = 16 << 20;
-
+/// Serves a Xet file to plain HTTP clients. The file is reconstructed once, term by term, into
+/// `objects/xet/{hash}` (the embedded CAS rebuilds a whole file in memory for every range it is asked
+/// for), then every range is a plain file read. Reconstructions are serialised so two requests for
+/// one file do the work once.
 async fn xet_download(state: &HubState, req: Req, key: &str) -> HubResult<Response> {
     let hash = MerkleHash::from_hex(key).map_err(|_| HubError::bad_request("Invalid Xet hash"))?;
-    let size = state
-        .cas_client
-        .get_file_size(&hash)
-        .await
-        .map_err(|_| HubError::EntryNotFound("Entry not found".to_string()))?;
-    let mut extra = HeaderMap::new();
+    let path = state.store.xet_object_path(&hash.hex());
+    if !path.is_file() {
+        let _one_at_a_time = state.xet_materialize.lock().await;
+        if !path.is_file() {
+            materialize_xet(state, &hash, &path).await?;
+        }
+    }
+    let size = std::fs::metadata(&path).map_err(HubError::internal)?.len();
     let meta = ContentMeta {
         size,
         etag: key,
         last_modified: None,
     };
-    let (status, range) = content_head(&req.headers, &meta, &mut extra)?;
-    extra.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/octet-stream"),
-    );
-    let Some(range) = range.filter(|_| req.method == Method::GET) else {
-        return Ok(with_headers(status, extra, Body::empty()));
-    };
-    let client = state.cas_client.clone();
-    let stream = futures::stream::unfold(range.start, move |pos| {
-        let client = client.clone();
-        async move {
-            if pos > range.end {
-                return None;
-            }
-            let end = (pos + XET_PIECE).min(range.end + 1);
-            let r = client
-                .get_file_data(&hash, Some(FileRange::new(pos, end)))
-                .await
-                .map_err(|e| std::io::Error::other(e.to_string()));
-            Some((r, end))
-        }
-    });
-    Ok(with_headers(status, extra, Body::from_stream(stream)))
+    serve_file(&req.method, &req.headers, &path, meta, HeaderMap::new()).await
+}
+
+async fn materialize_xet(state: &HubState, hash: &MerkleHash, dest: &std::path::Path) -> HubResult<()> {
+    let not_found = || HubError::EntryNotFound("Entry not found".to_string());
+    let recon = state
+        .cas_client
+        .get_reconstruction_v1(hash, None)
+        .await
+        .map_err(|_| not_found())?
+        .ok_or_else(not_found)?;
+    let tmp = tempfile::NamedTempFile::new_in(state.store.tmp_dir()).map_err(HubError::internal)?;
+    let mut out = tokio::fs::File::from_std(tmp.reopen().map_err(HubError::internal)?);
+    for term in &recon.terms {
+        let xorb: MerkleHash = (&term.hash).into();
+        let mut parts = state
+            .cas_client
+            .get_xorb_ranges(&xorb, vec![(term.range.start, term.range.end)])
+            .await
+            .map_err(|e| HubError::internal(format!("reading xorb {xorb}: {e}")))?;
+        let data = parts.pop().ok_or_else(|| HubError::internal("empty xorb range"))?;
+        tokio::io::AsyncWriteExt::write_all(&mut out, &data)
+            .await
+            .map_err(HubError::internal)?;
+    }
+    out.sync_all().await.map_err(HubError::internal)?;
+    if let Some(parent) = dest.parent() {
+        std::fs::create_dir_all(parent).map_err(HubError::internal)?;
+    }
+    tmp.persist(dest).map_err(|e| HubError::internal(e.error))?;
+    Ok(())
 }

@@ -25,6 +25,8 @@ pub enum Route {
     Branch { repo: RepoId, name: String },
     Tag { repo: RepoId, name: String },
     Settings { repo: RepoId },
+    Discussions { repo: RepoId },
+    Discussion { repo: RepoId, num: u64 },
     Resolve { repo: RepoId, rev: String, path: String },
     LfsBatch { repo: RepoId },
     LfsVerify { repo: RepoId },
@@ -115,6 +117,13 @@ fn parse_api(segs: &[String]) -> HubResult<Route> {
             name: rest[1..].join("/"),
         },
         Some("settings") if rest.len() == 1 => Route::Settings { repo },
+        Some("discussions") if rest.len() == 1 => Route::Discussions { repo },
+        Some("discussions") if rest.len() == 2 => {
+            let num = rest[1]
+                .parse()
+                .map_err(|_| HubError::bad_request("Invalid discussion number"))?;
+            Route::Discussion { repo, num }
+        }
         _ => return Err(HubError::RouteNotFound),
     };
     Ok(route)

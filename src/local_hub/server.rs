@@ -23,7 +23,7 @@ use super::http_util::{json_response, parse_query, read_body};
 use super::routes::Route;
 use super::state::{HubState, HubStateParts, random_hex};
 use super::store::{RefKind, Store};
-use super::{api_read, api_write, lfs, resolve, xet};
+use super::{api_read, api_write, discussions, lfs, resolve, xet};
 
 /// One request as the route handlers see it.
 pub struct Req {
@@ -294,6 +294,9 @@ async fn dispatch(state: &HubState, req: Request) -> HubResult<Response> {
         Route::Branch { repo, name } => api_write::set_ref(state, req, repo, RefKind::Branch, name).await,
         Route::Tag { repo, name } => api_write::set_ref(state, req, repo, RefKind::Tag, name).await,
         Route::Settings { repo } if is(&Method::PUT) => api_write::settings(state, req, repo).await,
+        Route::Discussions { repo } if is(&Method::POST) => discussions::create(state, req, repo).await,
+        Route::Discussions { repo } if is(&Method::GET) => discussions::list(state, req, repo).await,
+        Route::Discussion { repo, num } if is(&Method::GET) => discussions::get(state, req, repo, num).await,
         Route::Resolve { repo, rev, path } => resolve::resolve(state, req, repo, rev, path).await,
         Route::LfsBatch { repo } if is(&Method::POST) => lfs::batch(state, req, repo).await,
         Route::LfsVerify { repo } if is(&Method::POST) => lfs::verify(state, req, repo).await,

@@ -39,6 +39,8 @@ pub struct HubState {
     /// Secret for presigned blob URLs; random per data dir, kept on disk.
     secret: Vec<u8>,
     cas_grants: Mutex<HashMap<String, CasGrant>>,
+    /// Serialises reconstructions of Xet files for plain-HTTP downloads.
+    pub xet_materialize: tokio::sync::Mutex<()>,
 }
 
 pub fn unix_now() -> u64 {
@@ -80,6 +82,7 @@ impl HubState {
             http: p.http,
             secret: p.secret,
             cas_grants: Mutex::new(HashMap::new()),
+            xet_materialize: tokio::sync::Mutex::new(()),
         }
     }
 

@@ -22,7 +22,7 @@ use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
 use super::error::{HubError, HubResult};
-use super::model::{Commit, FileEntry, Refs, RepoMeta, Snapshot};
+use super::model::{Commit, Discussion, FileEntry, Refs, RepoMeta, Snapshot};
 use super::names::{RepoId, RepoType, validate_ref_name};
 
 /// A Xet file known to the CAS, bound to the sha256 its shard declared.
@@ -203,6 +203,14 @@ impl Store {
             .join("objects/lfs")
             .join(&sha256[..2.min(sha256.len())])
             .join(sha256)
+    }
+
+    /// Decompressed copy of a Xet file, made on first plain-HTTP download.
+    pub fn xet_object_path(&self, xet_hash: &str) -> PathBuf {
+        self.root
+            .join("objects/xet")
+            .join(&xet_hash[..2.min(xet_hash.len())])
+            .join(xet_hash)
     }
 
     pub fn tmp_dir(&self) -> PathBuf {
@@ -491,8 +499,17 @@ impl Store {
 
         let mut refs = repo.refs.read().clone();
         let pr_num = if req.create_pr {
-            let n = refs.prs.keys().next_back().copied().unwrap_or(0) + 1;
+            let n = refs.next_discussion_num();
             refs.prs.insert(n, commit.id.clone());
+            refs.discussions.insert(
+                n,
+                Discussion {
+                    title: commit.title.clone(),
+                    author: commit.authors.join(","),
+                    created_at: commit.date.clone(),
+                    is_pr: true,
+                },
+            );
             Some(n)
         } else {
             let branch = resolved.branch.unwrap_or_default();
@@ -514,6 +531,30 @@ impl Store {
         write_json(&repo.dir.join("refs.json"), &refs)?;
         *repo.refs.write() = refs;
         Ok(())
+    }
+
+    /// Opens a discussion; a pull request also gets `refs/pr/N` at `base`. Caller holds `repo.write`.
+    pub fn create_discussion(
+        &self,
+        repo: &RepoState,
+        title: &str,
+        author: &str,
+        pr_base: Option<String>,
+    ) -> HubResult<u64> {
+        let mut refs = repo.refs.read().clone();
+        let n = refs.next_discussion_num();
+        let d = Discussion {
+            title: title.to_string(),
+            author: author.to_string(),
+            created_at: now_iso(),
+            is_pr: pr_base.is_some(),
+        };
+        if let Some(base) = pr_base {
+            refs.prs.insert(n, base);
+        }
+        refs.discussions.insert(n, d);
+        self.write_refs(repo, refs)?;
+        Ok(n)
     }
 
     /// Creates or deletes a branch or tag. Caller holds `repo.write`.

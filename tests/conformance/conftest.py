@@ -79,8 +79,9 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("HF_HUB_DISABLE_UPDATE_CHECK", "1")
 # Make hf_xet really fetch from the server on every download (no local chunk cache).
 os.environ.setdefault("HF_XET_CHUNK_CACHE_SIZE_BYTES", "0")
+_OWN_HF_HOME = None
 if not os.environ.get("HF_HOME"):
-    os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="hubfs-conformance-hfhome-")
+    _OWN_HF_HOME = os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="hubfs-conformance-hfhome-")
 
 _SERVER: dict = {}
 ENDPOINT_RE = re.compile(r"^endpoint: (http://\S+)\s*$")
@@ -94,12 +95,14 @@ def _start_server() -> str:
             "Set HF_ENDPOINT to a running `hubfs local-hub` (started with --seed-demo and the suite's tokens), "
             "or HUBFS_BIN to the hubfs binary so the suite can start one. Normally use tests/conformance/run.sh."
         )
-    data_dir = tempfile.mkdtemp(prefix=f"hubfs-conformance-data-{MODE}-")
-    log_path = Path(data_dir + ".log")
+    base = tempfile.mkdtemp(prefix=f"hubfs-conformance-{MODE}-")
+    data_dir = os.path.join(base, "data")
+    os.mkdir(data_dir)
+    log_path = Path(base) / "server.log"
     log = open(log_path, "wb")
     cmd = [binary, "local-hub", "--data-dir", data_dir, "--addr", "127.0.0.1:0", "--seed-demo", *SERVER_TOKEN_ARGS]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
-    _SERVER.update(proc=proc, data_dir=data_dir, log=log, log_path=log_path)
+    _SERVER.update(proc=proc, base=base, log=log, log_path=log_path)
     found: dict = {}
 
     def reader() -> None:
@@ -119,8 +122,8 @@ def _start_server() -> str:
         if proc.poll() is not None:
             break
         time.sleep(0.1)
-    _stop_server()
-    raise RuntimeError(f"hubfs local-hub did not print 'endpoint: http://…' in time (see {log_path})")
+    tail = log_path.read_bytes()[-4000:].decode("utf-8", "replace") if log_path.exists() else ""
+    raise RuntimeError(f"hubfs local-hub did not print 'endpoint: http://…' in time; its stderr ends with:\n{tail}")
 
 
 def _stop_server() -> None:
@@ -134,15 +137,20 @@ def _stop_server() -> None:
             proc.wait(timeout=15)
     if _SERVER.get("log"):
         _SERVER["log"].close()
-    if _SERVER.get("data_dir") and os.environ.get("HUBFS_KEEP_TMP") != "1":
-        shutil.rmtree(_SERVER["data_dir"], ignore_errors=True)
+    if _SERVER.get("base"):
+        if os.environ.get("HUBFS_KEEP_TMP") == "1":
+            print(f"\nkept {_SERVER['base']} (server data and log)", file=sys.stderr)
+        else:
+            shutil.rmtree(_SERVER["base"], ignore_errors=True)
     _SERVER.clear()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if _OWN_HF_HOME and os.environ.get("HUBFS_KEEP_TMP") != "1":
+        config.add_cleanup(lambda: shutil.rmtree(_OWN_HF_HOME, ignore_errors=True))
     if not os.environ.get("HF_ENDPOINT"):
-        os.environ["HF_ENDPOINT"] = _start_server()
         config.add_cleanup(_stop_server)
+        os.environ["HF_ENDPOINT"] = _start_server()
     os.environ["HF_ENDPOINT"] = os.environ["HF_ENDPOINT"].rstrip("/")
 
 
@@ -187,6 +195,12 @@ def sha256_file(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
+def binary(n: int) -> bytes:
+    """Random bytes that are unmistakably binary: a NUL in the first 512 bytes (the preupload `sample`) makes
+    the server answer uploadMode=lfs whatever its .gitattributes say (hub-protocol.md B1)."""
+    return b"\0" + os.urandom(n - 1)
+
+
 def git_blob_sha1(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
@@ -229,20 +243,28 @@ class LocalFile:
 
 
 @dataclass
+class TextRepo:
+    """alice's public model repo with regular (non-LFS) files only: hello.txt, then notes.txt twice."""
+
+    repo_id: str
+    small: LocalFile
+    notes_v1: LocalFile
+    notes_v2: LocalFile
+    commit_small: str
+    commit_notes_v1: str
+    commit_notes_v2: str  # the head of main
+
+
+@dataclass
 class ModelRepo:
-    """alice's public model repo with a small text file and a 20 MiB random binary."""
+    """alice's public model repo: hello.txt, then a 20 MiB random binary (LFS; Xet in xet mode)."""
 
     repo_id: str
     small: LocalFile
     big: LocalFile
     big_path: Path
     commit_small: str
-    commit_big: str
-    notes_v1: LocalFile
-    notes_v2: LocalFile
-    commit_notes_v1: str
-    commit_notes_v2: str
-    repo_type: str = "model"
+    commit_big: str  # the head of main
 
 
 @dataclass
@@ -329,10 +351,28 @@ def cache_dir(tmp_path) -> Path:
 
 @pytest.fixture(scope="session")
 def big_file(tmp_path_factory) -> tuple[Path, LocalFile]:
-    data = os.urandom(20 * MiB)
+    data = binary(20 * MiB)
     path = tmp_path_factory.mktemp("big") / "big.bin"
     path.write_bytes(data)
     return path, LocalFile("weights/big.bin", data)
+
+
+@pytest.fixture(scope="session")
+def text_repo(api) -> TextRepo:
+    repo_id = f"alice/{unique('text')}"
+    url = api.create_repo(repo_id)
+    assert url.repo_id == repo_id
+    small = LocalFile("hello.txt", b"Hello from the hubfs conformance suite!\n" * 3)
+    c0 = api.upload_file(path_or_fileobj=small.data, path_in_repo=small.path_in_repo, repo_id=repo_id,
+                         commit_message="add hello")
+    notes_v1 = LocalFile("notes.txt", b"version one\n")
+    notes_v2 = LocalFile("notes.txt", b"version two, longer\n")
+    c1 = api.upload_file(path_or_fileobj=notes_v1.data, path_in_repo="notes.txt", repo_id=repo_id,
+                         commit_message="notes v1")
+    c2 = api.upload_file(path_or_fileobj=notes_v2.data, path_in_repo="notes.txt", repo_id=repo_id,
+                         commit_message="notes v2")
+    return TextRepo(repo_id=repo_id, small=small, notes_v1=notes_v1, notes_v2=notes_v2, commit_small=c0.oid,
+                    commit_notes_v1=c1.oid, commit_notes_v2=c2.oid)
 
 
 @pytest.fixture(scope="session")
@@ -340,32 +380,14 @@ def model_repo(api, big_file) -> ModelRepo:
     repo_id = f"alice/{unique('model')}"
     url = api.create_repo(repo_id)
     assert url.repo_id == repo_id
-    small = LocalFile("hello.txt", b"Hello from the hubfs conformance suite!\n" * 3)
-    info_small = api.upload_file(
-        path_or_fileobj=small.data, path_in_repo=small.path_in_repo, repo_id=repo_id, commit_message="add hello"
-    )
+    small = LocalFile("hello.txt", b"small file next to the big one\n")
+    c0 = api.upload_file(path_or_fileobj=small.data, path_in_repo=small.path_in_repo, repo_id=repo_id,
+                         commit_message="add hello")
     big_path, big = big_file
-    info_big = api.upload_file(
-        path_or_fileobj=str(big_path), path_in_repo=big.path_in_repo, repo_id=repo_id, commit_message="add big"
-    )
-    notes_v1 = LocalFile("notes.txt", b"version one\n")
-    notes_v2 = LocalFile("notes.txt", b"version two, longer\n")
-    c1 = api.upload_file(path_or_fileobj=notes_v1.data, path_in_repo="notes.txt", repo_id=repo_id,
-                         commit_message="notes v1")
-    c2 = api.upload_file(path_or_fileobj=notes_v2.data, path_in_repo="notes.txt", repo_id=repo_id,
-                         commit_message="notes v2")
-    return ModelRepo(
-        repo_id=repo_id,
-        small=small,
-        big=big,
-        big_path=big_path,
-        commit_small=info_small.oid,
-        commit_big=info_big.oid,
-        notes_v1=notes_v1,
-        notes_v2=notes_v2,
-        commit_notes_v1=c1.oid,
-        commit_notes_v2=c2.oid,
-    )
+    c1 = api.upload_file(path_or_fileobj=str(big_path), path_in_repo=big.path_in_repo, repo_id=repo_id,
+                         commit_message="add big")
+    return ModelRepo(repo_id=repo_id, small=small, big=big, big_path=big_path, commit_small=c0.oid,
+                     commit_big=c1.oid)
 
 
 @pytest.fixture(scope="session")
@@ -378,7 +400,7 @@ def dataset_repo(api, tmp_path_factory) -> DatasetRepo:
         "data/train.csv": b"id,text\n" + b"".join(b"%d,row %d\n" % (i, i) for i in range(200)),
         "data/test.jsonl": b"".join(b'{"id": %d, "text": "row %d"}\n' % (i, i) for i in range(50)),
         "data/nested/deeper/leaf.txt": b"leaf\n",
-        "blobs/random.bin": os.urandom(300 * 1024),  # binary: goes LFS/Xet
+        "blobs/random.bin": binary(300 * 1024),  # binary: goes LFS/Xet
         "blobs/empty.txt": b"",
         "dir with space/file name.txt": b"spaces are allowed\n",
     }

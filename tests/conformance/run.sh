@@ -18,7 +18,7 @@ set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
-VENV="${HUBFS_VENV:-$HOME/.cache/hubfs/venv}"
+VENV="${HUBFS_VENV:-${HOME:-/root}/.cache/hubfs/venv}"
 RUN_TIMEOUT="${HUBFS_CONFORMANCE_TIMEOUT:-1500}"
 TEST_TIMEOUT="${HUBFS_TEST_TIMEOUT:-300}"
 START_TIMEOUT="${HUBFS_START_TIMEOUT:-120}"
@@ -186,7 +186,7 @@ for mode in "${MODES[@]}"; do
     [ "$mode" = noxet ] && env_args+=(HF_HUB_DISABLE_XET=1)
     (
       cd "$HERE" && env "${env_args[@]}" timeout -k 30 "$RUN_TIMEOUT" "$PY" -m pytest "$HERE" \
-        -p no:cacheprovider -q -rfE --color=no \
+        -p no:cacheprovider -q -rfE --tb=short --color=no \
         --timeout="$TEST_TIMEOUT" \
         --junitxml="$dir/junit.xml" -o junit_suite_name="conformance-$mode" -o junit_family=xunit2 \
         ${PYTEST_EXTRA[@]+"${PYTEST_EXTRA[@]}"}

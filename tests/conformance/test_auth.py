@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ALICE, BOB, LOCAL_READ, LOCAL_WRITE, http_status, unique
+from conftest import ALICE, BOB, LOCAL_READ, LOCAL_WRITE, binary, http_status, unique
 
 
 @pytest.mark.parametrize(
@@ -52,14 +52,14 @@ def test_hf_cli_whoami(hf, endpoint):
     assert "alice" in res.stdout
 
 
-def test_invalid_token_on_public_repo_is_401_not_repo_not_found(hf, endpoint, model_repo):
+def test_invalid_token_on_public_repo_is_401_not_repo_not_found(hf, endpoint, text_repo):
     """A bad token is an auth error (401, no X-Error-Code), not a missing repo."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
     bad = HfApi(endpoint=endpoint, token="hf_invalid_token_xyz")
     with pytest.raises(HfHubHTTPError) as ei:
-        bad.model_info(model_repo.repo_id)
+        bad.model_info(text_repo.repo_id)
     assert http_status(ei.value) == 401
     assert not isinstance(ei.value, RepositoryNotFoundError)
 
@@ -172,7 +172,7 @@ def test_read_token_cannot_commit(hf, local_write_api, local_read_api, local_rep
     # A binary file goes through preupload, then Xet (xet-write-token) or the LFS batch API, then the commit:
     # whichever step refuses the read token, nothing may land. An HTTP refusal must be 401/403.
     with pytest.raises(Exception) as ei:
-        local_read_api.create_commit(local_repo, [CommitOperationAdd("c.bin", os.urandom(2 * 1024 * 1024))],
+        local_read_api.create_commit(local_repo, [CommitOperationAdd("c.bin", binary(2 * 1024 * 1024))],
                                      commit_message="must fail too")
     if isinstance(ei.value, HfHubHTTPError):
         assert http_status(ei.value) in (401, 403)
@@ -209,14 +209,14 @@ def test_write_to_other_namespace_refused(hf, api, local_write_api, local_repo):
     assert local_write_api.repo_info(local_repo).sha == before
 
 
-def test_other_user_reads_public_repo(bob_api, model_repo, cache_dir):
-    path = bob_api.hf_hub_download(model_repo.repo_id, model_repo.small.path_in_repo, cache_dir=cache_dir)
-    assert Path(path).read_bytes() == model_repo.small.data
+def test_other_user_reads_public_repo(bob_api, text_repo, cache_dir):
+    path = bob_api.hf_hub_download(text_repo.repo_id, text_repo.small.path_in_repo, cache_dir=cache_dir)
+    assert Path(path).read_bytes() == text_repo.small.data
 
 
-def test_anonymous_reads_public_repo(anon_api, model_repo, cache_dir):
-    info = anon_api.model_info(model_repo.repo_id)
-    assert info.id == model_repo.repo_id
+def test_anonymous_reads_public_repo(anon_api, text_repo, cache_dir):
+    info = anon_api.model_info(text_repo.repo_id)
+    assert info.id == text_repo.repo_id
     assert info.private is False
-    path = anon_api.hf_hub_download(model_repo.repo_id, model_repo.small.path_in_repo, cache_dir=cache_dir)
-    assert Path(path).read_bytes() == model_repo.small.data
+    path = anon_api.hf_hub_download(text_repo.repo_id, text_repo.small.path_in_repo, cache_dir=cache_dir)
+    assert Path(path).read_bytes() == text_repo.small.data

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 
 import pytest
 
-from conftest import HEX40, HEX64, MiB, git_blob_sha1, http_status, sha256_bytes, sha256_file, tree_map, unique
+from conftest import (
+    HEX40,
+    HEX64,
+    MiB,
+    binary,
+    git_blob_sha1,
+    http_status,
+    sha256_bytes,
+    sha256_file,
+    tree_map,
+    unique,
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -27,7 +37,7 @@ def ops_repo(hf, api):
         "ops/b.txt": b"file b\n",
         "ops/sub/c.txt": b"file c\n",
         "ops/sub/deeper/d.txt": b"file d\n",
-        "ops/big.bin": os.urandom(3 * MiB),  # binary => LFS (Xet in xet mode)
+        "ops/big.bin": binary(3 * MiB),  # binary => LFS (Xet in xet mode)
         "keep.txt": b"kept\n",
     }
     c1 = api.create_commit(
@@ -162,7 +172,7 @@ def test_parent_commit_mismatch_is_412(hf, api):
     assert not api.file_exists(repo_id, "three.txt")
     # LFS content with a stale parent: uploaded, but the commit itself is refused.
     with pytest.raises(HfHubHTTPError) as ei:
-        api.create_commit(repo_id, [CommitOperationAdd("stale.bin", os.urandom(MiB))], commit_message="stale lfs",
+        api.create_commit(repo_id, [CommitOperationAdd("stale.bin", binary(MiB))], commit_message="stale lfs",
                           parent_commit=first)
     assert http_status(ei.value) == 412
     third = api.create_commit(repo_id, [CommitOperationAdd("three.txt", b"3\n")], commit_message="fresh",

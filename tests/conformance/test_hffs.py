@@ -86,31 +86,32 @@ def test_cat_file_ranges(fs, model_repo):
         assert fs.cat_file(path, start=start, end=end) == data[start:end]
 
 
-def test_read_whole_files(fs, model_repo):
+def test_read_whole_files(fs, model_repo, text_repo):
     big = f"{model_repo.repo_id}/{model_repo.big.path_in_repo}"
     with fs.open(big, "rb") as f:
         assert f.read() == model_repo.big.data  # streaming fast path (block_size=0)
-    small = f"{model_repo.repo_id}/{model_repo.small.path_in_repo}"
-    assert fs.cat_file(small) == model_repo.small.data
+    small = f"{text_repo.repo_id}/{text_repo.small.path_in_repo}"
+    assert fs.cat_file(small) == text_repo.small.data
     with fs.open(small, "rb") as f:
         f.seek(6)
-        assert f.read(4) == model_repo.small.data[6:10]
+        assert f.read(4) == text_repo.small.data[6:10]
 
 
-def test_stream_file_seek(fs, model_repo):
-    """block_size=0: HfFileSystemStreamFile re-opens with `Range: bytes=N-` after a seek."""
+def test_stream_file_chunks(fs, model_repo):
+    """block_size=0: HfFileSystemStreamFile, one streamed GET read in pieces (it cannot seek)."""
     data = model_repo.big.data
     path = f"{model_repo.repo_id}/{model_repo.big.path_in_repo}"
     with fs.open(path, "rb", block_size=0) as f:
         assert f.read(1000) == data[:1000]
-        f.seek(15 * MiB)
-        assert f.read(1000) == data[15 * MiB:15 * MiB + 1000]
+        assert f.read(3 * MiB) == data[1000:1000 + 3 * MiB]
+        assert f.read() == data[1000 + 3 * MiB:]
+        assert f.read(10) == b""
 
 
-def test_read_at_revision(fs, model_repo):
-    path = f"{model_repo.repo_id}@{model_repo.commit_notes_v1}/notes.txt"
-    assert fs.cat_file(path) == model_repo.notes_v1.data
-    assert fs.cat_file(f"{model_repo.repo_id}/notes.txt") == model_repo.notes_v2.data
+def test_read_at_revision(fs, text_repo):
+    path = f"{text_repo.repo_id}@{text_repo.commit_notes_v1}/notes.txt"
+    assert fs.cat_file(path) == text_repo.notes_v1.data
+    assert fs.cat_file(f"{text_repo.repo_id}/notes.txt") == text_repo.notes_v2.data
 
 
 def test_dataset_ranges(fs, dataset_repo):

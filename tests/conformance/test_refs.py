@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from conftest import HEX40, MiB, http_status, sha256_bytes, sha256_file, unique
+from conftest import HEX40, MiB, binary, http_status, sha256_bytes, sha256_file, unique
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +43,7 @@ def test_branch_create_upload_download(hf, api, refs_repo, cache_dir):
     assert dev.ref == "refs/heads/dev"
     assert dev.target_commit == refs_repo["base"]
 
-    payload = os.urandom(MiB + 123)  # binary => LFS / Xet on a branch
+    payload = binary(MiB + 123)  # binary => LFS / Xet on a branch
     info = api.upload_file(path_or_fileobj=payload, path_in_repo="dev-only.bin", repo_id=repo_id, revision="dev",
                            commit_message="on dev")
     text = api.upload_file(path_or_fileobj=b"dev text\n", path_in_repo="dev.txt", repo_id=repo_id, revision="dev",
@@ -143,7 +142,7 @@ def pr(hf, api, refs_repo):
 
     repo_id = refs_repo["repo_id"]
     main_before = api.repo_info(repo_id).sha
-    payload = os.urandom(2 * MiB)  # LFS/Xet inside a PR: xet-write-token/None?create_pr=1 or batch without ref
+    payload = binary(2 * MiB)  # LFS/Xet inside a PR: xet-write-token/None?create_pr=1 or batch without ref
     info = api.create_commit(
         repo_id,
         [CommitOperationAdd("pr-file.txt", b"proposed change\n"), CommitOperationAdd("pr-blob.bin", payload)],

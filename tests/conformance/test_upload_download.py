@@ -57,13 +57,13 @@ def test_model_and_dataset_namespaces_are_separate(hf, api):
     assert not api.repo_exists(repo_id, repo_type="dataset")
 
 
-def test_repo_info_fields(api, model_repo):
-    info = api.model_info(model_repo.repo_id)
-    assert info.id == model_repo.repo_id
-    assert info.sha == model_repo.commit_notes_v2
+def test_repo_info_fields(api, text_repo):
+    info = api.model_info(text_repo.repo_id)
+    assert info.id == text_repo.repo_id
+    assert info.sha == text_repo.commit_notes_v2
     assert info.last_modified is not None
     names = {s.rfilename for s in (info.siblings or [])}
-    assert {model_repo.small.path_in_repo, model_repo.big.path_in_repo, "notes.txt"} <= names
+    assert {text_repo.small.path_in_repo, "notes.txt"} <= names
 
 
 def test_repo_info_files_metadata(api, model_repo):
@@ -80,9 +80,9 @@ def test_repo_info_files_metadata(api, model_repo):
     assert small.lfs is None
 
 
-def test_repo_info_at_revision(api, model_repo):
-    info = api.model_info(model_repo.repo_id, revision=model_repo.commit_notes_v1)
-    assert info.sha == model_repo.commit_notes_v1
+def test_repo_info_at_revision(api, text_repo):
+    info = api.model_info(text_repo.repo_id, revision=text_repo.commit_notes_v1)
+    assert info.sha == text_repo.commit_notes_v1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,23 +90,23 @@ def test_repo_info_at_revision(api, model_repo):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_commit_ids_are_hex40(model_repo):
-    for c in (model_repo.commit_small, model_repo.commit_big, model_repo.commit_notes_v1, model_repo.commit_notes_v2):
+def test_commit_ids_are_hex40(text_repo):
+    ids = (text_repo.commit_small, text_repo.commit_notes_v1, text_repo.commit_notes_v2)
+    for c in ids:
         assert HEX40.match(c), c
-    assert len({model_repo.commit_small, model_repo.commit_big, model_repo.commit_notes_v1,
-                model_repo.commit_notes_v2}) == 4
+    assert len(set(ids)) == 3
 
 
-def test_small_file_tree_entry(hf, api, model_repo):
+def test_small_file_tree_entry(hf, api, text_repo):
     from huggingface_hub.hf_api import RepoFile
 
-    entries = tree_map(api, model_repo.repo_id)
-    e = entries[model_repo.small.path_in_repo]
+    entries = tree_map(api, text_repo.repo_id)
+    e = entries[text_repo.small.path_in_repo]
     assert isinstance(e, RepoFile)
-    assert e.size == len(model_repo.small.data)
+    assert e.size == len(text_repo.small.data)
     assert e.lfs is None
     assert e.xet_hash is None
-    assert e.blob_id == git_blob_sha1(model_repo.small.data)
+    assert e.blob_id == git_blob_sha1(text_repo.small.data)
 
 
 def test_big_file_tree_entry(hf, api, model_repo, xet_active):
@@ -133,9 +133,9 @@ def test_big_file_tree_entry(hf, api, model_repo, xet_active):
         assert HEX64.match(e.xet_hash), e.xet_hash
 
 
-def test_download_small(api, model_repo, cache_dir):
-    path = api.hf_hub_download(model_repo.repo_id, model_repo.small.path_in_repo, cache_dir=cache_dir)
-    assert sha256_file(path) == model_repo.small.sha256
+def test_download_small(api, text_repo, cache_dir):
+    path = api.hf_hub_download(text_repo.repo_id, text_repo.small.path_in_repo, cache_dir=cache_dir)
+    assert sha256_file(path) == text_repo.small.sha256
 
 
 def test_download_big(api, model_repo, cache_dir):
@@ -150,14 +150,14 @@ def test_download_to_local_dir(api, model_repo, tmp_path):
     assert sha256_file(path) == model_repo.big.sha256
 
 
-def test_file_metadata_regular(api, endpoint, model_repo):
+def test_file_metadata_regular(api, endpoint, text_repo):
     from huggingface_hub import hf_hub_url
 
-    url = hf_hub_url(model_repo.repo_id, model_repo.small.path_in_repo, endpoint=endpoint)
+    url = hf_hub_url(text_repo.repo_id, text_repo.small.path_in_repo, endpoint=endpoint)
     meta = api.get_hf_file_metadata(url=url)
-    assert meta.commit_hash == model_repo.commit_notes_v2
-    assert meta.etag == git_blob_sha1(model_repo.small.data)
-    assert meta.size == len(model_repo.small.data)
+    assert meta.commit_hash == text_repo.commit_notes_v2
+    assert meta.etag == git_blob_sha1(text_repo.small.data)
+    assert meta.size == len(text_repo.small.data)
     assert meta.xet_file_data is None
 
 
@@ -166,7 +166,7 @@ def test_file_metadata_big(api, endpoint, model_repo, xet_active):
 
     url = hf_hub_url(model_repo.repo_id, model_repo.big.path_in_repo, endpoint=endpoint)
     meta = api.get_hf_file_metadata(url=url)
-    assert meta.commit_hash == model_repo.commit_notes_v2
+    assert meta.commit_hash == model_repo.commit_big
     assert meta.etag == model_repo.big.sha256, "LFS files: (X-Linked-)ETag is the sha256"
     assert meta.size == len(model_repo.big.data)
     entry = api.get_paths_info(model_repo.repo_id, [model_repo.big.path_in_repo])[0]
@@ -177,62 +177,63 @@ def test_file_metadata_big(api, endpoint, model_repo, xet_active):
                                                            + "/xet-read-token/")
 
 
-def test_file_exists(api, model_repo):
-    assert api.file_exists(model_repo.repo_id, model_repo.small.path_in_repo)
+def test_file_exists(api, text_repo, model_repo):
+    assert api.file_exists(text_repo.repo_id, text_repo.small.path_in_repo)
     assert api.file_exists(model_repo.repo_id, model_repo.big.path_in_repo)
-    assert not api.file_exists(model_repo.repo_id, "no/such/file.txt")
+    assert not api.file_exists(text_repo.repo_id, "no/such/file.txt")
 
 
-def test_overwrite_and_history(api, model_repo, cache_dir):
+def test_overwrite_and_history(api, text_repo, cache_dir):
     """notes.txt was written twice: main has v2, the first commit still serves v1."""
-    p = api.hf_hub_download(model_repo.repo_id, "notes.txt", cache_dir=cache_dir)
-    assert Path(p).read_bytes() == model_repo.notes_v2.data
-    p = api.hf_hub_download(model_repo.repo_id, "notes.txt", revision=model_repo.commit_notes_v1,
+    p = api.hf_hub_download(text_repo.repo_id, "notes.txt", cache_dir=cache_dir)
+    assert Path(p).read_bytes() == text_repo.notes_v2.data
+    p = api.hf_hub_download(text_repo.repo_id, "notes.txt", revision=text_repo.commit_notes_v1,
                             cache_dir=cache_dir)
-    assert Path(p).read_bytes() == model_repo.notes_v1.data
+    assert Path(p).read_bytes() == text_repo.notes_v1.data
 
 
-def test_download_by_full_commit_id(api, model_repo, cache_dir):
+def test_download_by_full_commit_id(hf, api, model_repo, cache_dir):
+    from huggingface_hub.errors import EntryNotFoundError
+
     p = api.hf_hub_download(model_repo.repo_id, model_repo.big.path_in_repo, revision=model_repo.commit_big,
                             cache_dir=cache_dir)
     assert sha256_file(p) == model_repo.big.sha256
     assert f"snapshots/{model_repo.commit_big}/" in Path(p).as_posix()
     # Before the big file was added it did not exist.
-    from huggingface_hub.errors import EntryNotFoundError
-
     with pytest.raises(EntryNotFoundError):
         api.hf_hub_download(model_repo.repo_id, model_repo.big.path_in_repo, revision=model_repo.commit_small,
                             cache_dir=cache_dir)
 
 
-def test_tree_at_old_commit(api, model_repo):
-    entries = tree_map(api, model_repo.repo_id, revision=model_repo.commit_small)
-    assert model_repo.small.path_in_repo in entries
-    assert model_repo.big.path_in_repo not in entries
+def test_tree_at_old_commit(api, text_repo):
+    entries = tree_map(api, text_repo.repo_id, revision=text_repo.commit_small)
+    assert text_repo.small.path_in_repo in entries
     assert "notes.txt" not in entries
+    entries = tree_map(api, text_repo.repo_id, revision=text_repo.commit_notes_v1)
+    assert entries["notes.txt"].size == len(text_repo.notes_v1.data)
 
 
-def test_list_repo_commits(api, model_repo):
-    commits = api.list_repo_commits(model_repo.repo_id)
+def test_list_repo_commits(api, text_repo):
+    commits = api.list_repo_commits(text_repo.repo_id)
     ids = [c.commit_id for c in commits]
-    assert ids[0] == model_repo.commit_notes_v2, "newest first"
-    order = [model_repo.commit_notes_v2, model_repo.commit_notes_v1, model_repo.commit_big, model_repo.commit_small]
+    assert ids[0] == text_repo.commit_notes_v2, "newest first"
+    order = [text_repo.commit_notes_v2, text_repo.commit_notes_v1, text_repo.commit_small]
     assert [i for i in ids if i in order] == order
     by_id = {c.commit_id: c for c in commits}
-    assert by_id[model_repo.commit_notes_v1].title == "notes v1"
-    assert by_id[model_repo.commit_big].title == "add big"
+    assert by_id[text_repo.commit_notes_v1].title == "notes v1"
+    assert by_id[text_repo.commit_small].title == "add hello"
     for c in commits:
         assert HEX40.match(c.commit_id)
         assert c.created_at is not None
         assert isinstance(c.authors, list)
     # At an older revision the history stops there.
-    old = [c.commit_id for c in api.list_repo_commits(model_repo.repo_id, revision=model_repo.commit_big)]
-    assert old[0] == model_repo.commit_big
-    assert model_repo.commit_notes_v1 not in old
-    assert model_repo.commit_small in old
+    old = [c.commit_id for c in api.list_repo_commits(text_repo.repo_id, revision=text_repo.commit_notes_v1)]
+    assert old[0] == text_repo.commit_notes_v1
+    assert text_repo.commit_notes_v2 not in old
+    assert text_repo.commit_small in old
 
 
-def test_upload_file_with_parent_commit(api, model_repo):
+def test_upload_file_with_parent_commit(api):
     """parent_commit equal to the head is accepted (the mismatch case is in test_commit_ops)."""
     repo_id = f"alice/{unique('parent-ok')}"
     api.create_repo(repo_id)
@@ -242,7 +243,6 @@ def test_upload_file_with_parent_commit(api, model_repo):
     assert api.repo_info(repo_id).sha == info.oid
     assert info.oid != head
     assert info.commit_url.endswith(info.oid)
-
 
 # ---------------------------------------------------------------------------------------------
 # upload_folder / snapshot_download (dataset)
@@ -310,10 +310,13 @@ def test_snapshot_download_patterns_and_local_dir(api, dataset_repo, tmp_path):
     assert sha256_file(out / "blobs/random.bin") == dataset_repo.files["blobs/random.bin"].sha256
 
 
-def test_snapshot_download_model_by_commit(api, model_repo, cache_dir):
-    snap = Path(api.snapshot_download(model_repo.repo_id, revision=model_repo.commit_notes_v1, cache_dir=cache_dir))
-    assert snap.name == model_repo.commit_notes_v1
-    assert (snap / "notes.txt").read_bytes() == model_repo.notes_v1.data
+def test_snapshot_download_by_commit(api, text_repo, model_repo, cache_dir):
+    snap = Path(api.snapshot_download(text_repo.repo_id, revision=text_repo.commit_notes_v1, cache_dir=cache_dir))
+    assert snap.name == text_repo.commit_notes_v1
+    assert (snap / "notes.txt").read_bytes() == text_repo.notes_v1.data
+    assert sha256_file(snap / text_repo.small.path_in_repo) == text_repo.small.sha256
+    snap = Path(api.snapshot_download(model_repo.repo_id, revision=model_repo.commit_big, cache_dir=cache_dir))
+    assert snap.name == model_repo.commit_big
     assert sha256_file(snap / model_repo.big.path_in_repo) == model_repo.big.sha256
     assert sha256_file(snap / model_repo.small.path_in_repo) == model_repo.small.sha256
 

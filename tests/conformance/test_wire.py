@@ -81,13 +81,13 @@ def resolve_url(endpoint: str, repo_id: str, path: str, rev: str = "main", repo_
 # ---------------------------------------------------------------------------------------------
 
 
-def test_head_regular_file(endpoint, model_repo):
-    r = raw("HEAD", resolve_url(endpoint, model_repo.repo_id, model_repo.small.path_in_repo),
+def test_head_regular_file(endpoint, text_repo):
+    r = raw("HEAD", resolve_url(endpoint, text_repo.repo_id, text_repo.small.path_in_repo),
             {**auth(ALICE), "Accept-Encoding": "identity"})
     assert r.status == 200
-    assert r.h("X-Repo-Commit") == model_repo.commit_notes_v2
-    assert strip_etag(r.h("ETag")) == git_blob_sha1(model_repo.small.data)
-    assert r.h("Content-Length") == str(len(model_repo.small.data)), "HEAD must report the real Content-Length"
+    assert r.h("X-Repo-Commit") == text_repo.commit_notes_v2
+    assert strip_etag(r.h("ETag")) == git_blob_sha1(text_repo.small.data)
+    assert r.h("Content-Length") == str(len(text_repo.small.data)), "HEAD must report the real Content-Length"
     assert "bytes" in (r.h("Accept-Ranges") or "")
     assert r.h("Content-Encoding") in (None, "identity")
 
@@ -100,7 +100,7 @@ def test_head_lfs_file_redirects(endpoint, model_repo, api):
     assert r.h("Location")
     assert _origin(urljoin(r.url, r.h("Location"))) != _origin(endpoint), \
         "the blob URL must be another origin (port), else Python follows it and loses the X-* headers"
-    assert r.h("X-Repo-Commit") == model_repo.commit_notes_v2
+    assert r.h("X-Repo-Commit") == model_repo.commit_big
     assert strip_etag(r.h("X-Linked-Etag")) == model_repo.big.sha256
     assert r.h("X-Linked-Size") == str(len(model_repo.big.data))
     assert r.h("ETag")
@@ -129,9 +129,9 @@ def test_blob_url_is_self_authorising_and_ranged(endpoint, model_repo):
     assert bad.status == 416
 
 
-def test_range_on_regular_file(endpoint, model_repo):
-    url = resolve_url(endpoint, model_repo.repo_id, model_repo.small.path_in_repo)
-    data = model_repo.small.data
+def test_range_on_regular_file(endpoint, text_repo):
+    url = resolve_url(endpoint, text_repo.repo_id, text_repo.small.path_in_repo)
+    data = text_repo.small.data
     r = raw("GET", url, {**auth(ALICE), "Range": "bytes=5-9"})
     assert r.status == 206
     assert r.body == data[5:10]
@@ -150,19 +150,19 @@ def test_range_through_redirect(endpoint, model_repo):
     assert r.body == data[7340032:7340132]
 
 
-def test_conditional_get_304(endpoint, model_repo):
-    url = resolve_url(endpoint, model_repo.repo_id, model_repo.small.path_in_repo)
+def test_conditional_get_304(endpoint, text_repo):
+    url = resolve_url(endpoint, text_repo.repo_id, text_repo.small.path_in_repo)
     etag = raw("HEAD", url, auth(ALICE)).h("ETag")
     r = raw("GET", url, {**auth(ALICE), "If-None-Match": etag})
     assert r.status == 304
 
 
-def test_resolve_by_commit_id(endpoint, model_repo):
-    r = raw("HEAD", resolve_url(endpoint, model_repo.repo_id, "notes.txt", rev=model_repo.commit_notes_v1),
+def test_resolve_by_commit_id(endpoint, text_repo):
+    r = raw("HEAD", resolve_url(endpoint, text_repo.repo_id, "notes.txt", rev=text_repo.commit_notes_v1),
             auth(ALICE))
     assert r.status == 200
-    assert r.h("X-Repo-Commit") == model_repo.commit_notes_v1
-    assert r.h("Content-Length") == str(len(model_repo.notes_v1.data))
+    assert r.h("X-Repo-Commit") == text_repo.commit_notes_v1
+    assert r.h("Content-Length") == str(len(text_repo.notes_v1.data))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,20 +186,20 @@ def _assert_error(r: Resp, status: int, code: str | None):
         assert "error" in body or "errors" in body
 
 
-def test_error_entry_not_found(endpoint, model_repo):
-    r = raw("HEAD", resolve_url(endpoint, model_repo.repo_id, "nope.txt"), auth(ALICE))
+def test_error_entry_not_found(endpoint, text_repo):
+    r = raw("HEAD", resolve_url(endpoint, text_repo.repo_id, "nope.txt"), auth(ALICE))
     _assert_error(r, 404, "EntryNotFound")
-    assert r.h("X-Repo-Commit") == model_repo.commit_notes_v2, "404s on resolve carry X-Repo-Commit too"
-    r = raw("GET", resolve_url(endpoint, model_repo.repo_id, "nope.txt"), auth(ALICE))
+    assert r.h("X-Repo-Commit") == text_repo.commit_notes_v2, "404s on resolve carry X-Repo-Commit too"
+    r = raw("GET", resolve_url(endpoint, text_repo.repo_id, "nope.txt"), auth(ALICE))
     _assert_error(r, 404, "EntryNotFound")
 
 
-def test_error_revision_not_found(endpoint, model_repo):
-    r = raw("GET", resolve_url(endpoint, model_repo.repo_id, "hello.txt", rev="nope"), auth(ALICE))
+def test_error_revision_not_found(endpoint, text_repo):
+    r = raw("GET", resolve_url(endpoint, text_repo.repo_id, "hello.txt", rev="nope"), auth(ALICE))
     _assert_error(r, 404, "RevisionNotFound")
-    r = raw("GET", f"{endpoint}/api/models/{model_repo.repo_id}/revision/nope", auth(ALICE))
+    r = raw("GET", f"{endpoint}/api/models/{text_repo.repo_id}/revision/nope", auth(ALICE))
     _assert_error(r, 404, "RevisionNotFound")
-    r = raw("GET", f"{endpoint}/api/models/{model_repo.repo_id}/tree/nope", auth(ALICE))
+    r = raw("GET", f"{endpoint}/api/models/{text_repo.repo_id}/tree/nope", auth(ALICE))
     _assert_error(r, 404, "RevisionNotFound")
 
 
@@ -218,8 +218,8 @@ def test_error_private_repo(endpoint, private_repo):
         assert raw("GET", url, auth(ALICE)).status in (200, 302), url
 
 
-def test_error_bad_token(endpoint, model_repo):
-    r = raw("GET", f"{endpoint}/api/models/{model_repo.repo_id}", auth("hf_bogus"))
+def test_error_bad_token(endpoint, text_repo):
+    r = raw("GET", f"{endpoint}/api/models/{text_repo.repo_id}", auth("hf_bogus"))
     assert r.status == 401
     assert r.h("X-Error-Code") is None
 
