@@ -360,6 +360,12 @@ async fn tree_pagination_and_expand() {
         "expanded listing took {:?}",
         t.elapsed()
     );
+    // Directories get the newest commit below them.
+    let (_, v) = get_json(&c, &format!("{}/tree/main?expand=true", repo.api(ep)), None).await;
+    let root = v.as_array().unwrap();
+    assert_eq!(entry(root, "many")["lastCommit"]["id"], second.as_str());
+    assert_eq!(entry(root, "other.txt")["lastCommit"]["id"], first.as_str());
+    assert_eq!(entry(root, ".gitattributes")["lastCommit"]["title"], "initial commit");
     // expand caps the page at 50 even when a larger limit is asked for.
     let (h, v) = get_json(
         &c,
@@ -2627,60 +2633,57 @@ async fn pagination_with_odd_names_and_pr_revision() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zz_probe() {
-    use hubfs::local_hub::{FaultSettings, RouteClass};
+#[ignore = "server bug: a file line whose path ends in '/' (\"evil/\", \"a//\") is accepted and stored under that \
+            name (src/local_hub/api_write.rs parse_commit validates the path with trailing slashes trimmed)"]
+async fn commit_file_paths_with_trailing_slash_are_refused() {
     let hub = LocalHub::start_temp(false).await.unwrap();
-    let ep = hub.endpoint().to_string();
+    let ep = hub.endpoint();
     let c = client();
-    let repo = Repo::model("local/p");
-    create_repo_ok(&c, &ep, WRITE, &repo, false).await;
-    commit_ok(
-        &c,
-        &ep,
-        WRITE,
-        &repo,
-        &[header_line("t", None), file_line("f", &bytes(100_000, 1))],
-    )
-    .await;
-    let r = hub.set_faults(
-        RouteClass::Resolve,
-        FaultSettings {
-            bandwidth_mbps: 1e-300,
-            ..Default::default()
-        },
-    );
-    eprintln!("set: {r:?}");
-    let r = c
-        .get(repo.resolve(&ep, "main", "f"))
-        .timeout(Duration::from_secs(3))
-        .send()
-        .await;
-    match r {
-        Ok(r) => {
-            eprintln!("status {}", r.status());
-            let b = r.bytes().await;
-            eprintln!("body {:?}", b.map(|b| b.len()));
+    let repo = Repo::model("local/slash");
+    create_repo_ok(&c, ep, WRITE, &repo, false).await;
+    let data = bytes(10, 1);
+    let oid = lfs_upload_basic(&c, ep, WRITE, &repo, &data).await;
+    let head = head_sha(&c, ep, None, &repo, "main").await;
+    for p in ["evil/", "a//", "dir/sub/"] {
+        for line in [utf8_line(p, "x"), lfs_line(p, &oid, 10)] {
+            let r = commit_raw(&c, ep, WRITE, &repo, "main", "", ndjson(&[header_line("slash", None), line.clone()])).await;
+            assert_hub_error(r, Some(StatusCode::BAD_REQUEST), &format!("file path {p:?}: {line}")).await;
         }
-        Err(e) => eprintln!("err {e:?}"),
     }
-    hub.clear_faults();
-    hub.set_faults(
-        RouteClass::Api,
-        FaultSettings {
-            latency_ms: 5000,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let (c2, u) = (c.clone(), repo.api(&ep));
-    let t = tokio::spawn(async move {
-        let t = Instant::now();
-        let r = c2.get(u).send().await.map(|r| r.status());
-        (t.elapsed(), r.map_err(|e| e.to_string()))
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let t0 = Instant::now();
+    assert_eq!(head_sha(&c, ep, None, &repo, "main").await, head, "a file named with a trailing slash landed");
+    // A trailing slash stays fine where it means a folder.
+    commit_ok(&c, ep, WRITE, &repo, &[header_line("d", None), utf8_line("d/x", "x")]).await;
+    commit_ok(&c, ep, WRITE, &repo, &[header_line("rm", None), deleted_folder_line("d/")]).await;
     hub.stop().await;
-    eprintln!("stop took {:?}", t0.elapsed());
-    eprintln!("latency req: {:?}", t.await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "server bug: GET /commits/{rev}?p=<huge> overflows (page + 1, page * limit) and the handler panics, \
+            dropping the connection (src/local_hub/api_read.rs commits)"]
+async fn commits_listing_survives_huge_page_numbers() {
+    let hub = LocalHub::start_temp(false).await.unwrap();
+    let ep = hub.endpoint();
+    let c = client();
+    let repo = Repo::model("local/pages");
+    create_repo_ok(&c, ep, WRITE, &repo, false).await;
+    for q in [
+        "p=18446744073709551615",
+        "p=9223372036854775807&limit=1000",
+        "p=18446744073709551615&limit=18446744073709551615",
+        "p=1&limit=18446744073709551615",
+    ] {
+        let r = c
+            .get(format!("{}/commits/main?{q}", repo.api(ep)))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{q}: no answer ({e})"));
+        let status = r.status();
+        if status == 200 {
+            let v: Value = r.json().await.unwrap();
+            assert!(v.as_array().is_some_and(|a| a.len() <= 1), "{q}: {v}");
+        } else {
+            assert_hub_error(r, None, q).await;
+        }
+    }
+    hub.stop().await;
 }
