@@ -164,10 +164,17 @@ async fn main() {
         .send()
         .await
         .unwrap();
-    println!("{:<44} {:>6.2} GB/s   (hf-hub upload through Xet, once)", "Xet upload", size as f64 / t.elapsed().as_secs_f64() / 1e9);
+    println!(
+        "{:<44} {:>6.2} GB/s   (hf-hub upload through Xet, once)",
+        "Xet upload",
+        size as f64 / t.elapsed().as_secs_f64() / 1e9
+    );
     let url = location(&http, &format!("{ep}/datasets/local/bench/resolve/main/xet.bin")).await;
     let first = ranged_read(&http, &url, size).await;
-    println!("{:<44} {:>6.2} GB/s   (first read reconstructs the file once)", "Xet file via blob origin, first pass", first);
+    println!(
+        "{:<44} {:>6.2} GB/s   (first read reconstructs the file once)",
+        "Xet file via blob origin, first pass", first
+    );
     let mut xet = Vec::new();
     for _ in 0..5 {
         xet.push(ranged_read(&http, &url, size).await);

@@ -5,7 +5,12 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use std::time::Duration;
+
+use crate::hub_client::HubClientConfig;
 use crate::local_hub::{FaultSettings, LocalHub, LocalHubConfig, RouteClass, TokenSpec};
+use crate::mount::{MountRequest, Mounted};
+use crate::vfs::VfsOptions;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -20,8 +25,107 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Mount a Hub repo (read-only) at a directory, over FUSE.
+    Mount(MountArgs),
+    /// Unmount a hubfs mount.
+    Unmount {
+        /// The mountpoint.
+        dir: PathBuf,
+    },
+    /// Start a local Hub with demo repos, mount demo/tiny-model under DIR and show around.
+    Demo {
+        /// Where to mount (created if missing).
+        #[arg(default_value = "hubfs-demo")]
+        dir: PathBuf,
+        /// Run the tour, then unmount and exit instead of waiting for Ctrl-C.
+        #[arg(long)]
+        exit: bool,
+    },
     /// Run an offline Hub (HTTP API, LFS and Xet) that stock clients and hubfs can use.
     LocalHub(LocalHubArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct MountArgs {
+    /// ns/name (model), datasets/ns/name, spaces/ns/name, optionally @REVISION, or an hf:// URL
+    /// (hf://datasets/ns/name@rev/sub/dir mounts that folder).
+    pub repo: String,
+    /// Existing, empty directory to mount on.
+    pub mountpoint: PathBuf,
+    /// Branch, tag, full commit id or refs/pr/N (default: main, or the @REVISION of REPO).
+    #[arg(long)]
+    pub revision: Option<String>,
+    /// Hub endpoint (default: $HF_ENDPOINT, else https://huggingface.co).
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// Hub token (default: $HF_TOKEN, else the token file under $HF_HOME).
+    #[arg(long, hide_env_values = true)]
+    pub token: Option<String>,
+    /// Memory for cached file content, e.g. 256M, 2G.
+    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    pub memory_cache_size: u64,
+    /// How long listings and attributes are trusted before a branch is re-resolved, e.g. 60s, 5m.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub metadata_ttl: Duration,
+    /// Owner of every file (default: the caller's uid).
+    #[arg(long)]
+    pub uid: Option<u32>,
+    /// Group of every file (default: the caller's gid).
+    #[arg(long)]
+    pub gid: Option<u32>,
+    /// Let other users access the mount.
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Return once the mount is usable (exit 0) or has failed (non-zero), leaving it running.
+    #[arg(long)]
+    pub daemon: bool,
+}
+
+/// `512K`, `256M`, `2G` or plain bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => return Err(format!("{s:?}: use a number with K, M, G or T")),
+            };
+            (&s[..i], m)
+        }
+        _ => (s, 1),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 512M, 2G)"))?;
+    if n.is_nan() || n < 0.0 {
+        return Err(format!("{s:?} must not be negative"));
+    }
+    Ok((n * mult as f64) as u64)
+}
+
+/// `500ms`, `30s`, `5m`, `1h` or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let bad = || format!("{s:?} is not a duration (e.g. 30s, 5m, 500ms)");
+    let (num, unit) = s
+        .find(|c: char| c.is_ascii_alphabetic())
+        .map(|i| (&s[..i], &s[i..]))
+        .unwrap_or((s, "s"));
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    if n.is_nan() || n < 0.0 {
+        return Err(bad());
+    }
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(bad()),
+    };
+    Ok(Duration::from_secs_f64(secs))
 }
 
 #[derive(Args, Debug)]
@@ -115,10 +219,79 @@ impl FaultArgs {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::LocalHub(args) => run_local_hub(args),
+        Command::Mount(args) => run_mount(args),
+        Command::Unmount { dir } => crate::mount::unmount(&dir),
+        Command::Demo { dir, exit } => crate::demo::run(&dir, exit),
     }
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+fn run_mount(args: MountArgs) -> anyhow::Result<()> {
+    if args.daemon {
+        return crate::daemon::run_detached();
+    }
+    let mut client = HubClientConfig::from_env();
+    if let Some(e) = args.endpoint {
+        client.endpoint = e.trim_end_matches('/').to_string();
+    }
+    if let Some(t) = args.token {
+        client.token = Some(t);
+    }
+    // SAFETY: getuid/getgid have no preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let vfs = VfsOptions {
+        metadata_ttl: args.metadata_ttl,
+        uid: args.uid.unwrap_or(uid),
+        gid: args.gid.unwrap_or(gid),
+        memory_cache_bytes: args.memory_cache_size,
+        ..VfsOptions::default()
+    };
+    let req = MountRequest {
+        repo: args.repo.clone(),
+        mountpoint: args.mountpoint.clone(),
+        revision: args.revision,
+        client,
+        vfs,
+        allow_other: args.allow_other,
+    };
+    let rt = runtime()?;
+    let mounted = crate::mount::mount(req, &rt)?;
+    println!(
+        "mounted {}@{} at {}",
+        args.repo,
+        mounted.commit,
+        args.mountpoint.display()
+    );
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    wait_until_unmounted(&rt, mounted)
+}
+
+/// Waits for SIGINT/SIGTERM (then unmounts) or for an external unmount.
+pub fn wait_until_unmounted(rt: &tokio::runtime::Runtime, mounted: Mounted) -> anyhow::Result<()> {
+    let dir = mounted.mountpoint.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let joiner = std::thread::spawn(move || {
+        let r = mounted.join();
+        let _ = tx.send(());
+        r
+    });
+    rt.block_on(async {
+        tokio::select! {
+            r = wait_for_signal() => {
+                r?;
+                tracing::info!("signal received, unmounting");
+                crate::mount::unmount(&dir)?;
+            }
+            _ = rx => {}
+        }
+        Ok::<_, anyhow::Error>(())
+    })?;
+    joiner
+        .join()
+        .map_err(|_| anyhow::anyhow!("FUSE session thread panicked"))?
+}
+
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
 }
 

@@ -3,6 +3,13 @@
 //! Layers (see docs/ARCHITECTURE.md): `local_hub` is a self-contained Hub emulator reached only
 //! over HTTP; `cli` is the command-line front.
 
+pub mod chunk_store;
 pub mod cli;
+pub mod daemon;
+pub mod demo;
+pub mod fuse;
+pub mod hub_client;
 pub mod local_hub;
 pub mod logging;
+pub mod mount;
+pub mod vfs;

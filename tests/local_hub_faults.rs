@@ -768,7 +768,10 @@ async fn tiny_bandwidth_does_not_break_connections() {
             }
         }
         let e = outcome.expect("a 100 kB body can't finish at this bandwidth");
-        assert!(e.is_timeout(), "bandwidth {bw}: the connection broke instead of being paced: {e:?}");
+        assert!(
+            e.is_timeout(),
+            "bandwidth {bw}: the connection broke instead of being paced: {e:?}"
+        );
     }
     hub.stop().await;
 }

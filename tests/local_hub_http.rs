@@ -754,6 +754,35 @@ async fn lfs_multipart_upload() {
         .await
         .unwrap();
     assert_hub_error(r, None, "incomplete multipart").await;
+    // A corrupted part makes the completion fail; re-sending the part fixes it (client retries).
+    let part1 = header["00001"].as_str().unwrap();
+    let mut bad = data[..chunk].to_vec();
+    bad[0] ^= 0xff;
+    assert!(c.put(part1).body(bad).send().await.unwrap().status().is_success());
+    let r = c
+        .post(complete)
+        .json(&json!({"oid": oid, "parts": parts}))
+        .send()
+        .await
+        .unwrap();
+    assert_hub_error(r, None, "corrupted part").await;
+    let again = lfs_batch(&c, ep, WRITE, &repo, &["basic", "multipart"], &oid, size).await;
+    assert!(
+        again["objects"][0]["actions"].is_object(),
+        "a failed assembly must not store the object"
+    );
+    // A part larger than the part size is refused.
+    let r = c.put(part1).body(bytes(chunk + 1, 5)).send().await.unwrap();
+    assert_hub_error(r, None, "oversized part").await;
+    assert!(
+        c.put(part1)
+            .body(data[..chunk].to_vec())
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .is_success()
+    );
     let r = c
         .post(complete)
         .json(&json!({"oid": oid, "parts": parts}))
@@ -1526,6 +1555,23 @@ async fn cli_never_logs_tokens() {
         "a presented (unknown) token appears in the server's stderr"
     );
     assert!(!text.contains("cli_secret"), "part of the token appears in stderr");
+    // Nor is it written anywhere in the data dir.
+    let mut stack = vec![dir.path().join("data")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if e.metadata().map(|m| m.len() < (64 << 20)).unwrap_or(false) {
+                let b = std::fs::read(&p).unwrap_or_default();
+                assert!(
+                    !b.windows(token.len()).any(|w| w == token.as_bytes()),
+                    "the token is stored in {}",
+                    p.display()
+                );
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2646,14 +2692,34 @@ async fn commit_file_paths_with_trailing_slash_are_refused() {
     let head = head_sha(&c, ep, None, &repo, "main").await;
     for p in ["evil/", "a//", "dir/sub/"] {
         for line in [utf8_line(p, "x"), lfs_line(p, &oid, 10)] {
-            let r = commit_raw(&c, ep, WRITE, &repo, "main", "", ndjson(&[header_line("slash", None), line.clone()])).await;
+            let r = commit_raw(
+                &c,
+                ep,
+                WRITE,
+                &repo,
+                "main",
+                "",
+                ndjson(&[header_line("slash", None), line.clone()]),
+            )
+            .await;
             assert_hub_error(r, Some(StatusCode::BAD_REQUEST), &format!("file path {p:?}: {line}")).await;
         }
     }
-    assert_eq!(head_sha(&c, ep, None, &repo, "main").await, head, "a file named with a trailing slash landed");
+    assert_eq!(
+        head_sha(&c, ep, None, &repo, "main").await,
+        head,
+        "a file named with a trailing slash landed"
+    );
     // A trailing slash stays fine where it means a folder.
     commit_ok(&c, ep, WRITE, &repo, &[header_line("d", None), utf8_line("d/x", "x")]).await;
-    commit_ok(&c, ep, WRITE, &repo, &[header_line("rm", None), deleted_folder_line("d/")]).await;
+    commit_ok(
+        &c,
+        ep,
+        WRITE,
+        &repo,
+        &[header_line("rm", None), deleted_folder_line("d/")],
+    )
+    .await;
     hub.stop().await;
 }
 
@@ -2686,4 +2752,78 @@ async fn commits_listing_survives_huge_page_numbers() {
         }
     }
     hub.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xet_data_persists_across_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = client();
+    let model = Repo::model("demo/tiny-model");
+    let weights = hubfs::local_hub::seed::demo_safetensors();
+    let mut cfg = LocalHubConfig::new(dir.path());
+    cfg.seed_demo = true;
+    let hub = LocalHub::start(cfg.clone()).await.unwrap();
+    let head = head_sha(&c, hub.endpoint(), None, &model, "main").await;
+    hub.stop().await;
+    // A second start with seed_demo finds the demo repos and leaves them alone.
+    let hub = LocalHub::start(cfg).await.unwrap();
+    let ep = hub.endpoint();
+    assert_eq!(head_sha(&c, ep, None, &model, "main").await, head);
+    let (_, hist) = get_json(&c, &format!("{}/commits/main", model.api(ep)), None).await;
+    assert_eq!(hist.as_array().unwrap().len(), 2, "seeded twice: {hist}");
+    let r = c
+        .get(model.resolve(ep, "main", "model.safetensors"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 302);
+    assert!(r.headers().contains_key("x-xet-hash"));
+    let loc = header_str(r.headers(), "location").unwrap().to_string();
+    let (a, b) = (weights.len() - (3 << 20), weights.len() - 1);
+    let r = c
+        .get(&loc)
+        .header("range", format!("bytes={a}-{b}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 206);
+    assert!(r.bytes().await.unwrap().as_ref() == &weights[a..=b]);
+    // The plain-LFS demo blob too.
+    let ds = Repo::dataset("demo/tiny-dataset");
+    let got = download_lfs(&c, ep, &ds, "main", "data/blobs/images.bin").await;
+    assert_eq!(got, hubfs::local_hub::seed::demo_bytes(3 << 20, 7));
+    hub.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_addr_and_seed_demo() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let hub = spawn_cli(dir.path(), &["--addr", &addr, "--seed-demo"], &[], None).await;
+    assert_eq!(hub.endpoint, format!("http://{addr}"));
+    let c = client();
+    let ds = Repo::dataset("demo/tiny-dataset");
+    let pages = all_pages(&c, &format!("{}/tree/main/data/many", ds.api(&hub.endpoint))).await;
+    assert_eq!(pages.iter().map(|p| p.len()).sum::<usize>(), 1100);
+    let r = c
+        .get(format!("{}/api/whoami-v2", hub.endpoint))
+        .header("authorization", bearer(WRITE))
+        .send()
+        .await
+        .unwrap();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["name"], "local");
+    hub.kill9().await;
+    // A busy address is an error, not a hang.
+    let blocker = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = blocker.local_addr().unwrap().to_string();
+    let d = dir.path().to_str().unwrap();
+    let (ok, out) = run_cli(&["local-hub", "--data-dir", d, "--addr", &busy]).await;
+    assert!(!ok, "started on a busy address: {out}");
+    assert!(out.contains(&busy), "the message should name the address: {out}");
 }

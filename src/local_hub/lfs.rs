@@ -169,6 +169,7 @@ async fn spool(state: &HubState, body: axum::body::Body, limit: u64) -> HubResul
         h.update(&chunk);
         f.write_all(&chunk).await.map_err(HubError::internal)?;
     }
+    f.flush().await.map_err(HubError::internal)?;
     f.sync_all().await.map_err(HubError::internal)?;
     Ok((path, hex::encode(h.finalize()), n))
 }

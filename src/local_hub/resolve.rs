@@ -183,7 +183,13 @@ async fn materialize_xet(state: &HubState, hash: &MerkleHash, dest: &std::path::
             .await
             .map_err(HubError::internal)?;
     }
+    // Wait for tokio's in-flight writes before syncing: the file must be whole before the rename
+    // makes it visible to other requests.
+    tokio::io::AsyncWriteExt::flush(&mut out)
+        .await
+        .map_err(HubError::internal)?;
     out.sync_all().await.map_err(HubError::internal)?;
+    drop(out);
     if let Some(parent) = dest.parent() {
         std::fs::create_dir_all(parent).map_err(HubError::internal)?;
     }

@@ -1,0 +1,174 @@
+//! The Hub client: every HTTP request hubfs sends to the Hugging Face Hub (or a local Hub) for
+//! reading repos: repo info, tree listings, paths-info, Xet read tokens, ranged downloads, file HEADs.
+//!
+//! Reliability rules (see docs/ARCHITECTURE.md and `http`):
+//! - every attempt has a deadline (`HubClientConfig::timeout`, covering connect, headers and body);
+//! - retries with exponential backoff + jitter on 429/500/502/503/504, timeouts and transport
+//!   errors, at most `max_retries` of them; a 429's `RateLimit: …;t=N` / `Retry-After` is honoured
+//!   (capped at 10 s). One HTTP exchange therefore ends within
+//!   [`HubClientConfig::exchange_time_bound`] = `(max_retries + 1) × timeout + max_retries × 10 s`
+//!   (in practice `(max_retries + 1) × timeout` + a few seconds of backoff). A call makes one exchange,
+//!   except listings (one per page of 1,000 entries), `paths_info` (one per 1,000 paths) and
+//!   `read_range` (the Hub, then the redirect target; plus one more pair when a cached redirect
+//!   URL has gone stale);
+//! - errors carry repo, revision, path, status and the Hub's `X-Error-Code` ([`HubClientError`]);
+//! - the token is sent only to the endpoint's origin and appears in no error, log or `Debug` output.
+//!
+//! Revisions are percent-encoded as one path segment (`refs/pr/1` → `refs%2Fpr%2F1`), file paths
+//! keep `/` and escape everything else outside RFC 3986's unreserved set.
+
+mod api;
+mod config;
+mod download;
+mod error;
+mod http;
+mod repo;
+mod types;
+mod xet_token;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::header::HeaderValue;
+use url::Url;
+
+pub use config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_ENDPOINT, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, HubClientConfig};
+pub use error::{ErrorContext, HubClientError};
+pub use http::MAX_RETRY_WAIT;
+pub use repo::{ParsedRepo, RepoKind, RepoRef, encode_path, encode_revision};
+pub use types::{FileHead, RepoInfo, TreeEntry, XetToken};
+
+/// How long a redirect target (a presigned CDN URL) is reused for the same (repo, commit, path).
+pub const REDIRECT_CACHE_TTL: Duration = Duration::from_secs(50 * 60);
+const REDIRECT_CACHE_CAPACITY: u64 = 65_536;
+
+/// A Hub client. Cheap to clone (one `Arc`); clones share the connection pool and the caches.
+#[derive(Clone)]
+pub struct HubClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    endpoint: String,
+    http: http::Http,
+    /// `repo\0commit\0path` → presigned URL the Hub redirected to (only for 40-hex commit ids,
+    /// whose content cannot change).
+    redirects: moka::sync::Cache<String, Arc<Url>>,
+    tokens: xet_token::TokenCache,
+}
+
+impl HubClient {
+    pub fn new(cfg: HubClientConfig) -> Result<Self, HubClientError> {
+        let endpoint = cfg.endpoint.trim().trim_end_matches('/').to_string();
+        let url = Url::parse(&endpoint)
+            .map_err(|e| HubClientError::bad_input(&endpoint, format!("invalid endpoint URL: {e}")))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+            return Err(HubClientError::bad_input(
+                &endpoint,
+                "the endpoint must be an http(s) URL",
+            ));
+        }
+        if cfg.timeout.is_zero() || cfg.connect_timeout.is_zero() {
+            return Err(HubClientError::bad_input(
+                "timeout",
+                "timeouts must be greater than zero",
+            ));
+        }
+        let token_text = cfg.token.as_deref().map(str::trim).filter(|t| !t.is_empty());
+        let token = match token_text {
+            Some(t) => {
+                let mut v = HeaderValue::from_str(&format!("Bearer {t}"))
+                    .map_err(|_| HubClientError::bad_input("token", "the token contains invalid characters"))?;
+                v.set_sensitive(true);
+                Some(v)
+            }
+            None => None,
+        };
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(cfg.connect_timeout)
+            .user_agent(cfg.user_agent.clone())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| HubClientError::bad_input("http client", e.to_string()))?;
+        Ok(HubClient {
+            inner: Arc::new(Inner {
+                http: http::Http {
+                    client,
+                    origin: url.origin(),
+                    token,
+                    token_text: token_text.map(str::to_string),
+                    timeout: cfg.timeout,
+                    max_retries: cfg.max_retries,
+                },
+                endpoint,
+                redirects: moka::sync::Cache::builder()
+                    .max_capacity(REDIRECT_CACHE_CAPACITY)
+                    .time_to_live(REDIRECT_CACHE_TTL)
+                    .build(),
+                tokens: xet_token::TokenCache::default(),
+            }),
+        })
+    }
+
+    /// The endpoint, without a trailing slash.
+    pub fn endpoint(&self) -> &str {
+        &self.inner.endpoint
+    }
+
+    /// Whether requests to the endpoint carry a token.
+    pub fn has_token(&self) -> bool {
+        self.inner.http.token.is_some()
+    }
+
+    /// `{endpoint}/api/{kind}s/{ns}/{name}{tail}`; `tail` must already be encoded.
+    fn api_url(&self, repo: &RepoRef, tail: &str) -> Result<Url, HubClientError> {
+        repo.validate()?;
+        self.url(&format!("{}{}", repo.api_path(), tail))
+    }
+
+    /// `{endpoint}/{prefix}{ns}/{name}/resolve/{rev}/{path}`.
+    fn resolve_url(&self, repo: &RepoRef, rev: &str, path: &str) -> Result<Url, HubClientError> {
+        repo.validate()?;
+        self.url(&format!(
+            "/{}/resolve/{}/{}",
+            repo.web_path(),
+            encode_revision(rev),
+            encode_path(path)
+        ))
+    }
+
+    fn url(&self, path_and_query: &str) -> Result<Url, HubClientError> {
+        let s = format!("{}{}", self.inner.endpoint, path_and_query);
+        Url::parse(&s).map_err(|e| HubClientError::bad_input(path_and_query, format!("cannot build URL: {e}")))
+    }
+}
+
+/// Checks a revision argument (branch, tag, commit id, `refs/pr/N`).
+fn check_rev(repo: &RepoRef, rev: &str) -> Result<(), HubClientError> {
+    repo::check_revision(rev)
+        .map(|_| ())
+        .map_err(|why| HubClientError::bad_input(format!("{repo}@{rev}"), why))
+}
+
+/// Checks a path argument; returns it without leading/trailing slashes.
+fn check_path<'a>(repo: &RepoRef, path: &'a str, allow_root: bool) -> Result<&'a str, HubClientError> {
+    repo::check_path(path, allow_root).map_err(|why| HubClientError::bad_input(format!("{repo}: {path}"), why))
+}
+
+/// A full 40-hex commit id (immutable content: safe to cache by).
+fn is_commit_id(rev: &str) -> bool {
+    rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+impl fmt::Debug for HubClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HubClient")
+            .field("endpoint", &self.inner.endpoint)
+            .field("token", &self.inner.http.token.as_ref().map(|_| "<redacted>"))
+            .field("timeout", &self.inner.http.timeout)
+            .field("max_retries", &self.inner.http.max_retries)
+            .finish()
+    }
+}

@@ -1,0 +1,189 @@
+//! `hubfs mount`: checks a person can act on, then a FUSE session over VirtualFs, then wait for a
+//! signal (or an external unmount) and leave cleanly.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use crate::fuse::{FuseAdapter, MAX_READ};
+use crate::hub_client::{HubClient, HubClientConfig, HubClientError, RepoRef};
+use crate::vfs::error::VfsError;
+use crate::vfs::{VfsOptions, VirtualFs};
+
+#[derive(Debug, Clone)]
+pub struct MountRequest {
+    pub repo: String,
+    pub mountpoint: PathBuf,
+    pub revision: Option<String>,
+    pub client: HubClientConfig,
+    pub vfs: VfsOptions,
+    pub allow_other: bool,
+}
+
+/// A live mount: dropping it unmounts.
+pub struct Mounted {
+    session: Option<fuser::BackgroundSession>,
+    pub mountpoint: PathBuf,
+    pub repo: RepoRef,
+    pub commit: String,
+    pub vfs: Arc<VirtualFs>,
+}
+
+impl Mounted {
+    /// Unmounts and waits for the FUSE session to end.
+    pub fn unmount(mut self) -> anyhow::Result<()> {
+        if let Some(s) = self.session.take() {
+            s.umount_and_join().context("unmounting")?;
+        }
+        Ok(())
+    }
+
+    /// Blocks until the mount goes away (`umount`, `hubfs unmount`).
+    pub fn join(mut self) -> anyhow::Result<()> {
+        if let Some(s) = self.session.take() {
+            s.join().context("FUSE session")?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if let Some(s) = self.session.take() {
+            let _ = s.umount_and_join();
+        }
+    }
+}
+
+/// Checks the mountpoint and FUSE before any network call, so the error names the real problem.
+fn preflight(mountpoint: &Path) -> anyhow::Result<()> {
+    let meta = std::fs::metadata(mountpoint).map_err(|_| {
+        anyhow::anyhow!(
+            "mountpoint {} does not exist: create it first (mkdir -p {0})",
+            mountpoint.display()
+        )
+    })?;
+    if !meta.is_dir() {
+        bail!("mountpoint {} is not a directory", mountpoint.display());
+    }
+    if let Some(parent) = mountpoint.canonicalize()?.parent()
+        && let Ok(pm) = std::fs::metadata(parent)
+        && pm.dev() != meta.dev()
+    {
+        bail!(
+            "mountpoint {} is busy: something is already mounted there (unmount it with `hubfs unmount {0}`)",
+            mountpoint.display()
+        );
+    }
+    if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
+        bail!(
+            "cannot open /dev/fuse ({e}): FUSE mounts need root here, or a kernel with FUSE \
+             (try `sudo hubfs mount …`, or serve over NFS when that lands)"
+        );
+    }
+    Ok(())
+}
+
+/// Explains a failure to open the repo in the user's terms.
+pub fn explain(repo: &str, revision: &str, e: &VfsError) -> String {
+    match e {
+        VfsError::Remote(HubClientError::RepoNotFound { .. }) => format!(
+            "repository {repo} not found, or it is private and no valid token was given \
+             (pass --token or set HF_TOKEN)"
+        ),
+        VfsError::Remote(HubClientError::RevisionNotFound { .. }) => {
+            format!("revision {revision:?} not found in {repo} (use a branch, tag, full commit id or refs/pr/N)")
+        }
+        VfsError::Remote(HubClientError::Unauthorized { .. }) => {
+            "the Hub rejected the token: check --token, HF_TOKEN or the token file under HF_HOME".to_string()
+        }
+        VfsError::Remote(HubClientError::Forbidden { .. }) => format!("the token has no access to {repo}"),
+        VfsError::NotFound => format!("the folder to mount does not exist in {repo}@{revision}"),
+        other => format!("cannot open {repo}@{revision}: {other}"),
+    }
+}
+
+/// Raises the kernel readahead of the new mount (its BDI is named after the mount's st_dev).
+fn raise_readahead(mountpoint: &Path) {
+    let Ok(meta) = std::fs::metadata(mountpoint) else {
+        return;
+    };
+    let dev = meta.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let path = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
+    if let Err(e) = std::fs::write(&path, format!("{}", MAX_READ / 1024)) {
+        tracing::debug!(path, error = %e, "could not raise readahead");
+    }
+}
+
+/// Mounts; returns once the mount is usable.
+pub fn mount(req: MountRequest, rt: &tokio::runtime::Runtime) -> anyhow::Result<Mounted> {
+    let (repo, rev_in_spec, subfolder) = RepoRef::parse(&req.repo).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let revision = req
+        .revision
+        .clone()
+        .or(rev_in_spec)
+        .unwrap_or_else(|| "main".to_string());
+    preflight(&req.mountpoint)?;
+    let client = HubClient::new(req.client.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let vfs = rt
+        .block_on(VirtualFs::new(
+            client,
+            repo.clone(),
+            &revision,
+            subfolder.as_deref(),
+            req.vfs.clone(),
+        ))
+        .map_err(|e| anyhow::anyhow!(explain(&req.repo, &revision, &e)))?;
+    let vfs = Arc::new(vfs);
+    let commit = rt.block_on(vfs.commit()).map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        fuser::MountOption::FSName(format!("hubfs:{}", repo.id())),
+        fuser::MountOption::Subtype("hubfs".to_string()),
+        fuser::MountOption::RO,
+        fuser::MountOption::NoAtime,
+        fuser::MountOption::DefaultPermissions,
+        fuser::MountOption::CUSTOM(format!("max_read={MAX_READ}")),
+    ];
+    if req.allow_other {
+        config.acl = fuser::SessionACL::All;
+    }
+    config.n_threads = Some(4);
+    config.clone_fd = true;
+    let adapter = FuseAdapter::new(vfs.clone(), rt.handle().clone());
+    let session = fuser::Session::new(adapter, &req.mountpoint, &config)
+        .with_context(|| format!("mounting at {}", req.mountpoint.display()))?
+        .spawn()
+        .context("starting the FUSE session")?;
+    raise_readahead(&req.mountpoint);
+    Ok(Mounted {
+        session: Some(session),
+        mountpoint: req.mountpoint,
+        repo,
+        commit,
+        vfs,
+    })
+}
+
+/// `hubfs unmount DIR`.
+pub fn unmount(dir: &Path) -> anyhow::Result<()> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).context("mountpoint path")?;
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    let status = std::process::Command::new("fusermount3").arg("-u").arg(dir).status();
+    if matches!(status, Ok(s) if s.success()) {
+        return Ok(());
+    }
+    bail!("cannot unmount {}: {err}", dir.display())
+}
+
+/// Default metadata TTL and timeouts, as the CLI shows them.
+pub const DEFAULT_METADATA_TTL: Duration = Duration::from_secs(60);

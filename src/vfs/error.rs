@@ -1,0 +1,60 @@
+//! Errors of the filesystem core, and their errno: the one place where a failure becomes a number
+//! the kernel (or the NFS adapter) understands.
+
+use crate::hub_client::HubClientError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum VfsError {
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("read-only file system")]
+    ReadOnly,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("file name too long")]
+    NameTooLong,
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    #[error("stale file handle")]
+    BadHandle,
+    #[error("{0}")]
+    Remote(#[from] HubClientError),
+    #[error("xet read failed: {0}")]
+    Xet(String),
+    #[error("short read from the Hub: wanted {wanted} bytes at {offset}, got {got}")]
+    ShortRead { offset: u64, wanted: u64, got: u64 },
+    #[error("remote read timed out after {0:?}")]
+    Timeout(std::time::Duration),
+    /// One failure shared by every caller that waited on the same fetch.
+    #[error("{0}")]
+    Shared(std::sync::Arc<VfsError>),
+}
+
+impl VfsError {
+    pub fn errno(&self) -> i32 {
+        match self {
+            VfsError::NotFound => libc::ENOENT,
+            VfsError::ReadOnly => libc::EROFS,
+            VfsError::NotDir => libc::ENOTDIR,
+            VfsError::IsDir => libc::EISDIR,
+            VfsError::NameTooLong => libc::ENAMETOOLONG,
+            VfsError::Invalid(_) => libc::EINVAL,
+            VfsError::BadHandle => libc::EBADF,
+            VfsError::Remote(e) => match e {
+                HubClientError::NotFound { .. } => libc::ENOENT,
+                HubClientError::RepoNotFound { .. }
+                | HubClientError::Unauthorized { .. }
+                | HubClientError::Forbidden { .. } => libc::EACCES,
+                HubClientError::RevisionNotFound { .. } => libc::ENOENT,
+                HubClientError::BadInput { .. } => libc::EINVAL,
+                _ => libc::EIO,
+            },
+            VfsError::Xet(_) | VfsError::ShortRead { .. } | VfsError::Timeout(_) => libc::EIO,
+            VfsError::Shared(e) => e.errno(),
+        }
+    }
+}
+
+pub type VfsResult<T> = Result<T, VfsError>;

@@ -1,0 +1,473 @@
+//! VirtualFs: the POSIX view of one Hub repo revision, shared by every frontend.
+//!
+//! Metadata is addressed by commit: a directory listing or a point lookup made at commit C is valid
+//! for as long as C is the mount's commit, so caches need no invalidation. The metadata TTL only
+//! says how often a branch or tag is re-resolved to its current commit. File content is addressed
+//! by hash, so cached bytes are never stale.
+
+pub mod error;
+pub mod inode;
+pub mod read;
+pub mod remote;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use crate::chunk_store::ChunkStore;
+use crate::hub_client::{HubClient, RepoRef, TreeEntry};
+use error::{VfsError, VfsResult};
+pub use inode::{Ino, ROOT_INO};
+use read::{ReadState, Reader};
+use remote::{ContentId, FileMeta, Remote};
+
+#[derive(Debug, Clone)]
+pub struct VfsOptions {
+    pub metadata_ttl: Duration,
+    pub uid: u32,
+    pub gid: u32,
+    pub memory_cache_bytes: u64,
+    /// Deadline of one remote read.
+    pub read_timeout: Duration,
+}
+
+impl Default for VfsOptions {
+    fn default() -> Self {
+        VfsOptions {
+            metadata_ttl: Duration::from_secs(60),
+            uid: 0,
+            gid: 0,
+            memory_cache_bytes: 256 << 20,
+            read_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What a path is at one commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Node {
+    Dir,
+    File(FileMeta),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+}
+
+/// Attributes as every frontend reports them.
+#[derive(Debug, Clone)]
+pub struct Attr {
+    pub ino: Ino,
+    pub kind: Kind,
+    pub size: u64,
+    pub mtime: SystemTime,
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// One entry of a directory snapshot.
+#[derive(Debug, Clone)]
+pub struct DirEntry {
+    pub name: String,
+    pub attr: Attr,
+}
+
+/// A directory listing at one commit, sorted by name.
+#[derive(Debug)]
+struct Listing {
+    entries: Vec<(String, Node)>,
+}
+
+impl Listing {
+    fn find(&self, name: &str) -> Option<&Node> {
+        self.entries
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.entries[i].1)
+    }
+}
+
+enum Handle {
+    Dir(Arc<Vec<DirEntry>>),
+    File {
+        ino: Ino,
+        meta: FileMeta,
+        commit: String,
+        state: tokio::sync::Mutex<ReadState>,
+    },
+}
+
+struct Revision {
+    commit: String,
+    checked: Instant,
+}
+
+/// Lock order: `revision` (async) → `handles` → `last_content` → the inode table; the sync locks
+/// are never held across an `.await`.
+pub struct VirtualFs {
+    client: HubClient,
+    repo: RepoRef,
+    revision_name: String,
+    /// Repo path that is the mount's root ("" for the whole repo).
+    subfolder: String,
+    opts: VfsOptions,
+    revision: tokio::sync::Mutex<Revision>,
+    inodes: inode::InodeTable,
+    listings: moka::future::Cache<(String, String), Arc<Listing>>,
+    points: moka::future::Cache<(String, String), Option<Node>>,
+    handles: Mutex<HashMap<u64, Arc<Handle>>>,
+    /// Content each inode had when last opened: keep the kernel's page cache only if unchanged.
+    last_content: Mutex<HashMap<Ino, ContentId>>,
+    next_fh: AtomicU64,
+    reader: Reader,
+    mtime: SystemTime,
+}
+
+fn is_commit_id(s: &str) -> bool {
+    s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn join(a: &str, b: &str) -> String {
+    match (a.is_empty(), b.is_empty()) {
+        (true, _) => b.to_string(),
+        (_, true) => a.to_string(),
+        _ => format!("{a}/{b}"),
+    }
+}
+
+impl VirtualFs {
+    /// Resolves the revision and checks the subfolder exists; fails early with the Hub's answer.
+    pub async fn new(
+        client: HubClient,
+        repo: RepoRef,
+        revision: &str,
+        subfolder: Option<&str>,
+        opts: VfsOptions,
+    ) -> VfsResult<VirtualFs> {
+        let info = client.repo_info(&repo, revision).await?;
+        let remote = Arc::new(Remote::new(client.clone(), repo.clone(), opts.read_timeout)?);
+        let vfs = VirtualFs {
+            reader: Reader {
+                remote,
+                store: ChunkStore::new(opts.memory_cache_bytes),
+            },
+            client,
+            repo,
+            revision_name: revision.to_string(),
+            subfolder: subfolder.unwrap_or("").trim_matches('/').to_string(),
+            revision: tokio::sync::Mutex::new(Revision {
+                commit: info.sha,
+                checked: Instant::now(),
+            }),
+            inodes: inode::InodeTable::new(),
+            listings: moka::future::Cache::builder()
+                .weigher(|_k, v: &Arc<Listing>| v.entries.len().min(u32::MAX as usize) as u32 + 1)
+                .max_capacity(1_000_000)
+                .build(),
+            points: moka::future::Cache::builder().max_capacity(100_000).build(),
+            handles: Mutex::new(HashMap::new()),
+            last_content: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            mtime: info.last_modified.unwrap_or_else(SystemTime::now),
+            opts,
+        };
+        let commit = vfs.commit().await?;
+        if !vfs.subfolder.is_empty() {
+            match vfs.node_at(&commit, "").await? {
+                Some(Node::Dir) => {}
+                _ => return Err(VfsError::NotFound),
+            }
+        }
+        Ok(vfs)
+    }
+
+    pub fn options(&self) -> &VfsOptions {
+        &self.opts
+    }
+
+    /// The commit the mount currently shows; a branch or tag is re-resolved once per TTL.
+    pub async fn commit(&self) -> VfsResult<String> {
+        let mut rev = self.revision.lock().await;
+        if !is_commit_id(&self.revision_name) && rev.checked.elapsed() >= self.opts.metadata_ttl {
+            match self.client.repo_info(&self.repo, &self.revision_name).await {
+                Ok(info) => {
+                    if info.sha != rev.commit {
+                        tracing::info!(old = %rev.commit, new = %info.sha, "revision moved");
+                        rev.commit = info.sha;
+                    }
+                    rev.checked = Instant::now();
+                }
+                // Keep serving the known commit when the Hub is unreachable; retry next time.
+                Err(e) => tracing::warn!(error = %e, "could not refresh the revision"),
+            }
+        }
+        Ok(rev.commit.clone())
+    }
+
+    fn remote_path(&self, path: &str) -> String {
+        join(&self.subfolder, path)
+    }
+
+    fn node_from_entry(&self, e: &TreeEntry) -> (String, Node) {
+        match e {
+            TreeEntry::Dir { path, .. } => (basename(path).to_string(), Node::Dir),
+            TreeEntry::File {
+                path,
+                size,
+                oid,
+                lfs_sha256,
+                xet_hash,
+                ..
+            } => {
+                let id = match (xet_hash, lfs_sha256) {
+                    (Some(x), _) => ContentId::Xet(x.clone()),
+                    (None, Some(s)) => ContentId::Lfs(s.clone()),
+                    (None, None) => ContentId::Git(oid.clone()),
+                };
+                let meta = FileMeta {
+                    remote_path: path.clone(),
+                    size: *size,
+                    id,
+                };
+                (basename(path).to_string(), Node::File(meta))
+            }
+        }
+    }
+
+    /// The listing of a directory (mount-relative path) at `commit`; one fetch however many wait.
+    async fn listing(&self, commit: &str, path: &str) -> VfsResult<Arc<Listing>> {
+        let key = (commit.to_string(), path.to_string());
+        let fetch = async {
+            let entries = self
+                .client
+                .list_dir(&self.repo, commit, &self.remote_path(path))
+                .await?;
+            let mut entries: Vec<(String, Node)> = entries.iter().map(|e| self.node_from_entry(e)).collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            entries.dedup_by(|a, b| a.0 == b.0);
+            Ok::<_, VfsError>(Arc::new(Listing { entries }))
+        };
+        self.listings.try_get_with(key, fetch).await.map_err(VfsError::Shared)
+    }
+
+    /// What `path` is at `commit`: from the parent's cached listing when there is one, else by a
+    /// point lookup (one paths-info request, not a listing of every parent).
+    async fn node_at(&self, commit: &str, path: &str) -> VfsResult<Option<Node>> {
+        if path.is_empty() {
+            if self.subfolder.is_empty() {
+                return Ok(Some(Node::Dir));
+            }
+        } else {
+            let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+            if let Some(l) = self.listings.get(&(commit.to_string(), parent.to_string())).await {
+                return Ok(l.find(name).cloned());
+            }
+        }
+        let key = (commit.to_string(), path.to_string());
+        let fetch = async {
+            let remote = self.remote_path(path);
+            let found = self
+                .client
+                .paths_info(&self.repo, commit, std::slice::from_ref(&remote))
+                .await?;
+            Ok::<_, VfsError>(
+                found
+                    .iter()
+                    .find(|e| entry_path(e) == remote)
+                    .map(|e| self.node_from_entry(e).1),
+            )
+        };
+        self.points.try_get_with(key, fetch).await.map_err(VfsError::Shared)
+    }
+
+    fn attr(&self, ino: Ino, node: &Node) -> Attr {
+        let (kind, size, perm, nlink) = match node {
+            Node::Dir => (Kind::Dir, 0, 0o555, 2),
+            Node::File(f) => (Kind::File, f.size, 0o444, 1),
+        };
+        Attr {
+            ino,
+            kind,
+            size,
+            mtime: self.mtime,
+            perm,
+            nlink,
+            uid: self.opts.uid,
+            gid: self.opts.gid,
+        }
+    }
+
+    fn path_of(&self, ino: Ino) -> VfsResult<String> {
+        self.inodes.path(ino).ok_or(VfsError::BadHandle)
+    }
+
+    /// FUSE lookup: the child's attributes, counting one kernel reference.
+    pub async fn lookup(&self, parent: Ino, name: &str) -> VfsResult<Attr> {
+        if name.len() > 255 {
+            return Err(VfsError::NameTooLong);
+        }
+        if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+            return Err(VfsError::NotFound);
+        }
+        let commit = self.commit().await?;
+        let parent_path = self.path_of(parent)?;
+        match self.node_at(&commit, &parent_path).await? {
+            Some(Node::Dir) => {}
+            Some(Node::File(_)) => return Err(VfsError::NotDir),
+            None => return Err(VfsError::NotFound),
+        }
+        let path = join(&parent_path, name);
+        let node = self.node_at(&commit, &path).await?.ok_or(VfsError::NotFound)?;
+        let ino = self.inodes.ino_for(&path, 1);
+        Ok(self.attr(ino, &node))
+    }
+
+    pub fn forget(&self, ino: Ino, n: u64) {
+        self.inodes.forget(ino, n);
+    }
+
+    pub async fn getattr(&self, ino: Ino) -> VfsResult<Attr> {
+        let path = self.path_of(ino)?;
+        let commit = self.commit().await?;
+        let node = self.node_at(&commit, &path).await?.ok_or(VfsError::NotFound)?;
+        Ok(self.attr(ino, &node))
+    }
+
+    /// Takes the directory snapshot that every later page of this listing is served from.
+    pub async fn opendir(&self, ino: Ino) -> VfsResult<u64> {
+        let path = self.path_of(ino)?;
+        let commit = self.commit().await?;
+        match self.node_at(&commit, &path).await? {
+            Some(Node::Dir) => {}
+            Some(Node::File(_)) => return Err(VfsError::NotDir),
+            None => return Err(VfsError::NotFound),
+        }
+        let listing = self.listing(&commit, &path).await?;
+        let parent_ino = match path.rsplit_once('/') {
+            Some((p, _)) => self.inodes.ino_for(p, 0),
+            None => ROOT_INO,
+        };
+        let mut entries = Vec::with_capacity(listing.entries.len() + 2);
+        entries.push(DirEntry {
+            name: ".".into(),
+            attr: self.attr(ino, &Node::Dir),
+        });
+        entries.push(DirEntry {
+            name: "..".into(),
+            attr: self.attr(parent_ino, &Node::Dir),
+        });
+        for (name, node) in &listing.entries {
+            let child_ino = self.inodes.ino_for(&join(&path, name), 0);
+            entries.push(DirEntry {
+                name: name.clone(),
+                attr: self.attr(child_ino, node),
+            });
+        }
+        Ok(self.add_handle(Handle::Dir(Arc::new(entries))))
+    }
+
+    fn add_handle(&self, h: Handle) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles.lock().insert(fh, Arc::new(h));
+        fh
+    }
+
+    /// The snapshot of an open directory; entry `i` has readdir offset `i + 1`.
+    pub fn dir_entries(&self, fh: u64) -> VfsResult<Arc<Vec<DirEntry>>> {
+        match self.handles.lock().get(&fh).map(|h| h.as_ref()) {
+            Some(Handle::Dir(e)) => Ok(e.clone()),
+            _ => Err(VfsError::BadHandle),
+        }
+    }
+
+    /// A readdirplus entry was handed to the kernel: it now holds one reference to the child.
+    pub fn note_entry_lookup(&self, parent_fh_path: &str, name: &str) {
+        self.inodes.ino_for(&join(parent_fh_path, name), 1);
+    }
+
+    /// Path of a directory inode, for `note_entry_lookup`.
+    pub fn dir_path(&self, ino: Ino) -> VfsResult<String> {
+        self.path_of(ino)
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        self.handles.lock().remove(&fh);
+    }
+
+    /// Opens a file for reading. Returns the handle and whether the kernel may keep cached pages
+    /// (the content is the same as at the previous open).
+    pub async fn open(&self, ino: Ino, write: bool) -> VfsResult<(u64, bool)> {
+        if write {
+            return Err(VfsError::ReadOnly);
+        }
+        let path = self.path_of(ino)?;
+        let commit = self.commit().await?;
+        let meta = match self.node_at(&commit, &path).await? {
+            Some(Node::File(m)) => m,
+            Some(Node::Dir) => return Err(VfsError::IsDir),
+            None => return Err(VfsError::NotFound),
+        };
+        let keep_cache = {
+            let mut last = self.last_content.lock();
+            let same = last.get(&ino) == Some(&meta.id);
+            last.insert(ino, meta.id.clone());
+            same
+        };
+        self.inodes.opened(ino);
+        let h = Handle::File {
+            ino,
+            meta,
+            commit,
+            state: tokio::sync::Mutex::new(ReadState::default()),
+        };
+        Ok((self.add_handle(h), keep_cache))
+    }
+
+    pub async fn read(&self, fh: u64, offset: u64, size: u32) -> VfsResult<Bytes> {
+        let h = self.handles.lock().get(&fh).cloned().ok_or(VfsError::BadHandle)?;
+        let Handle::File {
+            meta, commit, state, ..
+        } = h.as_ref()
+        else {
+            return Err(VfsError::IsDir);
+        };
+        let mut st = state.lock().await;
+        self.reader.read(meta, commit, &mut st, offset, size).await
+    }
+
+    pub fn release(&self, fh: u64) {
+        let h = self.handles.lock().remove(&fh);
+        if let Some(h) = h
+            && let Handle::File { ino, .. } = h.as_ref()
+        {
+            self.inodes.closed(*ino);
+        }
+    }
+
+    /// Every mutation of a read-only mount.
+    pub fn refuse_write(&self) -> VfsError {
+        VfsError::ReadOnly
+    }
+
+    pub fn inode_count(&self) -> usize {
+        self.inodes.len()
+    }
+}
+
+fn basename(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+fn entry_path(e: &TreeEntry) -> &str {
+    match e {
+        TreeEntry::File { path, .. } | TreeEntry::Dir { path, .. } => path,
+    }
+}

@@ -1,0 +1,415 @@
+//! Read-only FUSE mounts against an in-process local Hub: real kernel mounts (these tests need root
+//! and /dev/fuse, as CI has), bytes compared with the Hub's hashes, errno values checked.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use hubfs::hub_client::{HubClient, HubClientConfig, RepoRef, TreeEntry};
+use hubfs::local_hub::{FaultSettings, LocalHub, RouteClass};
+use hubfs::mount::{MountRequest, Mounted, mount};
+use hubfs::vfs::VfsOptions;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+struct Env {
+    rt: tokio::runtime::Runtime,
+    hub: Option<LocalHub>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl Env {
+    fn new() -> Env {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .unwrap();
+        let hub = rt.block_on(LocalHub::start_temp(true)).expect("local hub");
+        Env {
+            rt,
+            hub: Some(hub),
+            _dirs: Vec::new(),
+        }
+    }
+
+    fn hub(&self) -> &LocalHub {
+        self.hub.as_ref().unwrap()
+    }
+
+    fn client_cfg(&self, token: bool) -> HubClientConfig {
+        HubClientConfig {
+            endpoint: self.hub().endpoint().to_string(),
+            token: if token { self.hub().write_token() } else { None },
+            timeout: Duration::from_secs(5),
+            max_retries: 1,
+            ..HubClientConfig::from_env()
+        }
+    }
+
+    fn try_mount(
+        &mut self,
+        repo: &str,
+        revision: Option<&str>,
+        opts: VfsOptions,
+        token: bool,
+    ) -> anyhow::Result<Mounted> {
+        let dir = tempfile::tempdir().unwrap();
+        let req = MountRequest {
+            repo: repo.to_string(),
+            mountpoint: dir.path().to_path_buf(),
+            revision: revision.map(str::to_string),
+            client: self.client_cfg(token),
+            vfs: opts,
+            allow_other: false,
+        };
+        let r = mount(req, &self.rt);
+        self._dirs.push(dir);
+        r
+    }
+
+    fn mount(&mut self, repo: &str, revision: Option<&str>) -> Mounted {
+        self.try_mount(repo, revision, VfsOptions::default(), true)
+            .expect("mount")
+    }
+
+    fn listing(&self, repo: &str, commit: &str) -> Vec<TreeEntry> {
+        let client = HubClient::new(self.client_cfg(true)).unwrap();
+        let (r, _, _) = RepoRef::parse(repo).unwrap();
+        self.rt.block_on(client.list_tree_recursive(&r, commit, "")).unwrap()
+    }
+
+    fn commit_file(&self, repo_api: &str, path: &str, content: &str, create_pr: bool) -> serde_json::Value {
+        let body = format!(
+            "{}\n{}\n",
+            json!({"key": "header", "value": {"summary": format!("add {path}")}}),
+            json!({"key": "file", "value": {"path": path, "content": content, "encoding": "utf-8"}})
+        );
+        let url = format!(
+            "{}/api/{repo_api}/commit/main{}",
+            self.hub().endpoint(),
+            if create_pr { "?create_pr=1" } else { "" }
+        );
+        let token = self.hub().write_token().unwrap();
+        self.rt.block_on(async {
+            let r = reqwest::Client::new()
+                .post(url)
+                .bearer_auth(token)
+                .header("content-type", "application/x-ndjson")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success(), "commit failed: {}", r.status());
+            r.json::<serde_json::Value>().await.unwrap()
+        })
+    }
+
+    fn create_repo(&self, name: &str, ty: &str, private: bool) {
+        let token = self.hub().write_token().unwrap();
+        let url = format!("{}/api/repos/create", self.hub().endpoint());
+        self.rt.block_on(async {
+            let r = reqwest::Client::new()
+                .post(url)
+                .bearer_auth(token)
+                .json(&json!({"name": name, "organization": "local", "type": ty, "private": private}))
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success());
+        });
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(h) = self.hub.take() {
+            self.rt.block_on(h.stop());
+        }
+    }
+}
+
+fn sha256_file(p: &Path) -> String {
+    let mut f = std::fs::File::open(p).unwrap();
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    hex::encode(h.finalize())
+}
+
+fn errno_of(r: std::io::Result<impl Sized>) -> i32 {
+    r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
+}
+
+#[test]
+fn model_tree_bytes_and_erofs() {
+    let mut env = Env::new();
+    let m = env.mount("demo/tiny-model", None);
+    let root = m.mountpoint.clone();
+    let listing = env.listing("demo/tiny-model", &m.commit);
+    let mut files = 0;
+    for e in &listing {
+        if let TreeEntry::File {
+            path,
+            size,
+            oid,
+            lfs_sha256,
+            ..
+        } = e
+        {
+            let p = root.join(path);
+            let meta = std::fs::metadata(&p).unwrap();
+            assert_eq!(meta.len(), *size, "{path} size");
+            assert_eq!(meta.permissions().mode() & 0o777, 0o444);
+            match lfs_sha256 {
+                Some(sha) => assert_eq!(&sha256_file(&p), sha, "{path} sha256"),
+                None => assert_eq!(&hubfs::local_hub::model::git_blob_oid(&std::fs::read(&p).unwrap()), oid),
+            }
+            files += 1;
+        }
+    }
+    assert_eq!(files, 5);
+    let mut names: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            ".gitattributes",
+            "README.md",
+            "config.json",
+            "model.safetensors",
+            "tokenizer.json"
+        ]
+    );
+
+    // Odd offsets and lengths across 1 MiB requests and 8 MiB cache blocks, compared with the source.
+    let expected = hubfs::local_hub::seed::demo_safetensors();
+    let mut f = std::fs::File::open(root.join("model.safetensors")).unwrap();
+    for (off, len) in [
+        (0u64, 8usize),
+        (1, 4095),
+        ((8 << 20) - 3, 7),
+        ((16 << 20) + 12345, 3 << 20),
+        (expected.len() as u64 - 5, 100),
+    ] {
+        f.seek(SeekFrom::Start(off)).unwrap();
+        let mut buf = vec![0u8; len];
+        let n = f.read(&mut buf).unwrap();
+        let want = &expected[off as usize..(off as usize + len).min(expected.len())];
+        assert_eq!(&buf[..n], &want[..n.min(want.len())], "read at {off}");
+        assert!(n == want.len() || n > 0, "no progress at {off}");
+    }
+
+    drop(f);
+
+    // Every mutation answers EROFS.
+    let erofs = libc::EROFS;
+    assert_eq!(errno_of(std::fs::File::create(root.join("new.txt"))), erofs);
+    assert_eq!(
+        errno_of(std::fs::OpenOptions::new().write(true).open(root.join("config.json"))),
+        erofs
+    );
+    assert_eq!(errno_of(std::fs::remove_file(root.join("config.json"))), erofs);
+    assert_eq!(errno_of(std::fs::create_dir(root.join("d"))), erofs);
+    assert_eq!(
+        errno_of(std::fs::rename(root.join("config.json"), root.join("c2.json"))),
+        erofs
+    );
+    assert_eq!(
+        errno_of(std::fs::set_permissions(
+            root.join("config.json"),
+            std::fs::Permissions::from_mode(0o600)
+        )),
+        erofs
+    );
+    assert_eq!(errno_of(std::fs::File::open(root.join("nope"))), libc::ENOENT);
+    let long = "x".repeat(256);
+    assert_eq!(errno_of(std::fs::metadata(root.join(long))), libc::ENAMETOOLONG);
+    m.unmount().unwrap();
+}
+
+#[test]
+fn dataset_listing_plain_lfs_and_subfolder() {
+    let mut env = Env::new();
+    let m = env.mount("datasets/demo/tiny-dataset", None);
+    // Count without keeping DirEntry values: each holds the directory open (and the mount busy).
+    let mut many = 0;
+    for e in std::fs::read_dir(m.mountpoint.join("data/many")).unwrap() {
+        e.unwrap();
+        many += 1;
+    }
+    assert_eq!(many, hubfs::local_hub::seed::DEMO_MANY_FILES);
+    let blob = m.mountpoint.join("data/blobs/images.bin");
+    assert_eq!(
+        sha256_file(&blob),
+        hex::encode(Sha256::digest(hubfs::local_hub::seed::demo_bytes(3 << 20, 7)))
+    );
+    assert_eq!(
+        std::fs::read_to_string(m.mountpoint.join("data/nested/a/b/c/deep.csv")).unwrap(),
+        "x,y\n1,2\n"
+    );
+    m.unmount().unwrap();
+
+    let sub = env.mount("hf://datasets/demo/tiny-dataset/data/train", None);
+    let mut names: Vec<_> = std::fs::read_dir(&sub.mountpoint)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["shard-00000.csv", "shard-00001.csv", "shard-00002.csv"]);
+    assert!(
+        std::fs::read_to_string(sub.mountpoint.join("shard-00001.csv"))
+            .unwrap()
+            .starts_with("id,text,label\n200,")
+    );
+    sub.unmount().unwrap();
+    assert!(
+        env.try_mount(
+            "hf://datasets/demo/tiny-dataset/no/such/dir",
+            None,
+            VfsOptions::default(),
+            true
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn revisions_special_names_and_remote_updates() {
+    let mut env = Env::new();
+    env.create_repo("names", "dataset", false);
+    let odd = ["a b/#hash?.txt", "pct%20/x.txt", "ünïcødé/日本.txt"];
+    let mut first = String::new();
+    for (i, p) in odd.iter().enumerate() {
+        let r = env.commit_file("datasets/local/names", p, &format!("content {i}\n"), false);
+        if i == 0 {
+            first = r["commitOid"].as_str().unwrap().to_string();
+        }
+    }
+    let pr = env.commit_file("datasets/local/names", "pr-only.txt", "from a PR\n", true);
+    let pr_url = pr["pullRequestUrl"].as_str().unwrap();
+    let pr_num = pr_url.rsplit('/').next().unwrap();
+
+    let opts = VfsOptions {
+        metadata_ttl: Duration::from_secs(1),
+        ..VfsOptions::default()
+    };
+    let m = env.try_mount("datasets/local/names", None, opts, true).unwrap();
+    for (i, p) in odd.iter().enumerate() {
+        assert_eq!(
+            std::fs::read_to_string(m.mountpoint.join(p)).unwrap(),
+            format!("content {i}\n"),
+            "{p}"
+        );
+    }
+    assert!(!m.mountpoint.join("pr-only.txt").exists());
+
+    // A remote commit shows up once the metadata TTL has passed.
+    env.commit_file("datasets/local/names", "later.txt", "later\n", false);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !m.mountpoint.join("later.txt").exists() {
+        assert!(Instant::now() < deadline, "remote commit never became visible");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    m.unmount().unwrap();
+
+    // Old commit id: only the first file. PR ref: the PR file. Tag-free branch name with '@' form.
+    let old = env.mount(&format!("datasets/local/names@{first}"), None);
+    assert!(old.mountpoint.join(odd[0]).exists());
+    assert!(!old.mountpoint.join(odd[1]).exists());
+    old.unmount().unwrap();
+    let prm = env.mount("datasets/local/names", Some(&format!("refs/pr/{pr_num}")));
+    assert_eq!(
+        std::fs::read_to_string(prm.mountpoint.join("pr-only.txt")).unwrap(),
+        "from a PR\n"
+    );
+    prm.unmount().unwrap();
+    let err = env
+        .try_mount(
+            "datasets/local/names",
+            Some("no-such-branch"),
+            VfsOptions::default(),
+            true,
+        )
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("revision"), "{err}");
+}
+
+#[test]
+fn private_repo_needs_a_token() {
+    let mut env = Env::new();
+    env.create_repo("secret", "model", true);
+    env.commit_file("models/local/secret", "s.txt", "shh\n", false);
+    let err = env
+        .try_mount("local/secret", None, VfsOptions::default(), false)
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("private"), "{err}");
+    let m = env
+        .try_mount("local/secret", None, VfsOptions::default(), true)
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(m.mountpoint.join("s.txt")).unwrap(), "shh\n");
+    m.unmount().unwrap();
+}
+
+#[test]
+fn hub_errors_and_stalls_give_eio_then_recover() {
+    let mut env = Env::new();
+    let opts = VfsOptions {
+        read_timeout: Duration::from_secs(3),
+        ..VfsOptions::default()
+    };
+    let m = env.try_mount("datasets/demo/tiny-dataset", None, opts, true).unwrap();
+    // A plain-LFS file (redirected to the blob origin) and a regular file, each read first under a fault.
+    let cases = [
+        (
+            "data/blobs/images.bin",
+            3usize << 20,
+            FaultSettings {
+                error_rate: 1.0,
+                ..Default::default()
+            },
+        ),
+        (
+            "data/train/shard-00002.csv",
+            0,
+            FaultSettings {
+                stall_rate: 1.0,
+                ..Default::default()
+            },
+        ),
+    ];
+    for (path, size, fault) in cases {
+        let file = m.mountpoint.join(path);
+        std::fs::metadata(&file).unwrap();
+        env.hub().set_faults(RouteClass::Resolve, fault.clone()).unwrap();
+        let t = Instant::now();
+        let r = std::fs::read(&file);
+        assert_eq!(errno_of(r), libc::EIO, "{fault:?}");
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "took {:?} under {fault:?}",
+            t.elapsed()
+        );
+        env.hub().clear_faults();
+        // A failed fetch is not cached, so the next read works.
+        let data = std::fs::read(&file).unwrap();
+        if size > 0 {
+            assert_eq!(data.len(), size);
+        } else {
+            assert!(data.starts_with(b"id,text,label\n"));
+        }
+    }
+    m.unmount().unwrap();
+}
