@@ -202,8 +202,15 @@ impl FaultArgs {
                 let v: f64 = v
                     .parse()
                     .map_err(|_| anyhow::anyhow!("{flag} {raw}: {v:?} is not a number"))?;
+                if !v.is_finite() || v < 0.0 {
+                    anyhow::bail!("{flag} {raw}: the value must be a non-negative number");
+                }
                 for c in classes {
                     apply(&mut per[c as usize], v);
+                    // Check each flag on its own so the message names the flag that is wrong.
+                    per[c as usize]
+                        .validate()
+                        .map_err(|e| anyhow::anyhow!("{flag} {raw}: {e}"))?;
                 }
             }
         }

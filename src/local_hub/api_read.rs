@@ -277,11 +277,11 @@ pub async fn commits(state: &HubState, req: Req, id: RepoId, rev: String) -> Hub
         .and_then(|p| p.parse().ok())
         .unwrap_or(50)
         .clamp(1, 1000);
-    let upto = (page + 1).saturating_mul(limit).saturating_add(1);
+    let upto = page.saturating_add(1).saturating_mul(limit).saturating_add(1);
     let hist = state.store.history(&repo, &resolved.commit, upto)?;
     let items: Vec<Value> = hist
         .iter()
-        .skip(page * limit)
+        .skip(page.saturating_mul(limit))
         .take(limit)
         .map(|c| {
             json!({
@@ -294,13 +294,13 @@ pub async fn commits(state: &HubState, req: Req, id: RepoId, rev: String) -> Hub
         })
         .collect();
     let mut resp = json_response(StatusCode::OK, &items);
-    if hist.len() > (page + 1) * limit {
+    if hist.len() > page.saturating_add(1).saturating_mul(limit) {
         let url = format!(
             "{}{}/commits/{}?p={}&limit={limit}",
             req.base,
             id.api_path(),
             encode_segment(&rev),
-            page + 1
+            page.saturating_add(1)
         );
         set_header(resp.headers_mut(), "link", &format!("<{url}>; rel=\"next\""));
     }

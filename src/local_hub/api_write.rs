@@ -120,13 +120,16 @@ fn parse_commit(state: &HubState, body: &[u8], base_files: Option<&super::model:
             .map_err(|e| HubError::bad_request(format!("Invalid NDJSON on line {}: {e}", i + 1)))?;
         let key = v["key"].as_str().unwrap_or("");
         let val = &v["value"];
+        // Only a folder deletion may end in '/'; a file path must name a file.
+        let folder = key == "deletedFolder";
         let path = || -> HubResult<String> {
             let p = val["path"]
                 .as_str()
                 .ok_or_else(|| HubError::bad_request(format!("line {}: missing path", i + 1)))?;
-            let p = p.trim_start_matches("./").to_string();
-            validate_file_path(p.trim_end_matches('/'))?;
-            Ok(p)
+            let p = p.trim_start_matches("./");
+            let p = if folder { p.trim_end_matches('/') } else { p };
+            validate_file_path(p)?;
+            Ok(p.to_string())
         };
         match key {
             "header" => {

@@ -70,8 +70,11 @@ impl FaultSettings {
                 return Err(format!("{name} must be between 0 and 1, got {v}"));
             }
         }
-        if self.bandwidth_mbps < 0.0 || !self.bandwidth_mbps.is_finite() {
-            return Err("bandwidth_mbps must be a non-negative number".to_string());
+        if !self.bandwidth_mbps.is_finite() || (self.bandwidth_mbps != 0.0 && self.bandwidth_mbps < 0.001) {
+            return Err(format!(
+                "bandwidth_mbps must be 0 (no cap) or at least 0.001, got {}",
+                self.bandwidth_mbps
+            ));
         }
         if self.rate_limit < 0.0 || !self.rate_limit.is_finite() {
             return Err("rate_limit must be a non-negative number".to_string());
@@ -308,7 +311,7 @@ impl Stream for Shaped {
             .bytes_out
             .fetch_add(chunk.len() as u64, Ordering::Relaxed);
         if self.bytes_per_sec > 0.0 {
-            let due = Duration::from_secs_f64(self.sent as f64 / self.bytes_per_sec);
+            let due = Duration::try_from_secs_f64(self.sent as f64 / self.bytes_per_sec).unwrap_or(Duration::MAX);
             let elapsed = self.started.elapsed();
             if due > elapsed {
                 self.sleep = Some(Box::pin(tokio::time::sleep(due - elapsed)));

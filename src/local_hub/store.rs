@@ -53,11 +53,13 @@ pub struct Resolved {
 
 pub struct Store {
     root: PathBuf,
-    /// Lock order: `repos` is never held while taking a repo's locks.
+    /// Lock order: `create_lock` → `repos`; `repos` is never held while taking a repo's locks.
     repos: Mutex<HashMap<RepoId, Arc<RepoState>>>,
     snapshots: moka::sync::Cache<String, Arc<Snapshot>>,
     bindings: RwLock<HashMap<String, XetBinding>>,
     bindings_file: Mutex<()>,
+    /// Held for a whole repo creation (before `repos`).
+    create_lock: Mutex<()>,
 }
 
 pub fn now_iso() -> String {
@@ -175,6 +177,7 @@ impl Store {
                 .build(),
             bindings: RwLock::new(bindings),
             bindings_file: Mutex::new(()),
+            create_lock: Mutex::new(()),
         })
     }
 
@@ -287,12 +290,13 @@ impl Store {
     /// Creates a repo with an initial commit holding the default `.gitattributes`.
     pub fn create_repo(&self, id: &RepoId, private: bool, author: &str) -> HubResult<Arc<RepoState>> {
         let dir = self.repo_dir(id);
-        // Serialise creations of the same id through the map lock held only for the check.
-        {
-            let repos = self.repos.lock();
-            if repos.contains_key(id) || dir.join("refs.json").is_file() {
-                return Err(HubError::Conflict("You already created this model repo".to_string()));
-            }
+        // One creation at a time: the existence check and the writes must not interleave.
+        let _creating = self.create_lock.lock();
+        if self.repos.lock().contains_key(id) || dir.join("refs.json").is_file() {
+            return Err(HubError::Conflict(format!(
+                "You already created this {} repo",
+                id.ty.singular()
+            )));
         }
         let meta = RepoMeta {
             private,

@@ -67,9 +67,7 @@ pub fn shard_bindings(shard: &[u8]) -> HubResult<Vec<XetBinding>> {
 
 /// Paths of the CAS that need no bearer token: presigned fetch URLs and grant uploads.
 fn is_presigned(path: &str) -> bool {
-    path.starts_with("/v1/fetch_term")
-        || path.starts_with("/v1/get_xorb/")
-        || path.starts_with("/simulation/xorb-uploads/")
+    path.starts_with("/v1/fetch_term") || path.starts_with("/simulation/xorb-uploads/")
 }
 
 fn needs_write(method: &axum::http::Method, path: &str) -> bool {
