@@ -107,7 +107,7 @@ pub fn explain(repo: &str, revision: &str, e: &VfsError) -> String {
 }
 
 /// Raises the kernel readahead of the new mount (its BDI is named after the mount's st_dev).
-fn raise_readahead(mountpoint: &Path) {
+pub fn raise_readahead(mountpoint: &Path) {
     let Ok(meta) = std::fs::metadata(mountpoint) else {
         return;
     };

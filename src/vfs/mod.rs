@@ -101,7 +101,7 @@ enum Handle {
         ino: Ino,
         meta: FileMeta,
         commit: String,
-        state: tokio::sync::Mutex<ReadState>,
+        state: Mutex<ReadState>,
     },
 }
 
@@ -426,7 +426,7 @@ impl VirtualFs {
             ino,
             meta,
             commit,
-            state: tokio::sync::Mutex::new(ReadState::default()),
+            state: Mutex::new(ReadState::default()),
         };
         Ok((self.add_handle(h), keep_cache))
     }
@@ -439,8 +439,7 @@ impl VirtualFs {
         else {
             return Err(VfsError::IsDir);
         };
-        let mut st = state.lock().await;
-        self.reader.read(meta, commit, &mut st, offset, size).await
+        self.reader.read(meta, commit, state, offset, size).await
     }
 
     pub fn release(&self, fh: u64) {

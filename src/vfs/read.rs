@@ -13,6 +13,9 @@ use crate::chunk_store::{BLOCK_SIZE, ChunkStore};
 /// Largest prefetch window, in blocks (8 × 8 MiB = 64 MiB ahead of the reader).
 pub const MAX_WINDOW_BLOCKS: u64 = 8;
 
+/// How far from the previous read's end a read may start and still count as sequential.
+const SEQUENTIAL_SLACK: u64 = 4 << 20;
+
 /// Per-handle reader state.
 #[derive(Debug, Clone)]
 pub struct ReadState {
@@ -43,12 +46,13 @@ impl Reader {
             .await
     }
 
-    /// Reads `[offset, offset + size)` of `file`; short only at end of file.
+    /// Reads `[offset, offset + size)` of `file`; short only at end of file. The handle's state is
+    /// locked only to classify the read, so the kernel's parallel reads of one file overlap.
     pub async fn read(
         &self,
         file: &FileMeta,
         commit: &str,
-        state: &mut ReadState,
+        state: &parking_lot::Mutex<ReadState>,
         offset: u64,
         size: u32,
     ) -> VfsResult<Bytes> {
@@ -58,8 +62,21 @@ impl Reader {
         }
         let key = file.id.key();
         let (first, last) = (offset / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
-        let sequential = offset == state.next;
-        state.next = end;
+        let window = {
+            let mut st = state.lock();
+            // Kernel readahead sends several reads at once and they may arrive out of order: a read
+            // near where the last one ended still counts as sequential.
+            let sequential = offset.abs_diff(st.next) <= SEQUENTIAL_SLACK;
+            st.next = st.next.max(end);
+            if sequential {
+                st.window = (st.window * 2).min(MAX_WINDOW_BLOCKS);
+                Some(st.window)
+            } else {
+                st.next = end;
+                st.window = 1;
+                None
+            }
+        };
 
         // Everything cached: serve it whatever the access pattern.
         let mut cached = Vec::new();
@@ -70,14 +87,15 @@ impl Reader {
             }
         }
         let blocks = if cached.len() as u64 == last - first + 1 {
+            if let Some(w) = window {
+                self.prefetch(file, commit, &key, last + 1, w);
+            }
             cached
-        } else if sequential {
-            state.window = (state.window * 2).min(MAX_WINDOW_BLOCKS);
-            self.prefetch(file, commit, &key, last + 1, state.window);
+        } else if let Some(w) = window {
+            self.prefetch(file, commit, &key, last + 1, w);
             try_join_all((first..=last).map(|idx| self.block(file, commit, &key, idx))).await?
         } else {
             // A seek: fetch exactly what was asked, no read amplification.
-            state.window = 1;
             return self.remote.fetch(file, commit, offset, end - offset).await;
         };
         Ok(assemble(&blocks, first * BLOCK_SIZE, offset, end))
