@@ -200,7 +200,11 @@ pub async fn layer(
     let stats = &faults.stats[class.idx()];
     stats.requests.fetch_add(1, Ordering::Relaxed);
     if s.latency_ms > 0 {
-        tokio::time::sleep(Duration::from_millis(s.latency_ms)).await;
+        // A stopping Hub ends injected waits at once, so no request outlives `stop()`.
+        tokio::select! {
+            _ = faults.shutdown.notified() => return injected_error(StatusCode::SERVICE_UNAVAILABLE, "shutting down"),
+            _ = tokio::time::sleep(Duration::from_millis(s.latency_ms)) => {}
+        }
     }
     if s.rate_limit > 0.0 && !faults.take_token(class, s.rate_limit) {
         stats.injected.fetch_add(1, Ordering::Relaxed);

@@ -68,14 +68,37 @@ pub fn now_iso() -> String {
 
 /// Writes `data` to `path` atomically: temp file in the same directory, fsync, rename.
 pub fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    write_file(path, data, true)
+}
+
+/// Writes `data` to `path` through a temporary name and a rename. With `sync`, the file and its
+/// directory are synced, so the new name survives a power cut; without, the caller syncs later
+/// (many small objects of one commit share one `syncfs`).
+fn write_file(path: &Path, data: &[u8], sync: bool) -> std::io::Result<()> {
     let dir = path
         .parent()
         .ok_or_else(|| std::io::Error::other("path has no parent"))?;
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     tmp.write_all(data)?;
-    tmp.as_file().sync_all()?;
+    if sync {
+        tmp.as_file().sync_all()?;
+    }
     tmp.persist(path).map_err(|e| e.error)?;
+    if sync {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Flushes everything written under `dir`'s filesystem (one syscall for a commit's many objects).
+fn sync_filesystem(dir: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(dir)?;
+    // SAFETY: `f` is an open descriptor for the duration of the call.
+    if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
     Ok(())
 }
 
@@ -229,7 +252,8 @@ impl Store {
         let entry = FileEntry::regular(content);
         let path = self.git_object_path(&entry.oid);
         if !path.exists() {
-            write_atomic(&path, content).map_err(HubError::internal)?;
+            // Synced with the rest of the commit in `apply_commit`, before the commit can land.
+            write_file(&path, content, false).map_err(HubError::internal)?;
         }
         Ok(entry)
     }
@@ -456,7 +480,12 @@ impl Store {
         for op in req.ops {
             match op {
                 Op::Put { path, entry } => {
-                    if files.keys().any(|k| k.starts_with(&format!("{path}/"))) {
+                    let prefix = format!("{path}/");
+                    if files
+                        .range(prefix.clone()..)
+                        .next()
+                        .is_some_and(|(k, _)| k.starts_with(&prefix))
+                    {
                         return Err(HubError::bad_request(format!(
                             "{path:?} is a directory in this revision"
                         )));
@@ -499,6 +528,8 @@ impl Store {
             files,
         };
         commit.id = commit.compute_id();
+        // Objects of this commit were written without their own fsync: make them durable first.
+        sync_filesystem(&self.root).map_err(HubError::internal)?;
         write_json(&repo.dir.join("commits").join(format!("{}.json", commit.id)), &commit)?;
 
         let mut refs = repo.refs.read().clone();
