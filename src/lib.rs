@@ -13,4 +13,5 @@ pub mod hub_client;
 pub mod local_hub;
 pub mod logging;
 pub mod mount;
+pub mod urlenc;
 pub mod vfs;

@@ -24,7 +24,7 @@
 
 use std::fmt;
 
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
+use percent_encoding::percent_decode_str;
 
 use super::error::HubClientError;
 
@@ -296,34 +296,11 @@ pub(crate) fn check_path(path: &str, allow_root: bool) -> Result<&str, String> {
     Ok(p)
 }
 
-/// Everything but RFC 3986 unreserved characters: Python's `quote(s, safe="")`.
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
-/// Like [`SEGMENT`] but keeping `/`: Python's `quote(path)`. `#`, `?`, `%`, spaces and all
-/// non-ASCII bytes are escaped.
-const PATH: &AsciiSet = &SEGMENT.remove(b'/');
-
-/// A revision as one URL path segment: `refs/pr/1` → `refs%2Fpr%2F1`.
-pub fn encode_revision(rev: &str) -> String {
-    utf8_percent_encode(rev, SEGMENT).to_string()
-}
-
-/// A file path in a URL, keeping `/`: `a b/#1.txt` → `a%20b/%231.txt`.
-pub fn encode_path(path: &str) -> String {
-    utf8_percent_encode(path, PATH).to_string()
-}
+pub use crate::urlenc::{encode_path, encode_segment as encode_revision};
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn encodings() {
-        assert_eq!(encode_revision("refs/pr/1"), "refs%2Fpr%2F1");
-        assert_eq!(encode_revision("main"), "main");
-        assert_eq!(encode_revision("v1.0-rc_1~x"), "v1.0-rc_1~x");
-        assert_eq!(encode_path("a b/#c?.txt"), "a%20b/%23c%3F.txt");
-        assert_eq!(encode_path("dir/100%/é"), "dir/100%25/%C3%A9");
-    }
 
     #[test]
     fn paths_and_revisions() {

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
+use percent_encoding::percent_decode_str;
 use serde::{Deserialize, Serialize};
 
 use super::error::{HubError, HubResult};
@@ -188,23 +188,7 @@ pub fn decode_segment(raw: &str) -> HubResult<String> {
         .map_err(|_| HubError::bad_request("URL path is not valid UTF-8 after percent-decoding"))
 }
 
-/// Characters kept as-is when a file path goes into a URL: unreserved plus `/`.
-const PATH_SET: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~')
-    .remove(b'/');
-/// For one segment (revisions, cursors): `/` is encoded too.
-const SEGMENT_SET: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
-
-pub fn encode_path(p: &str) -> String {
-    utf8_percent_encode(p, PATH_SET).to_string()
-}
-
-pub fn encode_segment(p: &str) -> String {
-    utf8_percent_encode(p, SEGMENT_SET).to_string()
-}
+pub use crate::urlenc::{encode_path, encode_segment};
 
 #[cfg(test)]
 mod tests {

@@ -86,6 +86,7 @@ async fn upload_xet(state: &HubState, data: Vec<u8>) -> anyhow::Result<FileEntry
         .next()
         .ok_or_else(|| err("the Xet upload reported no file"))?;
     let xet_hash = meta.xet_info.hash.clone();
+    wait_until_readable(state, &xet_hash).await?;
     state
         .store
         .add_xet_binding(XetBinding {
@@ -95,6 +96,19 @@ async fn upload_xet(state: &HubState, data: Vec<u8>) -> anyhow::Result<FileEntry
         })
         .map_err(err)?;
     Ok(FileEntry::lfs(&sha, size, Some(xet_hash)))
+}
+
+/// The CAS answers an upload before the new file can be queried; the demo is "ready" only once
+/// its weights can be reconstructed, so a client starting right after never sees a 404.
+async fn wait_until_readable(state: &HubState, xet_hash: &str) -> anyhow::Result<()> {
+    let hash = xet_core_structures::merklehash::MerkleHash::from_hex(xet_hash).map_err(err)?;
+    for _ in 0..200 {
+        if matches!(state.cas_client.get_reconstruction_v1(&hash, None).await, Ok(Some(_))) {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    Err(err("the uploaded demo weights never became readable in the CAS"))
 }
 
 /// Stores `data` as a plain-LFS object (no Xet) and returns its entry.
