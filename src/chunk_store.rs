@@ -42,11 +42,6 @@ impl ChunkStore {
             .await
             .map_err(VfsError::Shared)
     }
-
-    /// Bytes currently held (approximate: moka applies evictions lazily).
-    pub fn weighted_size(&self) -> u64 {
-        self.mem.weighted_size()
-    }
 }
 
 #[cfg(test)]

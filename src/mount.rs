@@ -4,7 +4,6 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 
@@ -184,6 +183,3 @@ pub fn unmount(dir: &Path) -> anyhow::Result<()> {
     }
     bail!("cannot unmount {}: {err}", dir.display())
 }
-
-/// Default metadata TTL and timeouts, as the CLI shows them.
-pub const DEFAULT_METADATA_TTL: Duration = Duration::from_secs(60);

@@ -145,8 +145,4 @@ impl HubState {
         let g = self.cas_grants.lock();
         g.get(token).filter(|v| v.expires > unix_now()).cloned()
     }
-
-    pub fn caller_for_write_token(&self) -> Option<Caller> {
-        self.auth.some_write_token().and_then(|t| self.auth.lookup(&t))
-    }
 }
