@@ -62,8 +62,14 @@ pub struct MountArgs {
     #[arg(long, hide_env_values = true)]
     pub token: Option<String>,
     /// Memory for cached file content, e.g. 256M, 2G.
-    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    #[arg(long, default_value = "128M", value_parser = parse_size)]
     pub memory_cache_size: u64,
+    /// Directory of the on-disk content cache (default: $XDG_CACHE_HOME/hubfs, else ~/.cache/hubfs).
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+    /// Disk space for cached file content, e.g. 10G; 0 turns the disk cache off.
+    #[arg(long, default_value = "10G", value_parser = parse_size)]
+    pub cache_size: u64,
     /// How long listings and attributes are trusted before a branch is re-resolved, e.g. 60s, 5m.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub metadata_ttl: Duration,
@@ -250,6 +256,8 @@ fn run_mount(args: MountArgs) -> anyhow::Result<()> {
         uid: args.uid.unwrap_or(uid),
         gid: args.gid.unwrap_or(gid),
         memory_cache_bytes: args.memory_cache_size,
+        cache_dir: Some(args.cache_dir.unwrap_or_else(crate::vfs::default_cache_dir)),
+        disk_cache_bytes: args.cache_size,
         ..VfsOptions::default()
     };
     let req = MountRequest {

@@ -3,6 +3,7 @@
 //! Layers (see docs/ARCHITECTURE.md): `local_hub` is a self-contained Hub emulator reached only
 //! over HTTP; `cli` is the command-line front.
 
+pub mod buffer_pool;
 pub mod ceiling;
 pub mod chunk_store;
 pub mod cli;

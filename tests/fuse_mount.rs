@@ -413,3 +413,98 @@ fn hub_errors_and_stalls_give_eio_then_recover() {
     }
     m.unmount().unwrap();
 }
+
+/// Content read once is served from the disk cache by a later mount with the same cache dir, even
+/// when the CAS and the download origin fail every request; identical bytes are stored once.
+#[test]
+fn disk_cache_serves_a_remount_without_the_hub() {
+    let mut env = Env::new();
+    let cache = tempfile::tempdir().unwrap();
+    let opts = VfsOptions {
+        cache_dir: Some(cache.path().to_path_buf()),
+        disk_cache_bytes: 1 << 30,
+        memory_cache_bytes: 16 << 20,
+        read_timeout: Duration::from_secs(3),
+        ..VfsOptions::default()
+    };
+    let m = env.try_mount("demo/tiny-model", None, opts.clone(), true).unwrap();
+    let commit = m.commit.clone();
+    let weights = m.mountpoint.join("model.safetensors");
+    let size = std::fs::metadata(&weights).unwrap().len();
+    let want = env
+        .listing("demo/tiny-model", &commit)
+        .into_iter()
+        .find_map(|e| match e {
+            TreeEntry::File { path, lfs_sha256, .. } if path == "model.safetensors" => lfs_sha256,
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(sha256_file(&weights), want);
+    m.unmount().unwrap();
+
+    // Blocks land on disk in the background: wait until all of the file is there.
+    let on_disk = |dir: &Path| -> u64 {
+        fn walk(p: &Path) -> u64 {
+            std::fs::read_dir(p)
+                .map(|rd| {
+                    rd.flatten()
+                        .map(|e| {
+                            let m = e.metadata().unwrap();
+                            if m.is_dir() { walk(&e.path()) } else { m.len() }
+                        })
+                        .sum()
+                })
+                .unwrap_or(0)
+        }
+        walk(&dir.join("blocks"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while on_disk(cache.path()) < size && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        on_disk(cache.path()),
+        size,
+        "the disk cache holds the file exactly once"
+    );
+
+    // Remount at the same commit with every content request failing: bytes come from disk.
+    let fail = FaultSettings {
+        error_rate: 1.0,
+        ..Default::default()
+    };
+    env.hub().set_faults(RouteClass::Cas, fail.clone()).unwrap();
+    env.hub().set_faults(RouteClass::Resolve, fail).unwrap();
+    // Control: with an empty cache dir the same read fails, so the bytes below come from the disk.
+    let empty = tempfile::tempdir().unwrap();
+    let cold_opts = VfsOptions {
+        cache_dir: Some(empty.path().to_path_buf()),
+        ..opts.clone()
+    };
+    let m = env
+        .try_mount("demo/tiny-model", Some(&commit), cold_opts, true)
+        .unwrap();
+    assert_eq!(
+        errno_of(std::fs::read(m.mountpoint.join("model.safetensors"))),
+        libc::EIO
+    );
+    m.unmount().unwrap();
+
+    let m = env.try_mount("demo/tiny-model", Some(&commit), opts, true).unwrap();
+    let weights = m.mountpoint.join("model.safetensors");
+    let mut got = None;
+    // The new mount indexes the cache dir in the background; give it a moment.
+    for _ in 0..50 {
+        match std::fs::read(&weights) {
+            Ok(d) => {
+                got = Some(d);
+                break;
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+    let got = got.expect("the remount never read the file from the disk cache");
+    assert_eq!(hex::encode(Sha256::digest(&got)), want);
+    env.hub().clear_faults();
+    m.unmount().unwrap();
+}

@@ -2026,7 +2026,8 @@ async fn data_persists_across_restart() {
     let repo = Repo::dataset("local/persist");
     let small = b"persisted bytes\n".to_vec();
     let big = bytes(300_000, 77);
-    let (head, tag_commit) = {
+    let cas_path = |url: &str| url::Url::parse(url).unwrap().path().to_string();
+    let (head, tag_commit, cas_path_before) = {
         let hub = LocalHub::start(LocalHubConfig::new(dir.path())).await.unwrap();
         let ep = hub.endpoint();
         create_repo_ok(&c, ep, WRITE, &repo, true).await;
@@ -2057,12 +2058,29 @@ async fn data_persists_across_restart() {
         )
         .await;
         let h = h["commitOid"].as_str().unwrap().to_string();
+        let cas_path = cas_path(hub.cas_url());
         hub.stop().await;
-        (h, t)
+        (h, t, cas_path)
     };
     // The port is free again after stop().
     let hub = LocalHub::start(LocalHubConfig::new(dir.path())).await.unwrap();
     let ep = hub.endpoint();
+    // Xet clients key their dedup caches by CAS URL: it is the same across a restart of one data dir
+    // and different for another data dir, even if that one got the same port.
+    assert_eq!(cas_path(hub.cas_url()), cas_path_before);
+    let other_dir = tempfile::tempdir().unwrap();
+    let other = LocalHub::start(LocalHubConfig::new(other_dir.path())).await.unwrap();
+    assert_ne!(cas_path(other.cas_url()), cas_path_before);
+    other.stop().await;
+    // Outside the prefix, the CAS origin answers nothing but presigned reads.
+    let origin = hub.cas_url().trim_end_matches(&cas_path_before);
+    let r = c
+        .get(format!("{origin}/v1/reconstructions/{}", "0".repeat(64)))
+        .header("authorization", bearer(WRITE))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
     assert_eq!(head_sha(&c, ep, Some(WRITE), &repo, "main").await, head);
     assert_eq!(head_sha(&c, ep, Some(WRITE), &repo, "v1").await, tag_commit);
     // Still private.

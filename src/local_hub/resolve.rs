@@ -161,23 +161,16 @@ async fn xet_download(state: &HubState, req: Req, key: &str) -> HubResult<Respon
     serve_file(&req.method, &req.headers, &path, meta, HeaderMap::new()).await
 }
 
-/// The file's reconstruction. A shard the CAS has just accepted can take a moment to become
-/// queryable, so a miss is retried for a short while before it counts as "not found".
+/// The file's reconstruction from the embedded CAS.
 async fn reconstruction(
     state: &HubState,
     hash: &MerkleHash,
 ) -> HubResult<xet_client::cas_types::QueryReconstructionResponse> {
-    let mut delay = std::time::Duration::from_millis(20);
-    for attempt in 0..8 {
-        match state.cas_client.get_reconstruction_v1(hash, None).await {
-            Ok(Some(r)) => return Ok(r),
-            Ok(None) => tracing::debug!(%hash, attempt, "Xet file not known to the CAS yet"),
-            Err(e) => tracing::debug!(%hash, attempt, error = %e, "Xet reconstruction failed"),
-        }
-        tokio::time::sleep(delay).await;
-        delay *= 2;
+    match state.cas_client.get_reconstruction_v1(hash, None).await {
+        Ok(Some(r)) => Ok(r),
+        Ok(None) => Err(HubError::EntryNotFound("Entry not found".to_string())),
+        Err(e) => Err(HubError::internal(format!("reconstructing Xet file {hash}: {e}"))),
     }
-    Err(HubError::EntryNotFound("Entry not found".to_string()))
 }
 
 async fn materialize_xet(state: &HubState, hash: &MerkleHash, dest: &std::path::Path) -> HubResult<()> {

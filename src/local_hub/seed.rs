@@ -98,17 +98,15 @@ async fn upload_xet(state: &HubState, data: Vec<u8>) -> anyhow::Result<FileEntry
     Ok(FileEntry::lfs(&sha, size, Some(xet_hash)))
 }
 
-/// The CAS answers an upload before the new file can be queried; the demo is "ready" only once
-/// its weights can be reconstructed, so a client starting right after never sees a 404.
+/// The demo is "ready" only once its weights can be reconstructed; checking here turns a broken
+/// upload into a clear seeding error instead of a 404 for the first client.
 async fn wait_until_readable(state: &HubState, xet_hash: &str) -> anyhow::Result<()> {
     let hash = xet_core_structures::merklehash::MerkleHash::from_hex(xet_hash).map_err(err)?;
-    for _ in 0..200 {
-        if matches!(state.cas_client.get_reconstruction_v1(&hash, None).await, Ok(Some(_))) {
-            return Ok(());
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    match state.cas_client.get_reconstruction_v1(&hash, None).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(err("the uploaded demo weights are unknown to the CAS")),
+        Err(e) => Err(err(format!("the uploaded demo weights cannot be reconstructed: {e}"))),
     }
-    Err(err("the uploaded demo weights never became readable in the CAS"))
 }
 
 /// Stores `data` as a plain-LFS object (no Xet) and returns its entry.

@@ -81,6 +81,22 @@ fn serve(listener: TcpListener, router: Router) -> JoinHandle<()> {
     })
 }
 
+/// The CAS origin's path prefix, random per data dir and kept across restarts. Xet clients key their
+/// local dedup caches by CAS URL: without it, a fresh data dir served on a port an earlier local Hub
+/// used would let clients dedupe against xorbs this CAS never received, making uploads unreadable.
+fn load_cas_prefix(dir: &std::path::Path) -> anyhow::Result<String> {
+    let p = dir.join("cas-instance");
+    if let Ok(s) = std::fs::read_to_string(&p)
+        && s.len() == 16
+        && s.bytes().all(|b| b.is_ascii_hexdigit())
+    {
+        return Ok(format!("/cas/{s}"));
+    }
+    let s = random_hex(8);
+    super::store::write_atomic(&p, s.as_bytes())?;
+    Ok(format!("/cas/{s}"))
+}
+
 fn load_secret(dir: &std::path::Path) -> anyhow::Result<Vec<u8>> {
     let p = dir.join("secret");
     if let Ok(s) = std::fs::read(&p)
@@ -130,7 +146,9 @@ impl LocalHub {
         let ip = cfg.addr.ip();
         let (api_l, endpoint) = bind(cfg.addr).await?;
         let (blob_l, blob_url) = bind(SocketAddr::new(ip, 0)).await?;
-        let (cas_l, cas_url) = bind(SocketAddr::new(ip, 0)).await?;
+        let (cas_l, cas_origin) = bind(SocketAddr::new(ip, 0)).await?;
+        let cas_prefix = load_cas_prefix(&cfg.data_dir)?;
+        let cas_url = format!("{cas_origin}{cas_prefix}");
         let http = reqwest::Client::builder()
             .no_proxy()
             .connect_timeout(Duration::from_secs(10))
@@ -143,6 +161,7 @@ impl LocalHub {
             endpoint,
             blob_url,
             cas_url,
+            cas_prefix,
             cas_internal,
             cas_client,
             http,

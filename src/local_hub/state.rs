@@ -32,6 +32,8 @@ pub struct HubState {
     pub endpoint: String,
     pub blob_url: String,
     pub cas_url: String,
+    /// Path prefix of `cas_url` on the public CAS origin (see `load_cas_prefix`).
+    pub cas_prefix: String,
     /// The embedded xet CAS behind our authenticating, fault-injecting front.
     pub cas_internal: String,
     pub cas_client: Arc<dyn DirectAccessClient>,
@@ -62,6 +64,7 @@ pub struct HubStateParts {
     pub endpoint: String,
     pub blob_url: String,
     pub cas_url: String,
+    pub cas_prefix: String,
     pub cas_internal: String,
     pub cas_client: Arc<dyn DirectAccessClient>,
     pub http: reqwest::Client,
@@ -77,6 +80,7 @@ impl HubState {
             endpoint: p.endpoint,
             blob_url: p.blob_url,
             cas_url: p.cas_url,
+            cas_prefix: p.cas_prefix,
             cas_internal: p.cas_internal,
             cas_client: p.cas_client,
             http: p.http,

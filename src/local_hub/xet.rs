@@ -132,12 +132,17 @@ async fn cas_proxy(state: &HubState, req: Request) -> HubResult<Response> {
     {
         return Ok(resp);
     }
-    let path = req.uri().path().to_string();
-    let path_and_query = req
-        .uri()
-        .path_and_query()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| path.clone());
+    // API routes live under this data dir's prefix; presigned URLs the CAS builds itself do not.
+    let raw_path = req.uri().path();
+    let path = match raw_path.strip_prefix(state.cas_prefix.as_str()) {
+        Some(rest) if rest.starts_with('/') => rest.to_string(),
+        _ if is_presigned(raw_path) || raw_path == "/health" => raw_path.to_string(),
+        _ => return Err(HubError::RouteNotFound),
+    };
+    let path_and_query = match req.uri().query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.clone(),
+    };
     // The simulator's control routes must not be reachable from outside.
     if path.starts_with("/simulation/") && !is_presigned(&path) {
         return Err(HubError::RouteNotFound);

@@ -27,6 +27,8 @@ pub enum VfsError {
     ShortRead { offset: u64, wanted: u64, got: u64 },
     #[error("remote read timed out after {0:?}")]
     Timeout(std::time::Duration),
+    #[error("content cache: {0}")]
+    Cache(String),
     /// One failure shared by every caller that waited on the same fetch.
     #[error("{0}")]
     Shared(std::sync::Arc<VfsError>),
@@ -51,7 +53,7 @@ impl VfsError {
                 HubClientError::BadInput { .. } => libc::EINVAL,
                 _ => libc::EIO,
             },
-            VfsError::Xet(_) | VfsError::ShortRead { .. } | VfsError::Timeout(_) => libc::EIO,
+            VfsError::Xet(_) | VfsError::ShortRead { .. } | VfsError::Timeout(_) | VfsError::Cache(_) => libc::EIO,
             VfsError::Shared(e) => e.errno(),
         }
     }

@@ -31,6 +31,9 @@ pub struct VfsOptions {
     pub uid: u32,
     pub gid: u32,
     pub memory_cache_bytes: u64,
+    /// Root of the on-disk content cache; `None` (or a zero size) keeps content in memory only.
+    pub cache_dir: Option<std::path::PathBuf>,
+    pub disk_cache_bytes: u64,
     /// Deadline of one remote read.
     pub read_timeout: Duration,
 }
@@ -41,7 +44,9 @@ impl Default for VfsOptions {
             metadata_ttl: Duration::from_secs(60),
             uid: 0,
             gid: 0,
-            memory_cache_bytes: 256 << 20,
+            memory_cache_bytes: 128 << 20,
+            cache_dir: None,
+            disk_cache_bytes: 0,
             read_timeout: Duration::from_secs(60),
         }
     }
@@ -143,6 +148,17 @@ fn join(a: &str, b: &str) -> String {
     }
 }
 
+/// `$XDG_CACHE_HOME/hubfs`, else `~/.cache/hubfs`, else a directory under the system temp dir.
+pub fn default_cache_dir() -> std::path::PathBuf {
+    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|x| !x.is_empty()) {
+        return std::path::PathBuf::from(x).join("hubfs");
+    }
+    match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        Some(h) => std::path::PathBuf::from(h).join(".cache").join("hubfs"),
+        None => std::env::temp_dir().join("hubfs-cache"),
+    }
+}
+
 impl VirtualFs {
     /// Resolves the revision and checks the subfolder exists; fails early with the Hub's answer.
     pub async fn new(
@@ -153,12 +169,25 @@ impl VirtualFs {
         opts: VfsOptions,
     ) -> VfsResult<VirtualFs> {
         let info = client.repo_info(&repo, revision).await?;
-        let remote = Arc::new(Remote::new(client.clone(), repo.clone(), opts.read_timeout)?);
+        let store = match &opts.cache_dir {
+            Some(dir) if opts.disk_cache_bytes > 0 => {
+                ChunkStore::with_disk(opts.memory_cache_bytes, dir, opts.disk_cache_bytes).map_err(|e| {
+                    VfsError::Cache(format!(
+                        "cannot use cache dir {}: {e} (pass --cache-dir DIR on a writable disk, or --cache-size 0)",
+                        dir.display()
+                    ))
+                })?
+            }
+            _ => ChunkStore::new(opts.memory_cache_bytes),
+        };
+        let remote = Arc::new(Remote::new(
+            client.clone(),
+            repo.clone(),
+            opts.read_timeout,
+            store.pool().clone(),
+        )?);
         let vfs = VirtualFs {
-            reader: Reader {
-                remote,
-                store: ChunkStore::new(opts.memory_cache_bytes),
-            },
+            reader: Reader { remote, store },
             client,
             repo,
             revision_name: revision.to_string(),

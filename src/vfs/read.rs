@@ -42,7 +42,12 @@ impl Reader {
     async fn block(&self, file: &FileMeta, commit: &str, key: &Arc<str>, idx: u64) -> VfsResult<Bytes> {
         let start = idx * BLOCK_SIZE;
         self.store
-            .get_or_fetch(key, idx, self.remote.fetch(file, commit, start, BLOCK_SIZE))
+            .get_or_fetch(
+                key,
+                idx,
+                block_len(file.size, idx),
+                self.remote.fetch(file, commit, start, BLOCK_SIZE),
+            )
             .await
     }
 
@@ -81,7 +86,7 @@ impl Reader {
         // Everything cached: serve it whatever the access pattern.
         let mut cached = Vec::new();
         for idx in first..=last {
-            match self.store.get(&key, idx).await {
+            match self.store.get(&key, idx, block_len(file.size, idx)).await {
                 Some(b) => cached.push(b),
                 None => break,
             }
@@ -107,14 +112,17 @@ impl Reader {
         for idx in from..(from + count).min(nblocks) {
             let (this, file, commit, key) = (self.clone(), file.clone(), commit.to_string(), key.clone());
             tokio::spawn(async move {
-                if this.store.get(&key, idx).await.is_none()
-                    && let Err(e) = this.block(&file, &commit, &key, idx).await
-                {
+                if let Err(e) = this.block(&file, &commit, &key, idx).await {
                     tracing::debug!(path = %file.remote_path, block = idx, error = %e, "prefetch failed");
                 }
             });
         }
     }
+}
+
+/// Length of block `idx` of a file of `size` bytes (the last one is short).
+fn block_len(size: u64, idx: u64) -> u64 {
+    size.saturating_sub(idx * BLOCK_SIZE).min(BLOCK_SIZE)
 }
 
 /// The bytes `[offset, end)` out of consecutive blocks starting at file offset `base`.

@@ -5,11 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use xet::xet_session::{XetDownloadStreamGroup, XetFileInfo, XetSession, XetSessionBuilder};
 
 use super::error::{VfsError, VfsResult};
+use crate::buffer_pool::BufferPool;
 use crate::hub_client::{HubClient, RepoRef};
+
+/// Ranges at least this long are assembled in a pooled (prefaulted) buffer.
+const POOLED_MIN: u64 = 1 << 20;
 
 /// How a file's bytes are addressed. The key doubles as the chunk store's content key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -51,6 +55,7 @@ pub struct Remote {
     timeout: Duration,
     session: XetSession,
     xet: tokio::sync::Mutex<Option<Arc<XetGroup>>>,
+    pool: BufferPool,
 }
 
 fn unix_now() -> u64 {
@@ -61,7 +66,7 @@ fn unix_now() -> u64 {
 }
 
 impl Remote {
-    pub fn new(client: HubClient, repo: RepoRef, timeout: Duration) -> VfsResult<Remote> {
+    pub fn new(client: HubClient, repo: RepoRef, timeout: Duration, pool: BufferPool) -> VfsResult<Remote> {
         let session = XetSessionBuilder::new()
             .with_tokio_handle(tokio::runtime::Handle::current())
             .build()
@@ -72,6 +77,7 @@ impl Remote {
             timeout,
             session,
             xet: tokio::sync::Mutex::new(None),
+            pool,
         })
     }
 
@@ -137,19 +143,28 @@ impl Remote {
             .download_stream(info, Some(start..start + len))
             .await
             .map_err(|e| VfsError::Xet(e.to_string()))?;
+        // Small ranges usually arrive as one piece: hand it on without copying. Large ones are
+        // gathered in a pooled buffer.
         let mut first: Option<Bytes> = None;
-        let mut buf: Option<BytesMut> = None;
+        let mut buf = None;
         while let Some(piece) = stream.next().await.map_err(|e| VfsError::Xet(e.to_string()))? {
-            // One piece is the common case for small ranges: hand it on without copying.
-            match (&mut first, &mut buf) {
-                (None, None) => first = Some(piece),
-                (Some(f), None) => {
-                    let mut b = BytesMut::with_capacity(len as usize);
-                    b.extend_from_slice(f);
-                    b.extend_from_slice(&piece);
-                    buf = Some(b);
+            if buf.is_none() {
+                match first.take() {
+                    None if len < POOLED_MIN => {
+                        first = Some(piece);
+                        continue;
+                    }
+                    earlier => {
+                        let mut b = self.pool.acquire(len as usize);
+                        if let Some(f) = earlier {
+                            b.extend_from_slice(&f);
+                        }
+                        buf = Some(b);
+                    }
                 }
-                (_, Some(b)) => b.extend_from_slice(&piece),
+            }
+            if let Some(b) = buf.as_mut() {
+                b.extend_from_slice(&piece);
             }
         }
         Ok(match (first, buf) {

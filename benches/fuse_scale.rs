@@ -1,0 +1,206 @@
+//! Scale benchmarks of a hubfs FUSE mount against the local Hub, measured in one run:
+//! - `ls -lR` of a 10,000-file repo: Hub requests against pages + directories (the target);
+//! - peak RSS of a `hubfs mount` process (the real binary, default cache sizes) while a large Xet
+//!   file is read sequentially through it, with throughput for reference.
+//!
+//! Needs root (FUSE). Prints figures; asserts nothing.
+//! `cargo bench --bench fuse_scale` (HUBFS_BENCH_RSS_MIB sets the large file's size, default 4096).
+
+use std::io::{BufRead, Read};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use hubfs::hub_client::HubClientConfig;
+use hubfs::local_hub::{DEFAULT_WRITE_TOKEN, LocalHub, RouteClass};
+use hubfs::mount::{MountRequest, mount};
+use hubfs::vfs::VfsOptions;
+
+const DIRS: usize = 10;
+const FILES_PER_DIR: usize = 1_000;
+
+fn requests(hub: &LocalHub) -> u64 {
+    RouteClass::ALL.iter().map(|c| hub.stats(*c).requests).sum()
+}
+
+/// A model repo with `DIRS` folders of `FILES_PER_DIR` small files, in one NDJSON commit.
+async fn make_tree_repo(ep: &str) {
+    let c = reqwest::Client::new();
+    let r = c
+        .post(format!("{ep}/api/repos/create"))
+        .bearer_auth(DEFAULT_WRITE_TOKEN)
+        .json(&serde_json::json!({"name": "tree10k", "organization": "local", "type": "model"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "create repo: {}", r.status());
+    let mut body =
+        serde_json::json!({"key": "header", "value": {"summary": "10k files", "description": ""}}).to_string();
+    for d in 0..DIRS {
+        for f in 0..FILES_PER_DIR {
+            body.push('\n');
+            let content = format!("file {d}/{f}\n");
+            body.push_str(
+                &serde_json::json!({"key": "file", "value": {
+                    "path": format!("shard-{d:02}/item-{f:04}.txt"),
+                    "content": base64::engine::general_purpose::STANDARD.encode(content),
+                    "encoding": "base64",
+                }})
+                .to_string(),
+            );
+        }
+    }
+    let r = c
+        .post(format!("{ep}/api/models/local/tree10k/commit/main"))
+        .bearer_auth(DEFAULT_WRITE_TOKEN)
+        .header("content-type", "application/x-ndjson")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "commit: {}", r.status());
+}
+
+/// Uploads a `size`-byte Xet file as a client would (the hf-hub crate).
+async fn make_big_repo(ep: &str, size: u64) {
+    let cache = tempfile::tempdir().unwrap();
+    let c = hf_hub::HFClient::builder()
+        .endpoint(ep)
+        .token(DEFAULT_WRITE_TOKEN)
+        .cache_dir(cache.path())
+        .build()
+        .unwrap();
+    c.create_repository()
+        .repo_id("local/big")
+        .repo_type(hf_hub::RepoTypeModel)
+        .send()
+        .await
+        .unwrap();
+    c.model("local", "big")
+        .create_commit()
+        .operations(vec![hf_hub::repository::CommitOperation::Add {
+            path_in_repo: "weights.bin".into(),
+            source: hf_hub::repository::AddSource::Bytes(hubfs::local_hub::seed::demo_bytes(size as usize, 5).into()),
+        }])
+        .commit_message("big weights")
+        .send()
+        .await
+        .unwrap();
+}
+
+fn vm_hwm_mib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        / 1024
+}
+
+fn main() {
+    let rss_mib: u64 = std::env::var("HUBFS_BENCH_RSS_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4096);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let hub = rt.block_on(LocalHub::start_temp(false)).unwrap();
+    let ep = hub.endpoint().to_string();
+    rt.block_on(make_tree_repo(&ep));
+
+    // ls -lR: every directory listed once, every entry's attributes from the listing.
+    let d = tempfile::tempdir().unwrap();
+    let req = MountRequest {
+        repo: "local/tree10k".into(),
+        mountpoint: d.path().to_path_buf(),
+        revision: None,
+        client: HubClientConfig {
+            endpoint: ep.clone(),
+            token: Some(DEFAULT_WRITE_TOKEN.to_string()),
+            ..HubClientConfig::from_env()
+        },
+        vfs: VfsOptions::default(),
+        allow_other: false,
+    };
+    let m = mount(req, &rt).unwrap();
+    hub.reset_stats();
+    let t = Instant::now();
+    let out = Command::new("ls").arg("-lR").arg(d.path()).output().unwrap();
+    let ls_secs = t.elapsed().as_secs_f64();
+    let ls_reqs = requests(&hub);
+    let lines = out
+        .stdout
+        .split(|&b| b == b'\n')
+        .filter(|l| l.starts_with(b"-"))
+        .count();
+    m.unmount().unwrap();
+    let pages = DIRS * FILES_PER_DIR.div_ceil(1000);
+    let budget = pages + DIRS + 1;
+
+    // RSS: the real binary, default cache sizes, a fresh cache dir.
+    println!("uploading a {rss_mib} MiB Xet file for the RSS run...");
+    rt.block_on(make_big_repo(&ep, rss_mib << 20));
+    let d = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hubfs"))
+        .args(["mount", "local/big"])
+        .arg(d.path())
+        .arg("--endpoint")
+        .arg(&ep)
+        .arg("--token")
+        .arg(DEFAULT_WRITE_TOKEN)
+        .arg("--cache-dir")
+        .arg(cache.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("mounted"), "hubfs mount said {line:?}");
+    let pid = child.id();
+    let baseline = vm_hwm_mib(pid);
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+    let t = Instant::now();
+    let mut f = std::fs::File::open(d.path().join("weights.bin")).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    let mut peak = 0;
+    let mut last_sample = Instant::now();
+    loop {
+        let r = f.read(&mut buf).unwrap();
+        if r == 0 {
+            break;
+        }
+        n += r as u64;
+        if last_sample.elapsed() > Duration::from_millis(200) {
+            peak = peak.max(vm_hwm_mib(pid));
+            last_sample = Instant::now();
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    peak = peak.max(vm_hwm_mib(pid));
+    drop(f);
+    hubfs::mount::unmount(d.path()).unwrap();
+    let _ = child.wait();
+
+    println!("| measurement | figure | target |");
+    println!("|---|---|---|");
+    println!(
+        "| `ls -lR` of {} files in {DIRS} folders: Hub requests | {ls_reqs} ({lines} files listed, {ls_secs:.2} s) | ≤ {budget} (pages {pages} + directories {}) |",
+        DIRS * FILES_PER_DIR,
+        DIRS + 1
+    );
+    println!(
+        "| peak RSS of `hubfs mount` reading a {rss_mib} MiB Xet file sequentially | {peak} MiB (after mount: {baseline} MiB) | < 300 MB |"
+    );
+    println!(
+        "| that read's throughput (cold, disk cache filling) | {:.2} GB/s | |",
+        n as f64 / secs / 1e9
+    );
+    rt.block_on(hub.stop());
+}

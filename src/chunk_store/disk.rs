@@ -1,0 +1,253 @@
+//! The disk tier of the chunk store: one file per block under `<cache dir>/blocks`, named by content
+//! hash and block index, with a size-weighed index that deletes the least useful files when the
+//! tier is over its budget. The index is rebuilt from the directory at start, so cached content
+//! survives remounts.
+//!
+//! Crash safety: a block is written to a temporary name and renamed into place, so a reader never
+//! sees a partial file. A crash may still leave a renamed file empty (its data not yet on disk);
+//! every read checks the length the caller expects, and a mismatch is a miss, so a damaged file is
+//! never served.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use moka::notification::RemovalCause;
+
+use crate::buffer_pool::BufferPool;
+
+type Key = (Arc<str>, u64);
+
+#[derive(Clone)]
+pub struct DiskTier {
+    root: PathBuf,
+    index: moka::sync::Cache<Key, u64>,
+}
+
+/// `kind:hexhash` → `kind/ab/hexhash.IDX`; anything else (a key the Hub could shape into a path
+/// escape) is not cached on disk.
+fn rel_path(key: &str, idx: u64) -> Option<PathBuf> {
+    let (kind, hash) = key.split_once(':')?;
+    let kind_ok = !kind.is_empty() && kind.len() <= 16 && kind.bytes().all(|b| b.is_ascii_alphanumeric());
+    let hash_ok = hash.len() >= 8 && hash.len() <= 128 && hash.bytes().all(|b| b.is_ascii_hexdigit());
+    if !(kind_ok && hash_ok) {
+        return None;
+    }
+    Some(PathBuf::from(kind).join(&hash[..2]).join(format!("{hash}.{idx}")))
+}
+
+/// The inverse of [`rel_path`] for a file found by the startup scan.
+fn parse_path(kind: &str, file_name: &str) -> Option<Key> {
+    let (hash, idx) = file_name.rsplit_once('.')?;
+    let idx: u64 = idx.parse().ok()?;
+    let key = format!("{kind}:{hash}");
+    rel_path(&key, idx)?;
+    Some((Arc::from(key), idx))
+}
+
+impl DiskTier {
+    /// Opens (creating) the tier under `dir/blocks`, holding at most `capacity` bytes. Existing
+    /// files are indexed by a background thread; until it is done they simply count as misses.
+    pub fn open(dir: &Path, capacity: u64) -> std::io::Result<DiskTier> {
+        let root = dir.join("blocks");
+        std::fs::create_dir_all(&root)?;
+        let eviction_root = root.clone();
+        let index = moka::sync::Cache::builder()
+            .weigher(|_k: &Key, size: &u64| (*size).clamp(1, u32::MAX as u64) as u32)
+            .max_capacity(capacity)
+            .eviction_listener(move |k: Arc<Key>, _size, cause| {
+                // A replaced entry names the same file, which is still wanted.
+                if cause != RemovalCause::Replaced
+                    && let Some(rel) = rel_path(&k.0, k.1)
+                {
+                    let _ = std::fs::remove_file(eviction_root.join(rel));
+                }
+            })
+            .build();
+        let tier = DiskTier { root, index };
+        let scan = tier.clone();
+        std::thread::Builder::new()
+            .name("hubfs-cache-scan".to_string())
+            .spawn(move || scan.scan())?;
+        Ok(tier)
+    }
+
+    fn scan(&self) {
+        let Ok(kinds) = std::fs::read_dir(&self.root) else {
+            return;
+        };
+        let mut found = 0u64;
+        for kind in kinds.flatten() {
+            let kind_name = kind.file_name().to_string_lossy().into_owned();
+            let Ok(prefixes) = std::fs::read_dir(kind.path()) else {
+                continue;
+            };
+            for prefix in prefixes.flatten() {
+                let Ok(files) = std::fs::read_dir(prefix.path()) else {
+                    continue;
+                };
+                for f in files.flatten() {
+                    let name = f.file_name().to_string_lossy().into_owned();
+                    let path = f.path();
+                    if name.starts_with(".tmp") {
+                        // Left by a crash mid-write.
+                        let _ = std::fs::remove_file(&path);
+                        continue;
+                    }
+                    match (parse_path(&kind_name, &name), f.metadata()) {
+                        (Some(key), Ok(meta)) if meta.is_file() => {
+                            if !self.index.contains_key(&key) {
+                                self.index.insert(key, meta.len());
+                                found += 1;
+                            }
+                        }
+                        _ => {
+                            let _ = std::fs::remove_file(&path);
+                        }
+                    }
+                }
+            }
+        }
+        self.index.run_pending_tasks();
+        tracing::debug!(root = %self.root.display(), blocks = found, "disk cache indexed");
+    }
+
+    /// The block if it is on disk with exactly `expected_len` bytes, read into a pooled buffer.
+    /// Blocking: call from a blocking thread.
+    pub fn read(&self, key: &Key, expected_len: u64, pool: &BufferPool) -> Option<Bytes> {
+        let size = self.index.get(key)?;
+        let path = self.root.join(rel_path(&key.0, key.1)?);
+        let damaged = |why: &str| {
+            tracing::warn!(path = %path.display(), why, "dropping a damaged disk cache block");
+            self.index.invalidate(key);
+            None
+        };
+        if size != expected_len {
+            return damaged("recorded size differs from the block's");
+        }
+        let Ok(mut f) = std::fs::File::open(&path) else {
+            // Deleted behind the index (evicted while the startup scan re-added it, or by hand).
+            self.index.invalidate(key);
+            return None;
+        };
+        let len = f.metadata().ok()?.len();
+        if len != expected_len {
+            return damaged("file size differs from the block's");
+        }
+        let mut buf = pool.acquire(len as usize);
+        if f.read_to_end(buf.as_mut_vec()).is_err() || buf.len() as u64 != expected_len {
+            return damaged("short read");
+        }
+        Some(buf.freeze())
+    }
+
+    /// Stores a block (temp file + rename). Failures (disk full, permissions) only cost the cache.
+    /// Blocking: call from a blocking thread.
+    pub fn write(&self, key: Key, data: &[u8]) {
+        let Some(rel) = rel_path(&key.0, key.1) else { return };
+        let path = self.root.join(rel);
+        if self.index.contains_key(&key) && path.exists() {
+            return;
+        }
+        let result = (|| -> std::io::Result<()> {
+            let dir = path.parent().unwrap_or(&self.root);
+            std::fs::create_dir_all(dir)?;
+            let tmp = dir.join(format!(".tmp.{}.{}", std::process::id(), rand::random::<u64>()));
+            if let Err(e) = std::fs::write(&tmp, data).and_then(|_| std::fs::rename(&tmp, &path)) {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+            Ok(())
+        })();
+        match result {
+            Ok(()) => self.index.insert(key, data.len() as u64),
+            Err(e) => tracing::debug!(path = %path.display(), error = %e, "disk cache write failed"),
+        }
+    }
+
+    /// Bytes the index accounts for (after pending evictions ran).
+    pub fn weighted_size(&self) -> u64 {
+        self.index.run_pending_tasks();
+        self.index.weighted_size()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(s: &str, idx: u64) -> Key {
+        (Arc::from(s), idx)
+    }
+
+    fn wait_indexed(t: &DiskTier, k: &Key) {
+        for _ in 0..200 {
+            if t.index.contains_key(k) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("{k:?} never indexed");
+    }
+
+    #[test]
+    fn blocks_survive_a_reopen_and_damage_is_a_miss() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = BufferPool::new(1 << 16, 4);
+        let k = key("xet:0123456789abcdef", 3);
+        {
+            let t = DiskTier::open(dir.path(), 1 << 20).unwrap();
+            t.write(k.clone(), b"hello block");
+            assert_eq!(&t.read(&k, 11, &pool).unwrap()[..], b"hello block");
+            assert!(t.read(&k, 12, &pool).is_none(), "a length mismatch is a miss");
+            assert!(t.read(&k, 11, &pool).is_none(), "and the damaged block is forgotten");
+            t.write(k.clone(), b"hello block");
+        }
+        let t = DiskTier::open(dir.path(), 1 << 20).unwrap();
+        wait_indexed(&t, &k);
+        assert_eq!(&t.read(&k, 11, &pool).unwrap()[..], b"hello block");
+        // A file truncated behind our back (a crash before its data reached the disk).
+        let path = t.root.join(rel_path(&k.0, k.1).unwrap());
+        std::fs::write(&path, b"").unwrap();
+        assert!(t.read(&k, 11, &pool).is_none());
+    }
+
+    #[test]
+    fn over_budget_files_are_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = DiskTier::open(dir.path(), 10_000).unwrap();
+        for i in 0..10 {
+            t.write(key("sha256:00aa11bb22cc33dd", i), &[i as u8; 3000]);
+        }
+        assert!(t.weighted_size() <= 10_000);
+        let files = walk(&t.root);
+        assert!(files <= 3, "{files} block files left for a 10,000-byte budget");
+        assert!(files >= 1);
+    }
+
+    #[test]
+    fn unsafe_keys_are_not_cached() {
+        assert!(rel_path("xet:../../etc", 0).is_none());
+        assert!(rel_path("../x:abcdef0123", 0).is_none());
+        assert!(rel_path("git:abc", 0).is_none());
+        assert_eq!(
+            rel_path("git:abcdef0123", 7).unwrap(),
+            PathBuf::from("git/ab/abcdef0123.7")
+        );
+        assert_eq!(parse_path("git", "abcdef0123.7"), Some(key("git:abcdef0123", 7)));
+        assert_eq!(parse_path("git", "abcdef0123"), None);
+    }
+
+    fn walk(p: &Path) -> usize {
+        let mut n = 0;
+        for e in std::fs::read_dir(p).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                n += walk(&e.path());
+            } else {
+                n += 1;
+            }
+        }
+        n
+    }
+}

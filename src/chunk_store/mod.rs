@@ -1,0 +1,183 @@
+//! Content-addressed block cache. Blocks are fixed-size pieces of a file's content, keyed by the
+//! content's hash (Xet hash, LFS sha256 or git blob oid) and the block index, so identical bytes in
+//! two revisions or two repos are held once. A bounded memory tier (moka, weighed in bytes) sits
+//! above an optional bounded disk tier; concurrent misses of one block share one fetch, and block
+//! buffers come from a prefaulted pool.
+
+mod disk;
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+pub use disk::DiskTier;
+
+use crate::buffer_pool::BufferPool;
+use crate::vfs::error::{VfsError, VfsResult};
+
+/// Size of one cached block.
+pub const BLOCK_SIZE: u64 = 8 << 20;
+
+/// Idle block buffers kept for reuse (8 × 8 MiB).
+const POOL_IDLE_BUFFERS: usize = 8;
+
+#[derive(Clone)]
+pub struct ChunkStore {
+    mem: moka::future::Cache<(Arc<str>, u64), Bytes>,
+    disk: Option<DiskTier>,
+    pool: BufferPool,
+}
+
+impl ChunkStore {
+    /// A store holding at most `memory_bytes` of block data, in memory only.
+    pub fn new(memory_bytes: u64) -> Self {
+        let mem = moka::future::Cache::builder()
+            .weigher(|_k: &(Arc<str>, u64), v: &Bytes| v.len().min(u32::MAX as usize) as u32)
+            .max_capacity(memory_bytes)
+            .build();
+        ChunkStore {
+            mem,
+            disk: None,
+            pool: BufferPool::new(BLOCK_SIZE as usize, POOL_IDLE_BUFFERS),
+        }
+    }
+
+    /// A store with a memory tier of `memory_bytes` above a disk tier of `disk_bytes` under `dir`.
+    pub fn with_disk(memory_bytes: u64, dir: &Path, disk_bytes: u64) -> std::io::Result<Self> {
+        let mut s = ChunkStore::new(memory_bytes);
+        s.disk = Some(DiskTier::open(dir, disk_bytes)?);
+        Ok(s)
+    }
+
+    /// The pool block buffers come from; fetchers fill blocks into it.
+    pub fn pool(&self) -> &BufferPool {
+        &self.pool
+    }
+
+    pub fn disk(&self) -> Option<&DiskTier> {
+        self.disk.as_ref()
+    }
+
+    async fn read_disk(&self, key: &Arc<str>, block: u64, expected_len: u64) -> Option<Bytes> {
+        let disk = self.disk.clone()?;
+        let (k, pool) = ((key.clone(), block), self.pool.clone());
+        tokio::task::spawn_blocking(move || disk.read(&k, expected_len, &pool))
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// The block if either tier has it (a disk hit is promoted to memory).
+    pub async fn get(&self, key: &Arc<str>, block: u64, expected_len: u64) -> Option<Bytes> {
+        if let Some(b) = self.mem.get(&(key.clone(), block)).await {
+            return Some(b);
+        }
+        let b = self.read_disk(key, block, expected_len).await?;
+        self.mem.insert((key.clone(), block), b.clone()).await;
+        Some(b)
+    }
+
+    /// The block, from memory, disk, or `fetch` on a miss of both; one load per block however many
+    /// callers wait. Fetched blocks are written to disk in the background.
+    pub async fn get_or_fetch<F>(&self, key: &Arc<str>, block: u64, expected_len: u64, fetch: F) -> VfsResult<Bytes>
+    where
+        F: Future<Output = VfsResult<Bytes>>,
+    {
+        let load = async {
+            if let Some(b) = self.read_disk(key, block, expected_len).await {
+                return Ok(b);
+            }
+            let b = fetch.await?;
+            if let Some(disk) = self.disk.clone() {
+                let (k, data) = ((key.clone(), block), b.clone());
+                tokio::task::spawn_blocking(move || disk.write(k, &data));
+            }
+            Ok(b)
+        };
+        self.mem
+            .try_get_with((key.clone(), block), load)
+            .await
+            .map_err(VfsError::Shared)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn single_fetch_per_block() {
+        let s = ChunkStore::new(64 << 20);
+        let key: Arc<str> = Arc::from("xet:abc");
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let (s, key, calls) = (s.clone(), key.clone(), calls.clone());
+            tasks.push(tokio::spawn(async move {
+                s.get_or_fetch(&key, 3, 5, async {
+                    calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    Ok(Bytes::from_static(b"block"))
+                })
+                .await
+                .unwrap()
+            }));
+        }
+        for t in tasks {
+            assert_eq!(&t.await.unwrap()[..], b"block");
+        }
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(s.get(&key, 3, 5).await.is_some());
+        assert!(s.get(&key, 4, 5).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn errors_are_not_cached() {
+        let s = ChunkStore::new(1 << 20);
+        let key: Arc<str> = Arc::from("k");
+        let r = s.get_or_fetch(&key, 0, 1, async { Err(VfsError::NotFound) }).await;
+        assert_eq!(r.unwrap_err().errno(), libc::ENOENT);
+        let r = s.get_or_fetch(&key, 0, 1, async { Ok(Bytes::from_static(b"x")) }).await;
+        assert_eq!(&r.unwrap()[..], b"x");
+    }
+
+    #[tokio::test]
+    async fn disk_tier_serves_after_memory_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let key: Arc<str> = Arc::from("xet:00112233445566778899");
+        {
+            let s = ChunkStore::with_disk(1 << 20, dir.path(), 1 << 20).unwrap();
+            let b = s
+                .get_or_fetch(&key, 0, 4, async { Ok(Bytes::from_static(b"disk")) })
+                .await
+                .unwrap();
+            assert_eq!(&b[..], b"disk");
+            // The write is in the background: wait for it.
+            for _ in 0..200 {
+                if s.disk().unwrap().weighted_size() == 4 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            assert_eq!(s.disk().unwrap().weighted_size(), 4);
+        }
+        // A new store (a remount) over the same dir: no fetch needed once the scan has run.
+        let s = ChunkStore::with_disk(1 << 20, dir.path(), 1 << 20).unwrap();
+        let mut got = None;
+        for _ in 0..200 {
+            got = s.get(&key, 0, 4).await;
+            if got.is_some() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(&got.unwrap()[..], b"disk");
+        let b = s
+            .get_or_fetch(&key, 0, 4, async { Err(VfsError::NotFound) })
+            .await
+            .unwrap();
+        assert_eq!(&b[..], b"disk");
+    }
+}
