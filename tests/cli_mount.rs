@@ -11,6 +11,7 @@ fn hubfs(args: &[&str], endpoint: &str) -> Output {
         .env("HF_ENDPOINT", endpoint)
         .env("HF_TOKEN", "hf_local_write")
         .env("HF_HOME", std::env::temp_dir().join("hubfs-cli-test-home"))
+        .env("XDG_CACHE_HOME", std::env::temp_dir().join("hubfs-cli-test-cache"))
         .output()
         .expect("run hubfs")
 }
@@ -38,8 +39,15 @@ fn mount_errors_daemon_and_unmount() {
     assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
     std::fs::create_dir(&mnt).unwrap();
 
-    // Unknown repo, bad revision, bad repo spec: one clear line each, non-zero exit.
+    // Unknown repo, bad revision, bad repo spec, unusable cache dir: one clear line each, non-zero exit.
+    let not_a_dir = dir.path().join("plain-file");
+    std::fs::write(&not_a_dir, b"x").unwrap();
+    let not_a_dir = not_a_dir.to_str().unwrap();
     for (args, want) in [
+        (
+            vec!["mount", "demo/tiny-model", mnt_s, "--cache-dir", not_a_dir],
+            "cache dir",
+        ),
         (vec!["mount", "demo/nope", mnt_s], "not found"),
         (vec!["mount", "demo/tiny-model", mnt_s, "--revision", "v9"], "revision"),
         (vec!["mount", "not a repo", mnt_s], "repo"),
