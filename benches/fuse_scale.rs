@@ -4,7 +4,8 @@
 //!   file is read sequentially through it, with throughput for reference.
 //!
 //! Needs root (FUSE). Prints figures; asserts nothing.
-//! `cargo bench --bench fuse_scale` (HUBFS_BENCH_RSS_MIB sets the large file's size, default 4096).
+//! `cargo bench --bench fuse_scale` (HUBFS_BENCH_RSS_MIB sets the large file's size, default 4096;
+//! HUBFS_BENCH_MOUNT_ARGS adds options to that `hubfs mount`).
 
 use std::io::{BufRead, Read};
 use std::process::{Command, Stdio};
@@ -97,6 +98,27 @@ fn vm_hwm_mib(pid: u32) -> u64 {
         / 1024
 }
 
+/// The mount's largest resident mappings, to see where memory goes.
+fn print_largest_mappings(pid: u32) {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let mut maps: Vec<(u64, String)> = Vec::new();
+    let mut current = String::new();
+    for line in smaps.lines() {
+        if let Some(kb) = line.strip_prefix("Rss:") {
+            let kb: u64 = kb.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+            maps.push((kb, current.clone()));
+        } else if line.contains('-') && !line.contains(':')
+            || line.split_whitespace().count() >= 5 && line.contains('-')
+        {
+            current = line.to_string();
+        }
+    }
+    maps.sort_by_key(|m| std::cmp::Reverse(m.0));
+    for (kb, m) in maps.iter().take(12) {
+        println!("{:>8} KiB  {m}", kb);
+    }
+}
+
 fn main() {
     let rss_mib: u64 = std::env::var("HUBFS_BENCH_RSS_MIB")
         .ok()
@@ -153,6 +175,11 @@ fn main() {
         .arg(DEFAULT_WRITE_TOKEN)
         .arg("--cache-dir")
         .arg(cache.path())
+        .args(
+            std::env::var("HUBFS_BENCH_MOUNT_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -183,6 +210,9 @@ fn main() {
         }
     }
     let secs = t.elapsed().as_secs_f64();
+    if std::env::var_os("HUBFS_BENCH_SMAPS").is_some() {
+        print_largest_mappings(pid);
+    }
     peak = peak.max(vm_hwm_mib(pid));
     drop(f);
     hubfs::mount::unmount(d.path()).unwrap();

@@ -20,14 +20,19 @@ use crate::vfs::error::{VfsError, VfsResult};
 /// Size of one cached block.
 pub const BLOCK_SIZE: u64 = 8 << 20;
 
-/// Idle block buffers kept for reuse (8 × 8 MiB).
-const POOL_IDLE_BUFFERS: usize = 8;
+/// Idle block buffers kept for reuse (4 × 8 MiB).
+const POOL_IDLE_BUFFERS: usize = 4;
+
+/// Blocks waiting to be written to disk at most; beyond it a fetched block is not written (the disk
+/// is slower than the network), so a fast reader cannot pile up memory behind the disk.
+const MAX_PENDING_DISK_WRITES: usize = 4;
 
 #[derive(Clone)]
 pub struct ChunkStore {
     mem: moka::future::Cache<(Arc<str>, u64), Bytes>,
     disk: Option<DiskTier>,
     pool: BufferPool,
+    pending_writes: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl ChunkStore {
@@ -41,6 +46,7 @@ impl ChunkStore {
             mem,
             disk: None,
             pool: BufferPool::new(BLOCK_SIZE as usize, POOL_IDLE_BUFFERS),
+            pending_writes: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         }
     }
 
@@ -69,6 +75,22 @@ impl ChunkStore {
             .flatten()
     }
 
+    /// Queues a fetched block for the disk tier, unless too many writes are already waiting.
+    fn write_behind(&self, key: &Arc<str>, block: u64, data: &Bytes) {
+        use std::sync::atomic::Ordering;
+        let Some(disk) = self.disk.clone() else { return };
+        if self.pending_writes.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_DISK_WRITES {
+            self.pending_writes.fetch_sub(1, Ordering::AcqRel);
+            tracing::trace!(block, "disk cache busy; block not written");
+            return;
+        }
+        let (k, data, pending) = ((key.clone(), block), data.clone(), self.pending_writes.clone());
+        tokio::task::spawn_blocking(move || {
+            disk.write(k, &data);
+            pending.fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+
     /// The block if either tier has it (a disk hit is promoted to memory).
     pub async fn get(&self, key: &Arc<str>, block: u64, expected_len: u64) -> Option<Bytes> {
         if let Some(b) = self.mem.get(&(key.clone(), block)).await {
@@ -90,10 +112,7 @@ impl ChunkStore {
                 return Ok(b);
             }
             let b = fetch.await?;
-            if let Some(disk) = self.disk.clone() {
-                let (k, data) = ((key.clone(), block), b.clone());
-                tokio::task::spawn_blocking(move || disk.write(k, &data));
-            }
+            self.write_behind(key, block, &b);
             Ok(b)
         };
         self.mem

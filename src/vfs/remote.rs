@@ -65,9 +65,32 @@ fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
+/// The xet crates' defaults suit one big download to disk; a mount reads many ranges at once, each
+/// bounded by the reader's prefetch window. Start with enough parallel range requests to fill a
+/// window at once (the adaptive default starts at 4 and grows slowly), let every block of a window
+/// stream at the same time, and cap the crates' own buffering so memory stays bounded by hubfs's
+/// caches rather than by a fraction of the machine's RAM.
+fn xet_config() -> VfsResult<xet_runtime::config::XetConfig> {
+    let settings: [(&str, &str); 6] = [
+        ("client.ac_initial_download_concurrency", "16"),
+        ("client.ac_min_download_concurrency", "8"),
+        ("data.max_concurrent_file_downloads", "32"),
+        ("reconstruction.download_buffer_size", "64mb"),
+        ("reconstruction.download_buffer_perfile_size", "16mb"),
+        ("reconstruction.download_buffer_limit", "128mb"),
+    ];
+    let mut cfg = xet_runtime::config::XetConfig::new();
+    for (path, value) in settings {
+        cfg = cfg
+            .with_config(path, value)
+            .map_err(|e| VfsError::Xet(format!("xet setting {path}: {e}")))?;
+    }
+    Ok(cfg)
+}
+
 impl Remote {
     pub fn new(client: HubClient, repo: RepoRef, timeout: Duration, pool: BufferPool) -> VfsResult<Remote> {
-        let session = XetSessionBuilder::new()
+        let session = XetSessionBuilder::new_with_config(xet_config()?)
             .with_tokio_handle(tokio::runtime::Handle::current())
             .build()
             .map_err(|e| VfsError::Xet(e.to_string()))?;
