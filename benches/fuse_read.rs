@@ -6,19 +6,18 @@
 //!
 //! `cargo bench --bench fuse_read` (HUBFS_BENCH_MIB sets the file size, default 1024).
 
+mod common;
+
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Instant;
 
+use common::{drop_caches, median, requests, upload_xet_file};
 use hubfs::hub_client::HubClientConfig;
 use hubfs::local_hub::{DEFAULT_WRITE_TOKEN, FaultSettings, LocalHub, RouteClass};
 use hubfs::mount::{MountRequest, mount};
 use hubfs::vfs::VfsOptions;
-
-fn drop_caches() {
-    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
-}
 
 /// Sequential read with 1 MiB requests; GB/s.
 fn seq_read(path: &Path) -> f64 {
@@ -59,15 +58,6 @@ fn rand_read(path: &Path, offs: &[u64]) -> f64 {
     offs.len() as f64 / t.elapsed().as_secs_f64()
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
-fn requests(hub: &LocalHub) -> u64 {
-    RouteClass::ALL.iter().map(|c| hub.stats(*c).requests).sum()
-}
-
 fn peak_rss_mib() -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     s.lines()
@@ -91,33 +81,7 @@ fn main() {
     let ep = hub.endpoint().to_string();
 
     // A Xet file of `size` bytes, uploaded by the hf-hub crate as a client would.
-    let cache = tempfile::tempdir().unwrap();
-    rt.block_on(async {
-        let c = hf_hub::HFClient::builder()
-            .endpoint(&ep)
-            .token(DEFAULT_WRITE_TOKEN)
-            .cache_dir(cache.path())
-            .build()
-            .unwrap();
-        c.create_repository()
-            .repo_id("local/bench")
-            .repo_type(hf_hub::RepoTypeModel)
-            .send()
-            .await
-            .unwrap();
-        c.model("local", "bench")
-            .create_commit()
-            .operations(vec![hf_hub::repository::CommitOperation::Add {
-                path_in_repo: "weights.bin".into(),
-                source: hf_hub::repository::AddSource::Bytes(
-                    hubfs::local_hub::seed::demo_bytes(size as usize, 3).into(),
-                ),
-            }])
-            .commit_message("bench weights")
-            .send()
-            .await
-            .unwrap();
-    });
+    rt.block_on(upload_xet_file(&ep, "bench", "weights.bin", size, 3));
 
     println!("hubfs FUSE read benchmark: {mib} MiB Xet file, local Hub on loopback, 2 cores shared by all");
     // The ceiling.

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The project's single test command:  bash ci/test.sh [--quick]
 #
-#   1. system packages (fuse3, python3-venv, pkg-config) if missing
+#   1. system packages (fuse3, python3-venv, pkg-config, libnfs-utils, curl) if missing
 #   2. rustfmt / clippy components if missing
 #   3. CARGO_TARGET_DIR outside the clone (default /var/cache/hubfs-target), reused between runs
 #   4. cargo fmt --check, cargo clippy -D warnings, cargo build, cargo test
-#   5. tests/conformance/run.sh (stock huggingface_hub against `hubfs local-hub`, xet and noxet modes)
+#   5. ci/nfs-smoke.sh (libnfs's nfs-ls / nfs-cat against `hubfs serve-nfs`)
+#      tests/conformance/run.sh (stock huggingface_hub against `hubfs local-hub`, xet and noxet modes)
 #   6. final line `N passed, M failed` (cargo tests + conformance tests; a failed fmt/clippy/build step
 #      counts as one failure); exit status non-zero if any step failed.
 #
@@ -51,7 +52,7 @@ as_root() {
 # ---------------------------------------------------------------------------------------------------------
 say "system packages"
 missing=()
-for pkg in fuse3 python3-venv pkg-config; do
+for pkg in fuse3 python3-venv pkg-config libnfs-utils curl; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ ${#missing[@]} -eq 0 ]; then
@@ -132,8 +133,29 @@ else
 fi
 
 # ---------------------------------------------------------------------------------------------------------
-# 5. conformance
+# 5. NFS smoke test with the libnfs tools, then conformance
 # ---------------------------------------------------------------------------------------------------------
+if [ "$BUILD_OK" != 1 ]; then
+  step_fail "nfs smoke (not run: cargo build failed)"
+else
+  say "nfs smoke (libnfs)"
+  bash ci/nfs-smoke.sh "$CARGO_TARGET_DIR/debug/hubfs" 2>&1 | tee "$LOGDIR/nfs-smoke.log"
+  nfs_rc=${PIPESTATUS[0]}
+  read -r nf_passed nf_failed < <(
+    sed -n 's/^nfs-smoke: \([0-9]\+\) passed, \([0-9]\+\) failed.*/\1 \2/p' "$LOGDIR/nfs-smoke.log" | tail -n1
+  )
+  nf_passed=${nf_passed:-0}
+  nf_failed=${nf_failed:-0}
+  if [ "$nfs_rc" -ne 0 ] && [ "$nf_failed" -eq 0 ]; then nf_failed=1; fi
+  PASSED=$((PASSED + nf_passed))
+  FAILED=$((FAILED + nf_failed))
+  if [ "$nfs_rc" -eq 0 ]; then
+    step_ok "nfs smoke ($nf_passed passed, $nf_failed failed)"
+  else
+    step_fail "nfs smoke ($nf_passed passed, $nf_failed failed, exit $nfs_rc)"
+  fi
+fi
+
 if [ "$QUICK" = 1 ]; then
   step_skip "conformance (--quick)"
 elif [ "$BUILD_OK" != 1 ]; then
@@ -162,7 +184,7 @@ fi
 # ---------------------------------------------------------------------------------------------------------
 # fmt / clippy / build / apt / rustup failures are not test failures of their own: count each once.
 for s in "${STEP_FAILURES[@]+"${STEP_FAILURES[@]}"}"; do
-  case "$s" in "cargo test"*|"conformance ("[0-9]*) ;; *) FAILED=$((FAILED + 1)) ;; esac
+  case "$s" in "cargo test"*|"conformance ("[0-9]*|"nfs smoke ("[0-9]*) ;; *) FAILED=$((FAILED + 1)) ;; esac
 done
 
 echo

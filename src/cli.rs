@@ -25,8 +25,10 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Mount a Hub repo (read-only) at a directory, over FUSE.
+    /// Mount a Hub repo (read-only) at a directory, over FUSE (or NFS with --nfs).
     Mount(MountArgs),
+    /// Serve a Hub repo (read-only) over NFSv3 without mounting it, for any NFS client.
+    ServeNfs(ServeNfsArgs),
     /// Unmount a hubfs mount.
     Unmount {
         /// The mountpoint.
@@ -45,13 +47,12 @@ pub enum Command {
     LocalHub(LocalHubArgs),
 }
 
+/// Where a mount's content comes from and how it is cached: shared by `mount` and `serve-nfs`.
 #[derive(Args, Debug)]
-pub struct MountArgs {
+pub struct SourceArgs {
     /// ns/name (model), datasets/ns/name, spaces/ns/name, optionally @REVISION, or an hf:// URL
     /// (hf://datasets/ns/name@rev/sub/dir mounts that folder).
     pub repo: String,
-    /// Existing, empty directory to mount on.
-    pub mountpoint: PathBuf,
     /// Branch, tag, full commit id or refs/pr/N (default: main, or the @REVISION of REPO).
     #[arg(long)]
     pub revision: Option<String>,
@@ -62,7 +63,7 @@ pub struct MountArgs {
     #[arg(long, hide_env_values = true)]
     pub token: Option<String>,
     /// Memory for cached file content, e.g. 256M, 2G.
-    #[arg(long, default_value = "128M", value_parser = parse_size)]
+    #[arg(long, default_value = "64M", value_parser = parse_size)]
     pub memory_cache_size: u64,
     /// Directory of the on-disk content cache (default: $XDG_CACHE_HOME/hubfs, else ~/.cache/hubfs).
     #[arg(long)]
@@ -79,12 +80,63 @@ pub struct MountArgs {
     /// Group of every file (default: the caller's gid).
     #[arg(long)]
     pub gid: Option<u32>,
+}
+
+impl SourceArgs {
+    /// The Hub client and filesystem settings these options describe.
+    pub fn to_settings(&self) -> (HubClientConfig, VfsOptions) {
+        let mut client = HubClientConfig::from_env();
+        if let Some(e) = &self.endpoint {
+            client.endpoint = e.trim_end_matches('/').to_string();
+        }
+        if let Some(t) = &self.token {
+            client.token = Some(t.clone());
+        }
+        // SAFETY: getuid/getgid have no preconditions.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let vfs = VfsOptions {
+            metadata_ttl: self.metadata_ttl,
+            uid: self.uid.unwrap_or(uid),
+            gid: self.gid.unwrap_or(gid),
+            memory_cache_bytes: self.memory_cache_size,
+            cache_dir: Some(self.cache_dir.clone().unwrap_or_else(crate::vfs::default_cache_dir)),
+            disk_cache_bytes: self.cache_size,
+            ..VfsOptions::default()
+        };
+        (client, vfs)
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct MountArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Existing, empty directory to mount on.
+    pub mountpoint: PathBuf,
     /// Let other users access the mount.
     #[arg(long)]
     pub allow_other: bool,
     /// Return once the mount is usable (exit 0) or has failed (non-zero), leaving it running.
     #[arg(long)]
     pub daemon: bool,
+    /// Serve over NFSv3 and mount with the kernel's NFS client instead of FUSE.
+    #[arg(long)]
+    pub nfs: bool,
+    /// With --nfs: the address the NFS server listens on (port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:0", requires = "nfs")]
+    pub nfs_addr: SocketAddr,
+    /// With --nfs: serve only, do not mount (for a kernel without an NFS client, or another host).
+    #[arg(long, requires = "nfs")]
+    pub serve_only: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ServeNfsArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Address to listen on, e.g. 127.0.0.1:2049 (port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub nfs_addr: SocketAddr,
 }
 
 /// `512K`, `256M`, `2G` or plain bytes.
@@ -232,9 +284,45 @@ impl FaultArgs {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::LocalHub(args) => run_local_hub(args),
+        Command::Mount(args) if args.nfs => run_nfs(
+            args.source,
+            args.nfs_addr,
+            Some((args.mountpoint, args.serve_only, args.daemon)),
+        ),
         Command::Mount(args) => run_mount(args),
+        Command::ServeNfs(args) => run_nfs(args.source, args.nfs_addr, None),
         Command::Unmount { dir } => crate::mount::unmount(&dir),
         Command::Demo { dir, exit } => crate::demo::run(&dir, exit),
+    }
+}
+
+/// Keeps the mount's resident memory close to what its caches hold (measured in
+/// docs/BENCHMARKS.md). glibc gives threads their own malloc arenas (up to 8 per core) and keeps
+/// freed space of multi-MiB download buffers resident inside them. Two arenas, and a thread that
+/// hands free arena pages back to the kernel once a second, bound that; a fixed low mmap threshold
+/// would do it too but costs a page fault per page of every large buffer (a third of the cold read
+/// throughput here). Must run before the runtime starts its threads.
+fn tune_malloc() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallopt only adjusts allocator tuning; called before any other thread exists.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 2);
+        }
+        let trim = std::thread::Builder::new()
+            .name("hubfs-malloc-trim".to_string())
+            .spawn(|| {
+                loop {
+                    std::thread::sleep(Duration::from_secs(1));
+                    // SAFETY: malloc_trim is thread-safe and has no preconditions.
+                    unsafe {
+                        libc::malloc_trim(0);
+                    }
+                }
+            });
+        if let Err(e) = trim {
+            tracing::debug!(error = %e, "no malloc trim thread");
+        }
     }
 }
 
@@ -242,28 +330,12 @@ fn run_mount(args: MountArgs) -> anyhow::Result<()> {
     if args.daemon {
         return crate::daemon::run_detached();
     }
-    let mut client = HubClientConfig::from_env();
-    if let Some(e) = args.endpoint {
-        client.endpoint = e.trim_end_matches('/').to_string();
-    }
-    if let Some(t) = args.token {
-        client.token = Some(t);
-    }
-    // SAFETY: getuid/getgid have no preconditions.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let vfs = VfsOptions {
-        metadata_ttl: args.metadata_ttl,
-        uid: args.uid.unwrap_or(uid),
-        gid: args.gid.unwrap_or(gid),
-        memory_cache_bytes: args.memory_cache_size,
-        cache_dir: Some(args.cache_dir.unwrap_or_else(crate::vfs::default_cache_dir)),
-        disk_cache_bytes: args.cache_size,
-        ..VfsOptions::default()
-    };
+    tune_malloc();
+    let (client, vfs) = args.source.to_settings();
     let req = MountRequest {
-        repo: args.repo.clone(),
+        repo: args.source.repo.clone(),
         mountpoint: args.mountpoint.clone(),
-        revision: args.revision,
+        revision: args.source.revision,
         client,
         vfs,
         allow_other: args.allow_other,
@@ -272,13 +344,65 @@ fn run_mount(args: MountArgs) -> anyhow::Result<()> {
     let mounted = crate::mount::mount(req, &rt)?;
     println!(
         "mounted {}@{} at {}",
-        args.repo,
+        args.source.repo,
         mounted.commit,
         args.mountpoint.display()
     );
     use std::io::Write;
     std::io::stdout().flush()?;
     wait_until_unmounted(&rt, mounted)
+}
+
+/// `hubfs serve-nfs`, and `hubfs mount --nfs` (`mount`: mountpoint, serve only, detach).
+fn run_nfs(source: SourceArgs, addr: SocketAddr, mount: Option<(PathBuf, bool, bool)>) -> anyhow::Result<()> {
+    if matches!(mount, Some((_, _, true))) {
+        return crate::daemon::run_detached();
+    }
+    if let Some((dir, false, _)) = &mount {
+        // Fail before any network call when the mount could never happen.
+        crate::mount::check_mountpoint(dir)?;
+        if !crate::nfs::server::kernel_has_nfs_client() {
+            anyhow::bail!(
+                "this kernel has no NFS client (no \"nfs\" in /proc/filesystems): mount over FUSE instead \
+                 (drop --nfs), or add --serve-only and point a userspace NFS client at the server"
+            );
+        }
+    }
+    tune_malloc();
+    let (client, vfs) = source.to_settings();
+    let ttl = vfs.metadata_ttl;
+    let rt = runtime()?;
+    let opened = crate::mount::open_vfs(&source.repo, source.revision.as_deref(), &client, &vfs, &rt)?;
+    rt.block_on(async {
+        let server = crate::nfs::server::NfsServer::start(opened.vfs.clone(), addr).await?;
+        let served = server.addr();
+        println!("nfs: {served}");
+        let kernel_dir = match &mount {
+            Some((dir, false, _)) => {
+                let d = dir.clone();
+                tokio::task::spawn_blocking(move || crate::nfs::server::kernel_mount(served, &d, ttl)).await??;
+                Some(dir.clone())
+            }
+            _ => None,
+        };
+        match (&mount, &kernel_dir) {
+            (_, Some(d)) => println!("mounted {}@{} at {}", source.repo, opened.commit, d.display()),
+            // `mount --nfs --serve-only` still says "mounted" so that --daemon knows it is ready.
+            (Some(_), None) => println!("mounted {}@{} at nfs://{served}/", source.repo, opened.commit),
+            (None, None) => println!("serving {}@{}", source.repo, opened.commit),
+        }
+        use std::io::Write;
+        std::io::stdout().flush()?;
+        wait_for_signal().await?;
+        tracing::info!("signal received, stopping the NFS server");
+        if let Some(d) = &kernel_dir
+            && let Err(e) = crate::mount::unmount(d)
+        {
+            tracing::warn!(error = %e, "unmounting the NFS mount");
+        }
+        server.stop();
+        Ok(())
+    })
 }
 
 /// Waits for SIGINT/SIGTERM (then unmounts) or for an external unmount.

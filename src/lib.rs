@@ -14,5 +14,6 @@ pub mod hub_client;
 pub mod local_hub;
 pub mod logging;
 pub mod mount;
+pub mod nfs;
 pub mod urlenc;
 pub mod vfs;

@@ -57,8 +57,8 @@ impl Drop for Mounted {
     }
 }
 
-/// Checks the mountpoint and FUSE before any network call, so the error names the real problem.
-fn preflight(mountpoint: &Path) -> anyhow::Result<()> {
+/// Checks the mountpoint exists, is a directory and has nothing mounted on it yet.
+pub fn check_mountpoint(mountpoint: &Path) -> anyhow::Result<()> {
     let meta = std::fs::metadata(mountpoint).map_err(|_| {
         anyhow::anyhow!(
             "mountpoint {} does not exist: create it first (mkdir -p {0})",
@@ -77,13 +77,54 @@ fn preflight(mountpoint: &Path) -> anyhow::Result<()> {
             mountpoint.display()
         );
     }
+    Ok(())
+}
+
+/// Checks the mountpoint and FUSE before any network call, so the error names the real problem.
+fn preflight(mountpoint: &Path) -> anyhow::Result<()> {
+    check_mountpoint(mountpoint)?;
     if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
         bail!(
             "cannot open /dev/fuse ({e}): FUSE mounts need root here, or a kernel with FUSE \
-             (try `sudo hubfs mount …`, or serve over NFS when that lands)"
+             (try `sudo hubfs mount …`, or serve over NFS: `hubfs mount --nfs` / `hubfs serve-nfs`)"
         );
     }
     Ok(())
+}
+
+/// A repo revision opened as a VirtualFs, ready for a frontend.
+pub struct Opened {
+    pub vfs: Arc<VirtualFs>,
+    pub repo: RepoRef,
+    pub commit: String,
+}
+
+/// Parses the repo spec, resolves the revision and opens the VirtualFs; errors in the user's terms.
+pub fn open_vfs(
+    spec: &str,
+    revision: Option<&str>,
+    client: &HubClientConfig,
+    opts: &VfsOptions,
+    rt: &tokio::runtime::Runtime,
+) -> anyhow::Result<Opened> {
+    let (repo, rev_in_spec, subfolder) = RepoRef::parse(spec).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let revision = revision
+        .map(str::to_string)
+        .or(rev_in_spec)
+        .unwrap_or_else(|| "main".to_string());
+    let hub = HubClient::new(client.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let vfs = rt
+        .block_on(VirtualFs::new(
+            hub,
+            repo.clone(),
+            &revision,
+            subfolder.as_deref(),
+            opts.clone(),
+        ))
+        .map_err(|e| anyhow::anyhow!(explain(spec, &revision, &e)))?;
+    let vfs = Arc::new(vfs);
+    let commit = rt.block_on(vfs.commit()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(Opened { vfs, repo, commit })
 }
 
 /// Explains a failure to open the repo in the user's terms.
@@ -120,25 +161,10 @@ pub fn raise_readahead(mountpoint: &Path) {
 
 /// Mounts; returns once the mount is usable.
 pub fn mount(req: MountRequest, rt: &tokio::runtime::Runtime) -> anyhow::Result<Mounted> {
-    let (repo, rev_in_spec, subfolder) = RepoRef::parse(&req.repo).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let revision = req
-        .revision
-        .clone()
-        .or(rev_in_spec)
-        .unwrap_or_else(|| "main".to_string());
+    // A bad repo spec is reported before the mountpoint is looked at.
+    RepoRef::parse(&req.repo).map_err(|e| anyhow::anyhow!("{e}"))?;
     preflight(&req.mountpoint)?;
-    let client = HubClient::new(req.client.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let vfs = rt
-        .block_on(VirtualFs::new(
-            client,
-            repo.clone(),
-            &revision,
-            subfolder.as_deref(),
-            req.vfs.clone(),
-        ))
-        .map_err(|e| anyhow::anyhow!(explain(&req.repo, &revision, &e)))?;
-    let vfs = Arc::new(vfs);
-    let commit = rt.block_on(vfs.commit()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let Opened { vfs, repo, commit } = open_vfs(&req.repo, req.revision.as_deref(), &req.client, &req.vfs, rt)?;
 
     let mut config = fuser::Config::default();
     config.mount_options = vec![

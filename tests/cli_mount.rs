@@ -79,3 +79,127 @@ fn mount_errors_daemon_and_unmount() {
     assert!(!mnt.join("config.json").exists(), "still mounted after unmount");
     rt.block_on(hub.stop());
 }
+
+/// `hubfs serve-nfs` and `hubfs mount --nfs` as a person runs them.
+#[test]
+fn nfs_serving_from_the_command_line() {
+    use std::io::BufRead;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let hub = rt.block_on(LocalHub::start_temp(true)).unwrap();
+    let ep = hub.endpoint().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let mnt_s = mnt.to_str().unwrap();
+
+    // NFS options without --nfs, and an unknown repo: clear errors, non-zero exit.
+    let o = hubfs(&["mount", "demo/tiny-model", mnt_s, "--serve-only"], &ep);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--nfs"), "{}", stderr(&o));
+    let o = hubfs(&["serve-nfs", "demo/nope"], &ep);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not found"), "{}", stderr(&o));
+
+    // This kernel has no NFS client: `mount --nfs` says so in one line and what to do instead.
+    let kernel_nfs = std::fs::read_to_string("/proc/filesystems")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().last() == Some("nfs"));
+    if !kernel_nfs {
+        let o = hubfs(&["mount", "--nfs", "demo/tiny-model", mnt_s], &ep);
+        assert!(!o.status.success());
+        let e = stderr(&o);
+        assert!(e.contains("no NFS client") && e.contains("--serve-only"), "{e}");
+    }
+
+    // serve-nfs prints its address, serves the repo, and stops cleanly on SIGTERM.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hubfs"))
+        .args([
+            "serve-nfs",
+            "demo/tiny-model",
+            "--nfs-addr",
+            "127.0.0.1:0",
+            "--cache-size",
+            "0",
+        ])
+        .env("HF_ENDPOINT", &ep)
+        .env("HF_TOKEN", "hf_local_read")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let addr: std::net::SocketAddr = first.strip_prefix("nfs: ").expect(&first).parse().unwrap();
+    let second = lines.next().unwrap().unwrap();
+    assert!(second.starts_with("serving demo/tiny-model@"), "{second}");
+    let config = rt.block_on(async {
+        use nfs3_client::nfs3_types::nfs3;
+        use nfs3_client::nfs3_types::xdr_codec::Opaque;
+        let mut c = nfs3_client::Nfs3ConnectionBuilder::new(nfs3_client::tokio::TokioConnector, "127.0.0.1", "/")
+            .connect_from_privileged_port(false)
+            .mount_port(addr.port())
+            .nfs3_port(addr.port())
+            .mount()
+            .await
+            .unwrap();
+        let root = c.root_nfs_fh3();
+        let fh = c
+            .lookup(&nfs3::LOOKUP3args {
+                what: nfs3::diropargs3 {
+                    dir: root,
+                    name: nfs3::filename3(Opaque::owned(b"config.json".to_vec())),
+                },
+            })
+            .await
+            .unwrap()
+            .unwrap()
+            .object;
+        let r = c
+            .read(&nfs3::READ3args {
+                file: fh,
+                offset: 0,
+                count: 1 << 20,
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(r.eof);
+        r.data.to_vec()
+    });
+    assert!(String::from_utf8_lossy(&config).contains("tiny-demo"));
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "serve-nfs exit after SIGTERM: {status}");
+
+    // `mount --nfs --serve-only --daemon` returns once serving, and says where.
+    let o = hubfs(
+        &[
+            "mount",
+            "--nfs",
+            "--serve-only",
+            "--daemon",
+            "demo/tiny-model",
+            mnt_s,
+            "--cache-size",
+            "0",
+        ],
+        &ep,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(out.contains("at nfs://127.0.0.1:"), "{out}");
+    let pid: i32 = out
+        .rsplit("(pid ")
+        .next()
+        .and_then(|s| s.trim().trim_end_matches(')').parse().ok())
+        .expect(&out);
+    // SAFETY: kill(2) on the detached server this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    rt.block_on(hub.stop());
+}

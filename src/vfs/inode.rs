@@ -4,9 +4,14 @@
 //! keeps its number for the life of the mount even after its entry was evicted and looked up again.
 //! An inode is evicted when the kernel has forgotten every lookup and no handle is open on it, which
 //! bounds the table by what the kernel holds.
+//!
+//! NFS clients never forget: a file handle may come back at any time. Numbers handed to such a
+//! frontend are *remembered* in a bounded LRU beside the counted table; a handle whose number fell
+//! out of it answers "stale" (the client looks the path up again), so memory stays bounded.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -26,10 +31,23 @@ struct Tables {
     by_path: HashMap<String, Ino>,
 }
 
-/// Lock order: this table's mutex is a leaf (nothing else is locked while it is held).
-#[derive(Default)]
+/// How many remembered (never forgotten) numbers are kept at most.
+pub const REMEMBERED_CAPACITY: u64 = 500_000;
+
+/// Lock order: this table's mutex is a leaf (nothing else is locked while it is held); `remembered`
+/// has its own internal locking and is only touched with `inner` held or not at all.
 pub struct InodeTable {
     inner: Mutex<Tables>,
+    remembered: moka::sync::Cache<Ino, Arc<str>>,
+}
+
+impl Default for InodeTable {
+    fn default() -> Self {
+        InodeTable {
+            inner: Mutex::new(Tables::default()),
+            remembered: moka::sync::Cache::builder().max_capacity(REMEMBERED_CAPACITY).build(),
+        }
+    }
 }
 
 fn hash_path(path: &str) -> Ino {
@@ -68,7 +86,7 @@ impl InodeTable {
             return ino;
         }
         let mut ino = hash_path(path);
-        while g.by_ino.contains_key(&ino) {
+        while g.by_ino.contains_key(&ino) || self.remembered.get(&ino).is_some_and(|p| &*p != path) {
             ino = ino.wrapping_add(1).max(2) & 0x7fff_ffff_ffff_ffff;
         }
         if lookups > 0 {
@@ -85,9 +103,29 @@ impl InodeTable {
         ino
     }
 
-    /// Path of a known inode.
+    /// The number of `path` for a frontend that never forgets (NFS): kept in the bounded LRU.
+    pub fn remember(&self, path: &str) -> Ino {
+        let g = self.inner.lock();
+        let ino = match g.by_path.get(path) {
+            Some(&ino) => ino,
+            None => {
+                let mut ino = hash_path(path);
+                while g.by_ino.contains_key(&ino) || self.remembered.get(&ino).is_some_and(|p| &*p != path) {
+                    ino = ino.wrapping_add(1).max(2) & 0x7fff_ffff_ffff_ffff;
+                }
+                ino
+            }
+        };
+        self.remembered.insert(ino, Arc::from(path));
+        ino
+    }
+
+    /// Path of a known inode: counted by the kernel, or remembered for NFS.
     pub fn path(&self, ino: Ino) -> Option<String> {
-        self.inner.lock().by_ino.get(&ino).map(|e| e.path.clone())
+        if let Some(e) = self.inner.lock().by_ino.get(&ino) {
+            return Some(e.path.clone());
+        }
+        self.remembered.get(&ino).map(|p| p.to_string())
     }
 
     /// The kernel forgot `n` lookups of `ino`.
@@ -125,8 +163,15 @@ impl InodeTable {
         }
     }
 
+    /// Counted inodes (the kernel's references); remembered numbers are not included.
     pub fn len(&self) -> usize {
         self.inner.lock().by_ino.len()
+    }
+
+    /// Remembered numbers (approximate: the LRU settles lazily).
+    pub fn remembered_len(&self) -> u64 {
+        self.remembered.run_pending_tasks();
+        self.remembered.entry_count()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -155,6 +200,23 @@ mod tests {
         assert_eq!(t.ino_for("", 0), ROOT_INO);
         t.forget(ROOT_INO, 100);
         assert_eq!(t.path(ROOT_INO).as_deref(), Some(""));
+    }
+
+    #[test]
+    fn remembered_numbers_resolve_and_match_counted_ones() {
+        let t = InodeTable::new();
+        let counted = t.ino_for("dir/file", 1);
+        assert_eq!(
+            t.remember("dir/file"),
+            counted,
+            "one path, one number for every frontend"
+        );
+        t.forget(counted, 1);
+        assert_eq!(t.path(counted).as_deref(), Some("dir/file"), "still known to NFS");
+        let r = t.remember("other");
+        assert_eq!(t.path(r).as_deref(), Some("other"));
+        assert_eq!(t.ino_for("other", 1), r, "a later kernel lookup gets the same number");
+        assert_eq!(t.len(), 2, "root and the counted entry");
     }
 
     #[test]

@@ -23,7 +23,8 @@ use crate::hub_client::{HubClient, RepoRef, TreeEntry};
 use error::{VfsError, VfsResult};
 pub use inode::{Ino, ROOT_INO};
 use read::{ReadState, Reader};
-use remote::{ContentId, FileMeta, Remote};
+pub use remote::ContentId;
+use remote::{FileMeta, Remote};
 
 #[derive(Debug, Clone)]
 pub struct VfsOptions {
@@ -76,6 +77,14 @@ pub struct Attr {
     pub nlink: u32,
     pub uid: u32,
     pub gid: u32,
+}
+
+/// How a frontend holds the inode numbers it is given. The kernel (FUSE) counts lookups and
+/// forgets them; an NFS client keeps file handles forever and never says when it is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    Counted,
+    Remembered,
 }
 
 /// One entry of a directory snapshot.
@@ -340,6 +349,11 @@ impl VirtualFs {
 
     /// FUSE lookup: the child's attributes, counting one kernel reference.
     pub async fn lookup(&self, parent: Ino, name: &str) -> VfsResult<Attr> {
+        self.lookup_as(parent, name, Hold::Counted).await
+    }
+
+    /// Lookup for a frontend that holds numbers as `hold` says.
+    pub async fn lookup_as(&self, parent: Ino, name: &str, hold: Hold) -> VfsResult<Attr> {
         if name.len() > 255 {
             return Err(VfsError::NameTooLong);
         }
@@ -355,7 +369,10 @@ impl VirtualFs {
         }
         let path = join(&parent_path, name);
         let node = self.node_at(&commit, &path).await?.ok_or(VfsError::NotFound)?;
-        let ino = self.inodes.ino_for(&path, 1);
+        let ino = match hold {
+            Hold::Counted => self.inodes.ino_for(&path, 1),
+            Hold::Remembered => self.inodes.remember(&path),
+        };
         Ok(self.attr(ino, &node))
     }
 
@@ -420,6 +437,32 @@ impl VirtualFs {
     /// A readdirplus entry was handed to the kernel: it now holds one reference to the child.
     pub fn note_entry_lookup(&self, parent_fh_path: &str, name: &str) {
         self.inodes.ino_for(&join(parent_fh_path, name), 1);
+    }
+
+    /// A directory entry's handle was handed to an NFS client, which may use it at any time.
+    pub fn remember_entry(&self, parent_path: &str, name: &str) {
+        match name {
+            "." | ".." => {}
+            _ => {
+                self.inodes.remember(&join(parent_path, name));
+            }
+        }
+    }
+
+    /// The number of a mount-relative path for a frontend that never forgets.
+    pub fn remember_path(&self, path: &str) -> Ino {
+        self.inodes.remember(path)
+    }
+
+    /// The content a file has now (a stateless frontend reopens when it changed).
+    pub async fn content_id(&self, ino: Ino) -> VfsResult<ContentId> {
+        let path = self.path_of(ino)?;
+        let commit = self.commit().await?;
+        match self.node_at(&commit, &path).await? {
+            Some(Node::File(m)) => Ok(m.id),
+            Some(Node::Dir) => Err(VfsError::IsDir),
+            None => Err(VfsError::NotFound),
+        }
     }
 
     /// Path of a directory inode, for `note_entry_lookup`.

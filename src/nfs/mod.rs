@@ -1,0 +1,466 @@
+//! NfsAdapter: NFSv3 requests (through nfsserve) onto the same VirtualFs the FUSE mount uses. Thin by
+//! rule: decode, call the core, encode, and turn `VfsError::errno` into an NFS status in one place.
+//!
+//! NFS is stateless where FUSE is not, and the adapter bridges the two with bounded state only:
+//! - file ids are VirtualFs inode numbers, *remembered* in the core's bounded LRU (NFS clients never
+//!   forget a handle); a handle minted by another server instance answers NFS3ERR_STALE;
+//! - reads go through a VirtualFs file handle per recently read file (bounded, idle ones closed), so
+//!   sequential detection and prefetch work as on FUSE;
+//! - READDIR/READDIRPLUS cookies index a VirtualFs directory snapshot taken when a listing starts
+//!   (cookie 0) and reused by every later page of it.
+
+pub mod ceiling;
+pub mod server;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use nfsserve::nfs::{
+    fattr3, fileid3, filename3, fsinfo3, ftype3, nfs_fh3, nfspath3, nfsstat3, nfstime3, post_op_attr, sattr3, specdata3,
+};
+use nfsserve::vfs::{
+    DirEntry as NfsDirEntry, DirEntrySimple, NFSFileSystem, ReadDirResult, ReadDirSimpleResult, VFSCapabilities,
+};
+
+use crate::vfs::error::VfsError;
+use crate::vfs::{Attr, ContentId, DirEntry, Hold, Ino, Kind, ROOT_INO, VirtualFs};
+
+/// Largest READ/WRITE transfer offered to clients (the Linux client's own cap is 1 MiB).
+pub const MAX_TRANSFER: u32 = 1 << 20;
+
+/// Largest file size announced in FSINFO: model files exceed nfsserve's default of 128 GiB.
+pub const MAX_FILE_SIZE: u64 = 1 << 62;
+
+/// Open VirtualFs file handles kept for reads, and how long an idle one stays open.
+const OPEN_FILES: u64 = 1024;
+const OPEN_IDLE: Duration = Duration::from_secs(30);
+
+/// Directory snapshots kept for listings in progress, and how long an idle one is kept.
+const DIR_SNAPSHOTS: u64 = 256;
+const DIR_IDLE: Duration = Duration::from_secs(120);
+
+/// Plain READDIR listings in progress (see `readdir_simple`), and how long an idle one is kept.
+const SIMPLE_CURSORS: u64 = 256;
+const SIMPLE_IDLE: Duration = Duration::from_secs(30);
+
+/// A file handle this adapter keeps open on behalf of NFS reads.
+struct OpenFile {
+    fh: u64,
+    content: ContentId,
+}
+
+/// A directory listing in progress: the VirtualFs snapshot and where each cookie resumes.
+struct DirSnapshot {
+    fh: u64,
+    path: String,
+    entries: Arc<Vec<DirEntry>>,
+    /// Cookie (the entry's file id) → index of the entry after it.
+    resume: HashMap<Ino, usize>,
+}
+
+/// Where the next plain READDIR page of a directory starts.
+struct SimpleCursor {
+    snap: Arc<DirSnapshot>,
+    next: usize,
+}
+
+/// Bytes of a READDIR reply before its first entry, as nfsserve 0.11 counts them: RPC reply header
+/// (24), status (4), directory attributes (4 + 84), cookie verifier (8).
+const READDIR_REPLY_HEAD: usize = 124;
+
+/// Bytes one READDIR entry takes in the reply: list flag, file id, name (padded), cookie.
+fn readdir_entry_bytes(name: &str) -> usize {
+    4 + 8 + 4 + name.len().div_ceil(4) * 4 + 8
+}
+
+pub struct NfsAdapter {
+    vfs: Arc<VirtualFs>,
+    /// Distinguishes this server instance's handles from those of an earlier one.
+    generation: u64,
+    files: moka::sync::Cache<Ino, Arc<OpenFile>>,
+    dirs: moka::sync::Cache<Ino, Arc<DirSnapshot>>,
+    simple: moka::sync::Cache<Ino, Arc<parking_lot::Mutex<SimpleCursor>>>,
+    fsid: u64,
+}
+
+/// The NFS status for a core error: the single place NFS statuses come from.
+pub fn nfs_status(e: &VfsError) -> nfsstat3 {
+    match e.errno() {
+        libc::ENOENT => nfsstat3::NFS3ERR_NOENT,
+        libc::EROFS => nfsstat3::NFS3ERR_ROFS,
+        libc::ENOTDIR => nfsstat3::NFS3ERR_NOTDIR,
+        libc::EISDIR => nfsstat3::NFS3ERR_ISDIR,
+        libc::ENAMETOOLONG => nfsstat3::NFS3ERR_NAMETOOLONG,
+        libc::EINVAL => nfsstat3::NFS3ERR_INVAL,
+        libc::EACCES => nfsstat3::NFS3ERR_ACCES,
+        libc::EPERM => nfsstat3::NFS3ERR_PERM,
+        libc::EEXIST => nfsstat3::NFS3ERR_EXIST,
+        libc::ENOTEMPTY => nfsstat3::NFS3ERR_NOTEMPTY,
+        libc::ENOSPC => nfsstat3::NFS3ERR_NOSPC,
+        libc::EFBIG => nfsstat3::NFS3ERR_FBIG,
+        // An inode number the core no longer knows: the client must look the path up again.
+        libc::EBADF => nfsstat3::NFS3ERR_STALE,
+        _ => nfsstat3::NFS3ERR_IO,
+    }
+}
+
+fn nfs_time(t: SystemTime) -> nfstime3 {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    nfstime3 {
+        seconds: d.as_secs().min(u32::MAX as u64) as u32,
+        nseconds: d.subsec_nanos(),
+    }
+}
+
+fn name_str(name: &filename3) -> Result<&str, nfsstat3> {
+    // The Hub's paths are UTF-8: a name that is not cannot exist there.
+    std::str::from_utf8(&name.0).map_err(|_| nfsstat3::NFS3ERR_NOENT)
+}
+
+impl NfsAdapter {
+    pub fn new(vfs: Arc<VirtualFs>) -> NfsAdapter {
+        let files = moka::sync::Cache::builder()
+            .max_capacity(OPEN_FILES)
+            .time_to_idle(OPEN_IDLE)
+            .eviction_listener({
+                let vfs = vfs.clone();
+                move |_ino, f: Arc<OpenFile>, _cause| vfs.release(f.fh)
+            })
+            .build();
+        let dirs = moka::sync::Cache::builder()
+            .max_capacity(DIR_SNAPSHOTS)
+            .time_to_idle(DIR_IDLE)
+            .eviction_listener({
+                let vfs = vfs.clone();
+                move |_ino, d: Arc<DirSnapshot>, _cause| vfs.releasedir(d.fh)
+            })
+            .build();
+        let simple = moka::sync::Cache::builder()
+            .max_capacity(SIMPLE_CURSORS)
+            .time_to_idle(SIMPLE_IDLE)
+            .build();
+        // Random per instance: a restarted server must not accept the old server's handles.
+        let generation = rand::random::<u64>() | 1;
+        NfsAdapter {
+            vfs,
+            generation,
+            files,
+            dirs,
+            simple,
+            fsid: 0x0068_7562_6673, // "hubfs"
+        }
+    }
+
+    pub fn vfs(&self) -> &Arc<VirtualFs> {
+        &self.vfs
+    }
+
+    /// Open VirtualFs handles and snapshots this adapter holds (bounded; for tests and status).
+    pub fn held_state(&self) -> (u64, u64) {
+        self.files.run_pending_tasks();
+        self.dirs.run_pending_tasks();
+        (self.files.entry_count(), self.dirs.entry_count())
+    }
+
+    fn fattr(&self, a: &Attr) -> fattr3 {
+        let (ftype, mode) = match a.kind {
+            Kind::Dir => (ftype3::NF3DIR, a.perm as u32),
+            Kind::File => (ftype3::NF3REG, a.perm as u32),
+        };
+        let t = nfs_time(a.mtime);
+        fattr3 {
+            ftype,
+            mode,
+            nlink: a.nlink,
+            uid: a.uid,
+            gid: a.gid,
+            size: a.size,
+            used: a.size.div_ceil(4096) * 4096,
+            rdev: specdata3::default(),
+            fsid: self.fsid,
+            fileid: a.ino,
+            atime: t,
+            mtime: t,
+            ctime: t,
+        }
+    }
+
+    /// The VirtualFs handle reads of `ino` go through, reopened when the file's content changed.
+    async fn open_file(&self, ino: Ino) -> Result<Arc<OpenFile>, nfsstat3> {
+        let content = self.vfs.content_id(ino).await.map_err(|e| nfs_status(&e))?;
+        if let Some(f) = self.files.get(&ino)
+            && f.content == content
+        {
+            return Ok(f);
+        }
+        let (fh, _) = self.vfs.open(ino, false).await.map_err(|e| nfs_status(&e))?;
+        let f = Arc::new(OpenFile { fh, content });
+        // Replacing an entry closes the old handle through the eviction listener.
+        self.files.insert(ino, f.clone());
+        Ok(f)
+    }
+
+    /// A new snapshot of directory `ino`, which later pages of the same listing reuse.
+    async fn snapshot(&self, ino: Ino) -> Result<Arc<DirSnapshot>, nfsstat3> {
+        let fh = self.vfs.opendir(ino).await.map_err(|e| nfs_status(&e))?;
+        let snap = self
+            .vfs
+            .dir_entries(fh)
+            .and_then(|entries| Ok((entries, self.vfs.dir_path(ino)?)));
+        let (entries, path) = match snap {
+            Ok(x) => x,
+            Err(e) => {
+                self.vfs.releasedir(fh);
+                return Err(nfs_status(&e));
+            }
+        };
+        let resume = entries.iter().enumerate().map(|(i, e)| (e.attr.ino, i + 1)).collect();
+        let d = Arc::new(DirSnapshot {
+            fh,
+            path,
+            entries,
+            resume,
+        });
+        self.dirs.insert(ino, d.clone());
+        Ok(d)
+    }
+}
+
+#[async_trait]
+impl NFSFileSystem for NfsAdapter {
+    fn capabilities(&self) -> VFSCapabilities {
+        // Clients such as libnfs (and fio's engine on it) open files read-write and would be refused
+        // by an ACCESS answer without write bits; every mutation is still answered NFS3ERR_ROFS.
+        VFSCapabilities::ReadWrite
+    }
+
+    fn root_dir(&self) -> fileid3 {
+        ROOT_INO
+    }
+
+    async fn lookup(&self, dirid: fileid3, filename: &filename3) -> Result<fileid3, nfsstat3> {
+        let name = name_str(filename)?;
+        match name {
+            "." => return Ok(dirid),
+            ".." => {
+                let path = self.vfs.dir_path(dirid).map_err(|e| nfs_status(&e))?;
+                return Ok(match path.rsplit_once('/') {
+                    Some((parent, _)) => self.vfs.remember_path(parent),
+                    None => ROOT_INO,
+                });
+            }
+            _ => {}
+        }
+        let a = self
+            .vfs
+            .lookup_as(dirid, name, Hold::Remembered)
+            .await
+            .map_err(|e| nfs_status(&e))?;
+        Ok(a.ino)
+    }
+
+    async fn getattr(&self, id: fileid3) -> Result<fattr3, nfsstat3> {
+        let a = self.vfs.getattr(id).await.map_err(|e| nfs_status(&e))?;
+        Ok(self.fattr(&a))
+    }
+
+    async fn setattr(&self, _id: fileid3, _setattr: sattr3) -> Result<fattr3, nfsstat3> {
+        Err(nfs_status(&self.vfs.refuse_write()))
+    }
+
+    async fn read(&self, id: fileid3, offset: u64, count: u32) -> Result<(Vec<u8>, bool), nfsstat3> {
+        let a = self.vfs.getattr(id).await.map_err(|e| nfs_status(&e))?;
+        if a.kind == Kind::Dir {
+            return Err(nfsstat3::NFS3ERR_ISDIR);
+        }
+        let f = self.open_file(id).await?;
+        let count = count.min(MAX_TRANSFER);
+        let data = self.vfs.read(f.fh, offset, count).await.map_err(|e| nfs_status(&e))?;
+        let eof = offset.saturating_add(data.len() as u64) >= a.size;
+        Ok((data.to_vec(), eof))
+    }
+
+    async fn write(&self, _id: fileid3, _offset: u64, _data: &[u8]) -> Result<fattr3, nfsstat3> {
+        Err(nfs_status(&self.vfs.refuse_write()))
+    }
+
+    async fn create(
+        &self,
+        _dirid: fileid3,
+        _filename: &filename3,
+        _attr: sattr3,
+    ) -> Result<(fileid3, fattr3), nfsstat3> {
+        Err(nfs_status(&self.vfs.refuse_write()))
+    }
+
+    async fn create_exclusive(&self, _dirid: fileid3, _filename: &filename3) -> Result<fileid3, nfsstat3> {
+        Err(nfs_status(&self.vfs.refuse_write()))
+    }
+
+    async fn mkdir(&self, _dirid: fileid3, _dirname: &filename3) -> Result<(fileid3, fattr3), nfsstat3> {
+        Err(nfs_status(&self.vfs.refuse_write()))
+    }
+
+    async fn remove(&self, _dirid: fileid3, _filename: &filename3) -> Result<(), nfsstat3> {
+        Err(nfs_status(&self.vfs.refuse_write()))
+    }
+
+    async fn rename(
+        &self,
+        _from_dirid: fileid3,
+        _from_filename: &filename3,
+        _to_dirid: fileid3,
+        _to_filename: &filename3,
+    ) -> Result<(), nfsstat3> {
+        Err(nfs_status(&self.vfs.refuse_write()))
+    }
+
+    async fn readdir(
+        &self,
+        dirid: fileid3,
+        start_after: fileid3,
+        max_entries: usize,
+    ) -> Result<ReadDirResult, nfsstat3> {
+        // Cookie 0 starts a listing (a fresh snapshot); a later page continues the one in progress,
+        // or, if that was dropped meanwhile, a fresh one as long as the cookie is still in it.
+        let snap = match (start_after, self.dirs.get(&dirid)) {
+            (0, _) => self.snapshot(dirid).await?,
+            (_, Some(s)) if s.resume.contains_key(&start_after) => s,
+            _ => self.snapshot(dirid).await?,
+        };
+        let from = if start_after == 0 {
+            0
+        } else {
+            *snap.resume.get(&start_after).ok_or(nfsstat3::NFS3ERR_BAD_COOKIE)?
+        };
+        let to = from.saturating_add(max_entries.max(1)).min(snap.entries.len());
+        let mut entries = Vec::with_capacity(to - from);
+        for e in &snap.entries[from..to] {
+            self.vfs.remember_entry(&snap.path, &e.name);
+            entries.push(NfsDirEntry {
+                fileid: e.attr.ino,
+                name: e.name.as_bytes().into(),
+                attr: self.fattr(&e.attr),
+            });
+        }
+        Ok(ReadDirResult {
+            entries,
+            end: to == snap.entries.len(),
+        })
+    }
+
+    /// Plain READDIR. nfsserve 0.11 does not pass the client's cookie here (only READDIRPLUS gets
+    /// it), so a listing is continued from a per-directory cursor: each page returns exactly the
+    /// entries that fit the reply (so nfsserve truncates none), the cursor advances past them and is
+    /// dropped at the end of the listing or after 30 s idle. Two clients paging through the same
+    /// directory with plain READDIR at the same moment would share the cursor (documented in
+    /// SEMANTICS.md); READDIRPLUS, which clients use by default, has no such limit.
+    async fn readdir_simple(&self, dirid: fileid3, count: usize) -> Result<ReadDirSimpleResult, nfsstat3> {
+        let cursor = match self.simple.get(&dirid) {
+            Some(c) => c,
+            None => {
+                let snap = self.snapshot(dirid).await?;
+                let c = Arc::new(parking_lot::Mutex::new(SimpleCursor { snap, next: 0 }));
+                self.simple.insert(dirid, c.clone());
+                c
+            }
+        };
+        // nfsserve passes the client's byte budget divided by 16 and stops below budget - 128.
+        let budget = count.saturating_mul(16).saturating_sub(128);
+        let mut c = cursor.lock();
+        let snap = c.snap.clone();
+        let mut used = READDIR_REPLY_HEAD;
+        let mut entries = Vec::new();
+        for e in &snap.entries[c.next.min(snap.entries.len())..] {
+            let size = readdir_entry_bytes(&e.name);
+            if used + size >= budget || entries.len() >= count {
+                break;
+            }
+            used += size;
+            self.vfs.remember_entry(&snap.path, &e.name);
+            entries.push(DirEntrySimple {
+                fileid: e.attr.ino,
+                name: e.name.as_bytes().into(),
+            });
+        }
+        c.next += entries.len();
+        let end = c.next >= snap.entries.len();
+        drop(c);
+        if entries.is_empty() && !end {
+            return Err(nfsstat3::NFS3ERR_TOOSMALL);
+        }
+        if end {
+            self.simple.invalidate(&dirid);
+        }
+        Ok(ReadDirSimpleResult { entries, end })
+    }
+
+    async fn symlink(
+        &self,
+        _dirid: fileid3,
+        _linkname: &filename3,
+        _symlink: &nfspath3,
+        _attr: &sattr3,
+    ) -> Result<(fileid3, fattr3), nfsstat3> {
+        Err(nfs_status(&self.vfs.refuse_write()))
+    }
+
+    async fn readlink(&self, _id: fileid3) -> Result<nfspath3, nfsstat3> {
+        // The Hub stores no symlinks: nothing here is one.
+        Err(nfsstat3::NFS3ERR_INVAL)
+    }
+
+    async fn fsinfo(&self, root_fileid: fileid3) -> Result<fsinfo3, nfsstat3> {
+        let obj_attributes = match self.getattr(root_fileid).await {
+            Ok(a) => post_op_attr::attributes(a),
+            Err(_) => post_op_attr::Void,
+        };
+        Ok(fsinfo3 {
+            obj_attributes,
+            rtmax: MAX_TRANSFER,
+            rtpref: MAX_TRANSFER,
+            rtmult: 4096,
+            wtmax: MAX_TRANSFER,
+            wtpref: MAX_TRANSFER,
+            wtmult: 4096,
+            dtpref: 64 << 10,
+            maxfilesize: MAX_FILE_SIZE,
+            time_delta: nfstime3 {
+                seconds: 0,
+                nseconds: 1_000_000,
+            },
+            properties: nfsserve::nfs::FSF_HOMOGENEOUS,
+        })
+    }
+
+    fn id_to_fh(&self, id: fileid3) -> nfs_fh3 {
+        let mut data = Vec::with_capacity(16);
+        data.extend_from_slice(&self.generation.to_le_bytes());
+        data.extend_from_slice(&id.to_le_bytes());
+        nfs_fh3 { data }
+    }
+
+    fn fh_to_id(&self, fh: &nfs_fh3) -> Result<fileid3, nfsstat3> {
+        let (Some(generation), Some(id)) = (fh.data.get(0..8), fh.data.get(8..16)) else {
+            return Err(nfsstat3::NFS3ERR_BADHANDLE);
+        };
+        if fh.data.len() != 16 {
+            return Err(nfsstat3::NFS3ERR_BADHANDLE);
+        }
+        let le = |b: &[u8]| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(b);
+            u64::from_le_bytes(a)
+        };
+        if le(generation) != self.generation {
+            return Err(nfsstat3::NFS3ERR_STALE);
+        }
+        Ok(le(id))
+    }
+
+    fn serverid(&self) -> nfsserve::nfs::cookieverf3 {
+        self.generation.to_le_bytes()
+    }
+}

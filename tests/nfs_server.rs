@@ -1,0 +1,565 @@
+//! The NFSv3 frontend against an in-process local Hub, driven by a userspace NFSv3 client (the
+//! kernel here has none): tree, attributes and bytes equal the Hub's, readdir cookies over more than
+//! 1,000 entries, NFS3ERR_ROFS for every mutation, stale handles after a restart, and the same answers
+//! as the FUSE mount of the same repo.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hubfs::hub_client::{HubClient, HubClientConfig, RepoRef, TreeEntry};
+use hubfs::local_hub::LocalHub;
+use hubfs::mount::{MountRequest, open_vfs};
+use hubfs::nfs::server::NfsServer;
+use hubfs::vfs::VfsOptions;
+use nfs3_client::Nfs3ConnectionBuilder;
+use nfs3_client::nfs3_types::nfs3::{
+    self, Nfs3Option, Nfs3Result, READ3args, READDIR3args, READDIRPLUS3args, diropargs3, fattr3, filename3, ftype3,
+    nfs_fh3, nfsstat3,
+};
+use nfs3_client::nfs3_types::xdr_codec::Opaque;
+use nfs3_client::tokio::{TokioConnector, TokioIo};
+use sha2::{Digest, Sha256};
+
+type Conn = nfs3_client::Nfs3Connection<TokioIo<tokio::net::TcpStream>>;
+
+struct Env {
+    rt: tokio::runtime::Runtime,
+    hub: Option<LocalHub>,
+}
+
+impl Env {
+    fn new() -> Env {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .unwrap();
+        let hub = rt.block_on(LocalHub::start_temp(true)).expect("local hub");
+        Env { rt, hub: Some(hub) }
+    }
+
+    fn hub(&self) -> &LocalHub {
+        self.hub.as_ref().unwrap()
+    }
+
+    fn client_cfg(&self) -> HubClientConfig {
+        HubClientConfig {
+            endpoint: self.hub().endpoint().to_string(),
+            token: self.hub().write_token(),
+            timeout: Duration::from_secs(10),
+            max_retries: 1,
+            ..HubClientConfig::from_env()
+        }
+    }
+
+    /// Opens `spec` and serves it on a free loopback port.
+    fn serve(&self, spec: &str) -> (NfsServer, String) {
+        let opened = open_vfs(spec, None, &self.client_cfg(), &VfsOptions::default(), &self.rt).expect("open repo");
+        let server = self
+            .rt
+            .block_on(NfsServer::start(opened.vfs.clone(), "127.0.0.1:0".parse().unwrap()))
+            .expect("nfs server");
+        (server, opened.commit)
+    }
+
+    fn listing(&self, spec: &str, commit: &str) -> Vec<TreeEntry> {
+        let client = HubClient::new(self.client_cfg()).unwrap();
+        let (r, _, _) = RepoRef::parse(spec).unwrap();
+        self.rt.block_on(client.list_tree_recursive(&r, commit, "")).unwrap()
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(h) = self.hub.take() {
+            self.rt.block_on(h.stop());
+        }
+    }
+}
+
+async fn connect(server: &NfsServer) -> Conn {
+    let port = server.addr().port();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        Nfs3ConnectionBuilder::new(TokioConnector, "127.0.0.1", "/")
+            .connect_from_privileged_port(false)
+            .mount_port(port)
+            .nfs3_port(port)
+            .mount(),
+    )
+    .await
+    .expect("mount did not answer")
+    .expect("NFS mount")
+}
+
+/// UMNT. nfsserve answers it with a status word the protocol does not have (UMNT returns void), so
+/// the client reports trailing bytes: that is the only error tolerated here.
+async fn finish(c: Conn) {
+    if let Err(e) = c.unmount().await {
+        assert!(format!("{e:?}").contains("NotFullyParsed"), "UMNT failed: {e:?}");
+    }
+}
+
+fn status<T, E>(r: &Nfs3Result<T, E>) -> nfsstat3 {
+    match r {
+        Nfs3Result::Ok(_) => nfsstat3::NFS3_OK,
+        Nfs3Result::Err((s, _)) => *s,
+    }
+}
+
+async fn lookup_raw(c: &mut Conn, dir: &nfs_fh3, name: &[u8]) -> Result<nfs_fh3, nfsstat3> {
+    let r = c
+        .lookup(&nfs3::LOOKUP3args {
+            what: diropargs3 {
+                dir: dir.clone(),
+                name: filename3(Opaque::owned(name.to_vec())),
+            },
+        })
+        .await
+        .expect("lookup rpc");
+    match r {
+        Nfs3Result::Ok(ok) => Ok(ok.object),
+        Nfs3Result::Err((s, _)) => Err(s),
+    }
+}
+
+/// Walks `path` from the root.
+async fn walk(c: &mut Conn, path: &str) -> Result<nfs_fh3, nfsstat3> {
+    let mut fh = c.root_nfs_fh3();
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        fh = lookup_raw(c, &fh, part.as_bytes()).await?;
+    }
+    Ok(fh)
+}
+
+async fn getattr(c: &mut Conn, fh: &nfs_fh3) -> Result<fattr3, nfsstat3> {
+    match c.getattr(&fh.clone().into()).await.expect("getattr rpc") {
+        Nfs3Result::Ok(ok) => Ok(ok.obj_attributes),
+        Nfs3Result::Err((s, _)) => Err(s),
+    }
+}
+
+/// `count` bytes at `offset` (one READ) and the EOF flag.
+async fn read_at(c: &mut Conn, fh: &nfs_fh3, offset: u64, count: u32) -> (Vec<u8>, bool) {
+    let r = c
+        .read(&READ3args {
+            file: fh.clone(),
+            offset,
+            count,
+        })
+        .await
+        .expect("read rpc");
+    match r {
+        Nfs3Result::Ok(ok) => (ok.data.to_vec(), ok.eof),
+        Nfs3Result::Err((s, _)) => panic!("read at {offset}: {s:?}"),
+    }
+}
+
+/// The whole file, read in 1 MiB requests until EOF.
+async fn read_all(c: &mut Conn, fh: &nfs_fh3) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let (data, eof) = read_at(c, fh, out.len() as u64, 1 << 20).await;
+        out.extend_from_slice(&data);
+        if eof {
+            return out;
+        }
+        assert!(!data.is_empty(), "empty read before EOF at {}", out.len());
+    }
+}
+
+/// Every name of a directory through READDIRPLUS pages of at most `maxcount` bytes; also checks
+/// that each entry carries attributes and a handle. Returns (names, pages).
+async fn readdirplus_all(c: &mut Conn, dir: &nfs_fh3, maxcount: u32) -> (Vec<String>, usize) {
+    let (mut names, mut cookie, mut verf, mut pages) = (Vec::new(), 0u64, nfs3::cookieverf3::default(), 0);
+    loop {
+        let r = c
+            .readdirplus(&READDIRPLUS3args {
+                dir: dir.clone(),
+                cookie,
+                cookieverf: verf,
+                dircount: maxcount,
+                maxcount,
+            })
+            .await
+            .expect("readdirplus rpc")
+            .unwrap();
+        pages += 1;
+        verf = r.cookieverf;
+        for e in r.reply.entries.into_inner() {
+            assert!(
+                matches!(e.name_attributes, Nfs3Option::Some(_)),
+                "entry without attributes"
+            );
+            assert!(matches!(e.name_handle, Nfs3Option::Some(_)), "entry without a handle");
+            names.push(String::from_utf8(e.name.0.to_vec()).unwrap());
+            cookie = e.cookie;
+        }
+        if r.reply.eof {
+            return (names, pages);
+        }
+        assert!(pages < 100_000, "readdirplus never ends");
+    }
+}
+
+async fn readdir_all(c: &mut Conn, dir: &nfs_fh3, count: u32) -> Vec<String> {
+    let (mut names, mut cookie) = (Vec::new(), 0u64);
+    loop {
+        let r = c
+            .readdir(&READDIR3args {
+                dir: dir.clone(),
+                cookie,
+                cookieverf: nfs3::cookieverf3::default(),
+                count,
+            })
+            .await
+            .expect("readdir rpc")
+            .unwrap();
+        for e in r.reply.entries.into_inner() {
+            names.push(String::from_utf8(e.name.0.to_vec()).unwrap());
+            cookie = e.cookie;
+        }
+        if r.reply.eof {
+            return names;
+        }
+    }
+}
+
+fn sha256_hex(b: &[u8]) -> String {
+    hex::encode(Sha256::digest(b))
+}
+
+#[test]
+fn model_over_nfs_equals_the_hub() {
+    let env = Env::new();
+    let (server, commit) = env.serve("demo/tiny-model");
+    let listing = env.listing("demo/tiny-model", &commit);
+    env.rt.block_on(async {
+        let mut c = connect(&server).await;
+        let mut files = 0;
+        for e in &listing {
+            let TreeEntry::File {
+                path,
+                size,
+                oid,
+                lfs_sha256,
+                ..
+            } = e
+            else {
+                continue;
+            };
+            let fh = walk(&mut c, path).await.expect(path);
+            let a = getattr(&mut c, &fh).await.unwrap();
+            assert_eq!(a.size, *size, "{path} size");
+            assert!(matches!(a.type_, ftype3::NF3REG));
+            assert_eq!(a.mode & 0o777, 0o444, "{path} mode");
+            let data = read_all(&mut c, &fh).await;
+            match lfs_sha256 {
+                Some(sha) => assert_eq!(&sha256_hex(&data), sha, "{path} sha256"),
+                None => assert_eq!(&hubfs::local_hub::model::git_blob_oid(&data), oid, "{path} git oid"),
+            }
+            files += 1;
+        }
+        assert_eq!(files, 5);
+
+        // Odd offsets and lengths across 8 MiB cache blocks, and EOF flags.
+        let expected = hubfs::local_hub::seed::demo_safetensors();
+        let fh = walk(&mut c, "model.safetensors").await.unwrap();
+        let len = expected.len() as u64;
+        for (off, count) in [
+            (1u64, 4095u32),
+            ((8 << 20) - 3, 7),
+            ((16 << 20) + 12345, 1 << 20),
+            (len - 5, 100),
+            (len, 10),
+        ] {
+            let (data, eof) = read_at(&mut c, &fh, off, count).await;
+            let want = &expected[off as usize..((off + count as u64).min(len)) as usize];
+            assert_eq!(data.len(), want.len(), "length at {off}");
+            assert!(data == want, "bytes at {off}");
+            assert_eq!(eof, off + count as u64 >= len, "eof at {off}");
+        }
+
+        // Errors: missing, child of a file, too long, READ of a directory, READLINK.
+        let root = c.root_nfs_fh3();
+        assert_eq!(lookup_raw(&mut c, &root, b"nope").await, Err(nfsstat3::NFS3ERR_NOENT));
+        assert_eq!(walk(&mut c, "config.json/x").await, Err(nfsstat3::NFS3ERR_NOTDIR));
+        assert_eq!(
+            lookup_raw(&mut c, &root, &[b'x'; 256]).await,
+            Err(nfsstat3::NFS3ERR_NAMETOOLONG)
+        );
+        let r = c
+            .read(&READ3args {
+                file: root.clone(),
+                offset: 0,
+                count: 10,
+            })
+            .await
+            .unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3ERR_ISDIR);
+
+        // FSINFO: 1 MiB transfers, files far beyond 128 GiB.
+        let info = c
+            .fsinfo(&nfs3::FSINFO3args { fsroot: root.clone() })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(info.rtmax, 1 << 20);
+        assert!(info.maxfilesize >= 1 << 40, "maxfilesize {}", info.maxfilesize);
+
+        finish(c).await;
+    });
+}
+
+#[test]
+fn every_mutation_is_rofs() {
+    let env = Env::new();
+    let (server, _) = env.serve("demo/tiny-model");
+    env.rt.block_on(async {
+        let mut c = connect(&server).await;
+        let root = c.root_nfs_fh3();
+        let cfg = walk(&mut c, "config.json").await.unwrap();
+        let name = |s: &str| filename3(Opaque::owned(s.as_bytes().to_vec()));
+        let w = c
+            .write(&nfs3::WRITE3args {
+                file: cfg.clone(),
+                offset: 0,
+                count: 3,
+                stable: nfs3::stable_how::FILE_SYNC,
+                data: Opaque::owned(b"abc".to_vec()),
+            })
+            .await
+            .unwrap();
+        assert_eq!(status(&w), nfsstat3::NFS3ERR_ROFS, "write");
+        let r = c
+            .create(&nfs3::CREATE3args {
+                where_: diropargs3 {
+                    dir: root.clone(),
+                    name: name("new.txt"),
+                },
+                how: nfs3::createhow3::UNCHECKED(nfs3::sattr3::default()),
+            })
+            .await
+            .unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3ERR_ROFS, "create");
+        let r = c
+            .mkdir(&nfs3::MKDIR3args {
+                where_: diropargs3 {
+                    dir: root.clone(),
+                    name: name("d"),
+                },
+                attributes: nfs3::sattr3::default(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3ERR_ROFS, "mkdir");
+        let r = c
+            .remove(&nfs3::REMOVE3args {
+                object: diropargs3 {
+                    dir: root.clone(),
+                    name: name("config.json"),
+                },
+            })
+            .await
+            .unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3ERR_ROFS, "remove");
+        let r = c
+            .rename(&nfs3::RENAME3args {
+                from: diropargs3 {
+                    dir: root.clone(),
+                    name: name("config.json"),
+                },
+                to: diropargs3 {
+                    dir: root.clone(),
+                    name: name("c2.json"),
+                },
+            })
+            .await
+            .unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3ERR_ROFS, "rename");
+        let r = c
+            .setattr(&nfs3::SETATTR3args {
+                object: cfg.clone(),
+                new_attributes: nfs3::sattr3 {
+                    mode: Nfs3Option::Some(0o600),
+                    ..Default::default()
+                },
+                guard: Nfs3Option::None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3ERR_ROFS, "setattr");
+        // Nothing changed.
+        assert_eq!(
+            lookup_raw(&mut c, &root, b"new.txt").await,
+            Err(nfsstat3::NFS3ERR_NOENT)
+        );
+        assert!(walk(&mut c, "config.json").await.is_ok());
+        finish(c).await;
+    });
+}
+
+#[test]
+fn readdir_cookies_over_a_large_directory_and_plain_lfs() {
+    let env = Env::new();
+    let (server, commit) = env.serve("datasets/demo/tiny-dataset");
+    let listing = env.listing("datasets/demo/tiny-dataset", &commit);
+    let mut want: Vec<String> = listing
+        .iter()
+        .filter_map(|e| e.path().strip_prefix("data/many/").map(str::to_string))
+        .collect();
+    want.sort();
+    assert!(
+        want.len() > 1000,
+        "the demo dataset has {} entries in data/many",
+        want.len()
+    );
+    env.rt.block_on(async {
+        let mut c = connect(&server).await;
+        let many = walk(&mut c, "data/many").await.unwrap();
+
+        // Small pages force many round trips; every entry must come exactly once, in order.
+        let (names, pages) = readdirplus_all(&mut c, &many, 4096).await;
+        assert!(pages > 10, "only {pages} pages");
+        let mut got: Vec<String> = names.into_iter().filter(|n| n != "." && n != "..").collect();
+        let listed_in_order = got.clone();
+        got.sort();
+        assert_eq!(listed_in_order, got, "entries out of order across pages");
+        assert_eq!(got, want, "readdirplus of data/many");
+
+        // Plain READDIR, twice: a finished listing leaves nothing behind for the next one.
+        for round in 0..2 {
+            let names = readdir_all(&mut c, &many, 2048).await;
+            let mut got: Vec<String> = names.into_iter().filter(|n| n != "." && n != "..").collect();
+            got.sort();
+            assert_eq!(got, want, "readdir of data/many, round {round}");
+        }
+
+        // A handle from a readdirplus entry is usable without a LOOKUP.
+        let r = c
+            .readdirplus(&READDIRPLUS3args {
+                dir: many.clone(),
+                cookie: 0,
+                cookieverf: nfs3::cookieverf3::default(),
+                dircount: 4096,
+                maxcount: 8192,
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        let e = r
+            .reply
+            .entries
+            .into_inner()
+            .into_iter()
+            .find(|e| e.name.0.starts_with(b"item-"))
+            .unwrap();
+        let Nfs3Option::Some(fh) = e.name_handle else {
+            panic!("no handle")
+        };
+        let data = read_all(&mut c, &fh).await;
+        assert!(data.starts_with(b"{\"id\": "), "{:?}", String::from_utf8_lossy(&data));
+
+        // A plain-LFS file read through HTTP ranges, whole and at odd offsets.
+        let fh = walk(&mut c, "data/blobs/images.bin").await.unwrap();
+        let expected = hubfs::local_hub::seed::demo_bytes(3 << 20, 7);
+        assert_eq!(sha256_hex(&read_all(&mut c, &fh).await), sha256_hex(&expected));
+        let (data, _) = read_at(&mut c, &fh, 1_000_003, 65_537).await;
+        assert!(data == expected[1_000_003..1_065_540], "ranged read of plain LFS");
+        finish(c).await;
+    });
+}
+
+#[test]
+fn handles_of_a_restarted_server_are_stale() {
+    let env = Env::new();
+    let (first, _) = env.serve("demo/tiny-model");
+    let (second, _) = env.serve("demo/tiny-model");
+    env.rt.block_on(async {
+        let mut c1 = connect(&first).await;
+        let old = walk(&mut c1, "config.json").await.unwrap();
+        assert!(getattr(&mut c1, &old).await.is_ok());
+        first.stop();
+        drop(first);
+
+        let mut c2 = connect(&second).await;
+        assert_eq!(getattr(&mut c2, &old).await.err(), Some(nfsstat3::NFS3ERR_STALE));
+        let r = c2
+            .read(&READ3args {
+                file: old.clone(),
+                offset: 0,
+                count: 10,
+            })
+            .await
+            .unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3ERR_STALE, "read through a stale handle");
+        // A garbage handle is bad, not stale.
+        let bad = nfs_fh3 {
+            data: Opaque::owned(vec![1, 2, 3]),
+        };
+        assert_eq!(getattr(&mut c2, &bad).await.err(), Some(nfsstat3::NFS3ERR_BADHANDLE));
+        // Looking the path up again works.
+        let fresh = walk(&mut c2, "config.json").await.unwrap();
+        assert!(getattr(&mut c2, &fresh).await.is_ok());
+        finish(c2).await;
+    });
+}
+
+/// The FUSE mount and the NFS server of one repo give the same tree, sizes, modes, times and bytes.
+#[test]
+fn nfs_and_fuse_give_the_same_answers() {
+    let env = Env::new();
+    let (server, commit) = env.serve("datasets/demo/tiny-dataset");
+    let dir = tempfile::tempdir().unwrap();
+    let fuse = hubfs::mount::mount(
+        MountRequest {
+            repo: "datasets/demo/tiny-dataset".to_string(),
+            mountpoint: dir.path().to_path_buf(),
+            revision: Some(commit.clone()),
+            client: env.client_cfg(),
+            vfs: VfsOptions::default(),
+            allow_other: false,
+        },
+        &env.rt,
+    )
+    .expect("FUSE mount");
+    let listing = env.listing("datasets/demo/tiny-dataset", &commit);
+    let sample: Vec<&TreeEntry> = listing
+        .iter()
+        .filter(|e| !e.path().starts_with("data/many/") || e.path().ends_with("00007.jsonl"))
+        .collect();
+    let root = Arc::new(dir.path().to_path_buf());
+    env.rt.block_on(async {
+        let mut c = connect(&server).await;
+        for e in sample {
+            let path = e.path();
+            let fh = walk(&mut c, path).await.expect(path);
+            let a = getattr(&mut c, &fh).await.unwrap();
+            let p = root.join(path);
+            let m = tokio::task::spawn_blocking({
+                let p = p.clone();
+                move || std::fs::metadata(p)
+            })
+            .await
+            .unwrap()
+            .unwrap();
+            assert_eq!(a.size, m.len(), "{path} size");
+            assert_eq!(a.mode & 0o777, m.permissions().mode() & 0o777, "{path} mode");
+            assert_eq!(a.mtime.seconds as i64, m.mtime(), "{path} mtime");
+            assert_eq!(a.nlink as u64, m.nlink(), "{path} nlink");
+            assert_eq!(a.fileid, m.ino(), "{path} inode number");
+            if m.is_file() {
+                let local = tokio::task::spawn_blocking(move || std::fs::read(p))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                assert!(read_all(&mut c, &fh).await == local, "{path} bytes");
+            } else {
+                assert!(matches!(a.type_, ftype3::NF3DIR), "{path} type");
+            }
+        }
+        finish(c).await;
+    });
+    fuse.unmount().unwrap();
+}
