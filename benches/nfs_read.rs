@@ -56,7 +56,19 @@ fn fio(bin: &str, args: &[String]) -> Fio {
     let json = &text[text.find('{').unwrap_or(0)..];
     let v: serde_json::Value = serde_json::from_str(json)
         .unwrap_or_else(|e| panic!("fio output ({e}): {text}\n{}", String::from_utf8_lossy(&out.stderr)));
-    let read = &v["jobs"][0]["read"];
+    let job = &v["jobs"][0];
+    let read = &job["read"];
+    if job["error"].as_i64().unwrap_or(0) != 0 || read["io_bytes"].as_u64().unwrap_or(0) == 0 {
+        eprintln!(
+            "fio {args:?} did no I/O (error {}): {}",
+            job["error"],
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .take(5)
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+    }
     Fio {
         bw: read["bw_bytes"].as_f64().unwrap_or(0.0),
         iops: read["iops"].as_f64().unwrap_or(0.0),
@@ -89,6 +101,13 @@ fn psync_args(path: &Path, rw: &str, bs: &str, extra: &[&str]) -> Vec<String> {
 
 const RAND: &[&str] = &["--runtime=6", "--time_based", "--randrepeat=1"];
 
+/// fio's nfs engine cannot size a file by itself: every NFS job names the file size.
+fn sized<'a>(size: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![size];
+    v.extend_from_slice(extra);
+    v
+}
+
 fn main() {
     let mib: u64 = std::env::var("HUBFS_BENCH_MIB")
         .ok()
@@ -117,10 +136,20 @@ fn main() {
             .map(|_| fio(&fio_nfs, &nfs_args(addr, "data.bin", "read", "1m", &[&file_size])).bw)
             .collect(),
     );
-    let ceil_rand = fio(&fio_nfs, &nfs_args(addr, "data.bin", "randread", "4k", RAND)).iops;
+    let ceil_rand = fio(
+        &fio_nfs,
+        &nfs_args(addr, "data.bin", "randread", "4k", &sized(&file_size, RAND)),
+    )
+    .iops;
     let ceil_rand16 = fio(
         &fio_nfs,
-        &nfs_args(addr, "data.bin", "randread", "4k", &[RAND, &["--iodepth=16"]].concat()),
+        &nfs_args(
+            addr,
+            "data.bin",
+            "randread",
+            "4k",
+            &sized(&file_size, &[RAND, &["--iodepth=16"]].concat()),
+        ),
     )
     .iops;
     task.abort();
@@ -148,7 +177,11 @@ fn main() {
             .map(|_| fio(&fio_nfs, &nfs_args(addr, "weights.bin", "read", "1m", &[&file_size])).bw)
             .collect(),
     );
-    let nfs_rand = fio(&fio_nfs, &nfs_args(addr, "weights.bin", "randread", "4k", RAND)).iops;
+    let nfs_rand = fio(
+        &fio_nfs,
+        &nfs_args(addr, "weights.bin", "randread", "4k", &sized(&file_size, RAND)),
+    )
+    .iops;
     let nfs_rand16 = fio(
         &fio_nfs,
         &nfs_args(
@@ -156,7 +189,7 @@ fn main() {
             "weights.bin",
             "randread",
             "4k",
-            &[RAND, &["--iodepth=16"]].concat(),
+            &sized(&file_size, &[RAND, &["--iodepth=16"]].concat()),
         ),
     )
     .iops;

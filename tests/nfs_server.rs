@@ -563,3 +563,48 @@ fn nfs_and_fuse_give_the_same_answers() {
     });
     fuse.unmount().unwrap();
 }
+
+/// What the adapter keeps per file and per listing stays bounded, and what it lets go is closed in
+/// the core: reading more distinct files than the open-file cache holds leaves at most that many
+/// VirtualFs handles open.
+#[test]
+fn adapter_state_stays_bounded() {
+    use hubfs::nfs::NfsAdapter;
+    use nfsserve::vfs::NFSFileSystem;
+    let env = Env::new();
+    let opened = open_vfs(
+        "datasets/demo/tiny-dataset",
+        None,
+        &env.client_cfg(),
+        &VfsOptions::default(),
+        &env.rt,
+    )
+    .unwrap();
+    let vfs = opened.vfs.clone();
+    let nfs = NfsAdapter::new(vfs.clone());
+    env.rt.block_on(async {
+        let data = nfs.lookup(nfs.root_dir(), &b"data"[..].into()).await.unwrap();
+        let many = nfs.lookup(data, &b"many"[..].into()).await.unwrap();
+        let listing = nfs.readdir(many, 0, usize::MAX).await.unwrap();
+        assert!(listing.end);
+        let files: Vec<u64> = listing
+            .entries
+            .iter()
+            .filter(|e| e.name.0.starts_with(b"item-"))
+            .map(|e| e.fileid)
+            .collect();
+        assert!(files.len() > 1024, "{} files", files.len());
+        for id in &files {
+            let (data, eof) = nfs.read(*id, 0, 4096).await.unwrap();
+            assert!(eof && data.starts_with(b"{\"id\": "));
+        }
+        let (open_files, snapshots) = nfs.held_state();
+        assert!(open_files <= 1024, "{open_files} files held open");
+        assert_eq!(snapshots, 1);
+        assert_eq!(
+            vfs.handle_count() as u64,
+            open_files + snapshots,
+            "released handles stay open in the core"
+        );
+    });
+}

@@ -45,19 +45,34 @@ const DIR_IDLE: Duration = Duration::from_secs(120);
 const SIMPLE_CURSORS: u64 = 256;
 const SIMPLE_IDLE: Duration = Duration::from_secs(30);
 
-/// A file handle this adapter keeps open on behalf of NFS reads.
+/// A file handle this adapter keeps open on behalf of NFS reads. The VirtualFs handle is released
+/// when the last holder drops it, so a read in flight keeps its handle even after the cache let go.
 struct OpenFile {
+    vfs: Arc<VirtualFs>,
     fh: u64,
     content: ContentId,
 }
 
+impl Drop for OpenFile {
+    fn drop(&mut self) {
+        self.vfs.release(self.fh);
+    }
+}
+
 /// A directory listing in progress: the VirtualFs snapshot and where each cookie resumes.
 struct DirSnapshot {
+    vfs: Arc<VirtualFs>,
     fh: u64,
     path: String,
     entries: Arc<Vec<DirEntry>>,
     /// Cookie (the entry's file id) → index of the entry after it.
     resume: HashMap<Ino, usize>,
+}
+
+impl Drop for DirSnapshot {
+    fn drop(&mut self) {
+        self.vfs.releasedir(self.fh);
+    }
 }
 
 /// Where the next plain READDIR page of a directory starts.
@@ -75,6 +90,9 @@ fn readdir_entry_bytes(name: &str) -> usize {
     4 + 8 + 4 + name.len().div_ceil(4) * 4 + 8
 }
 
+/// Lock order: a plain-READDIR cursor's mutex → the inode table (through `remember_entry`); the
+/// moka caches lock internally and are never touched with the cursor held. Nothing is held across
+/// an `.await`.
 pub struct NfsAdapter {
     vfs: Arc<VirtualFs>,
     /// Distinguishes this server instance's handles from those of an earlier one.
@@ -124,18 +142,10 @@ impl NfsAdapter {
         let files = moka::sync::Cache::builder()
             .max_capacity(OPEN_FILES)
             .time_to_idle(OPEN_IDLE)
-            .eviction_listener({
-                let vfs = vfs.clone();
-                move |_ino, f: Arc<OpenFile>, _cause| vfs.release(f.fh)
-            })
             .build();
         let dirs = moka::sync::Cache::builder()
             .max_capacity(DIR_SNAPSHOTS)
             .time_to_idle(DIR_IDLE)
-            .eviction_listener({
-                let vfs = vfs.clone();
-                move |_ino, d: Arc<DirSnapshot>, _cause| vfs.releasedir(d.fh)
-            })
             .build();
         let simple = moka::sync::Cache::builder()
             .max_capacity(SIMPLE_CURSORS)
@@ -196,8 +206,12 @@ impl NfsAdapter {
             return Ok(f);
         }
         let (fh, _) = self.vfs.open(ino, false).await.map_err(|e| nfs_status(&e))?;
-        let f = Arc::new(OpenFile { fh, content });
-        // Replacing an entry closes the old handle through the eviction listener.
+        let f = Arc::new(OpenFile {
+            vfs: self.vfs.clone(),
+            fh,
+            content,
+        });
+        // A replaced entry's handle is released once reads still using it are done.
         self.files.insert(ino, f.clone());
         Ok(f)
     }
@@ -205,24 +219,18 @@ impl NfsAdapter {
     /// A new snapshot of directory `ino`, which later pages of the same listing reuse.
     async fn snapshot(&self, ino: Ino) -> Result<Arc<DirSnapshot>, nfsstat3> {
         let fh = self.vfs.opendir(ino).await.map_err(|e| nfs_status(&e))?;
-        let snap = self
-            .vfs
-            .dir_entries(fh)
-            .and_then(|entries| Ok((entries, self.vfs.dir_path(ino)?)));
-        let (entries, path) = match snap {
-            Ok(x) => x,
-            Err(e) => {
-                self.vfs.releasedir(fh);
-                return Err(nfs_status(&e));
-            }
-        };
-        let resume = entries.iter().enumerate().map(|(i, e)| (e.attr.ino, i + 1)).collect();
-        let d = Arc::new(DirSnapshot {
+        let mut d = DirSnapshot {
+            vfs: self.vfs.clone(),
             fh,
-            path,
-            entries,
-            resume,
-        });
+            path: String::new(),
+            entries: Arc::new(Vec::new()),
+            resume: HashMap::new(),
+        };
+        // From here on, dropping `d` releases the VirtualFs handle, also on the error paths.
+        d.entries = self.vfs.dir_entries(fh).map_err(|e| nfs_status(&e))?;
+        d.path = self.vfs.dir_path(ino).map_err(|e| nfs_status(&e))?;
+        d.resume = d.entries.iter().enumerate().map(|(i, e)| (e.attr.ino, i + 1)).collect();
+        let d = Arc::new(d);
         self.dirs.insert(ino, d.clone());
         Ok(d)
     }

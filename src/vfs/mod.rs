@@ -528,6 +528,11 @@ impl VirtualFs {
         VfsError::ReadOnly
     }
 
+    /// Open file and directory handles (every frontend's).
+    pub fn handle_count(&self) -> usize {
+        self.handles.lock().len()
+    }
+
     pub fn inode_count(&self) -> usize {
         self.inodes.len()
     }

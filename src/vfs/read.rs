@@ -101,7 +101,7 @@ impl Reader {
             try_join_all((first..=last).map(|idx| self.block(file, commit, &key, idx))).await?
         } else {
             // A seek: fetch exactly what was asked, no read amplification.
-            return self.remote.fetch(file, commit, offset, end - offset).await;
+            return self.remote.fetch_exact(file, commit, offset, end - offset).await;
         };
         Ok(assemble(&blocks, first * BLOCK_SIZE, offset, end))
     }
