@@ -7,22 +7,21 @@
 //! `cargo bench --bench fuse_scale` (HUBFS_BENCH_RSS_MIB sets the large file's size, default 4096;
 //! HUBFS_BENCH_MOUNT_ARGS adds options to that `hubfs mount`).
 
+mod common;
+
 use std::io::{BufRead, Read};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
+use common::requests;
 use hubfs::hub_client::HubClientConfig;
-use hubfs::local_hub::{DEFAULT_WRITE_TOKEN, LocalHub, RouteClass};
+use hubfs::local_hub::{DEFAULT_WRITE_TOKEN, LocalHub};
 use hubfs::mount::{MountRequest, mount};
 use hubfs::vfs::VfsOptions;
 
 const DIRS: usize = 10;
 const FILES_PER_DIR: usize = 1_000;
-
-fn requests(hub: &LocalHub) -> u64 {
-    RouteClass::ALL.iter().map(|c| hub.stats(*c).requests).sum()
-}
 
 /// A model repo with `DIRS` folders of `FILES_PER_DIR` small files, in one NDJSON commit.
 async fn make_tree_repo(ep: &str) {
@@ -60,33 +59,6 @@ async fn make_tree_repo(ep: &str) {
         .await
         .unwrap();
     assert!(r.status().is_success(), "commit: {}", r.status());
-}
-
-/// Uploads a `size`-byte Xet file as a client would (the hf-hub crate).
-async fn make_big_repo(ep: &str, size: u64) {
-    let cache = tempfile::tempdir().unwrap();
-    let c = hf_hub::HFClient::builder()
-        .endpoint(ep)
-        .token(DEFAULT_WRITE_TOKEN)
-        .cache_dir(cache.path())
-        .build()
-        .unwrap();
-    c.create_repository()
-        .repo_id("local/big")
-        .repo_type(hf_hub::RepoTypeModel)
-        .send()
-        .await
-        .unwrap();
-    c.model("local", "big")
-        .create_commit()
-        .operations(vec![hf_hub::repository::CommitOperation::Add {
-            path_in_repo: "weights.bin".into(),
-            source: hf_hub::repository::AddSource::Bytes(hubfs::local_hub::seed::demo_bytes(size as usize, 5).into()),
-        }])
-        .commit_message("big weights")
-        .send()
-        .await
-        .unwrap();
 }
 
 fn vm_hwm_mib(pid: u32) -> u64 {
@@ -163,7 +135,7 @@ fn main() {
 
     // RSS: the real binary, default cache sizes, a fresh cache dir.
     println!("uploading a {rss_mib} MiB Xet file for the RSS run...");
-    rt.block_on(make_big_repo(&ep, rss_mib << 20));
+    rt.block_on(common::upload_xet_file(&ep, "big", "weights.bin", rss_mib << 20, 5));
     let d = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_hubfs"))

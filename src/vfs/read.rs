@@ -46,7 +46,7 @@ impl Reader {
                 key,
                 idx,
                 block_len(file.size, idx),
-                self.remote.fetch(file, commit, start, BLOCK_SIZE),
+                self.remote.fetch_block(file, commit, start, BLOCK_SIZE),
             )
             .await
     }

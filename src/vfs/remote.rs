@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::future::try_join_all;
 use xet::xet_session::{XetDownloadStreamGroup, XetFileInfo, XetSession, XetSessionBuilder};
 
 use super::error::{VfsError, VfsResult};
@@ -14,6 +15,45 @@ use crate::hub_client::{HubClient, RepoRef};
 
 /// Ranges at least this long are assembled in a pooled (prefaulted) buffer.
 const POOLED_MIN: u64 = 1 << 20;
+
+/// Smallest part a block is split into when the link is latency-bound.
+pub const MIN_PART: u64 = 2 << 20;
+
+/// Request latency (time to first byte) from which one more part per block pays off: a request
+/// costs about this much before bytes flow, so splitting a block keeps more connections busy.
+const LATENCY_PER_PART_US: u64 = 10_000;
+
+/// The link's base latency: a slowly rising minimum of recent times to first byte (microseconds; 0
+/// until measured). A minimum, because queueing on a busy machine inflates many samples but not
+/// all, while a distant Hub makes every sample slow. It decides how many parallel parts a block is
+/// fetched in: on a fast link one request per block is cheapest, on a slow one more connections for
+/// the same bytes in flight is what raises throughput.
+#[derive(Default)]
+struct Latency(std::sync::atomic::AtomicU64);
+
+impl Latency {
+    fn record(&self, d: Duration) {
+        use std::sync::atomic::Ordering;
+        let us = d.as_micros().min(u64::MAX as u128) as u64;
+        let old = self.0.load(Ordering::Relaxed);
+        let new = if old == 0 || us < old {
+            us.max(1)
+        } else {
+            old + (us - old) / 64
+        };
+        self.0.store(new, Ordering::Relaxed);
+    }
+
+    /// Size of each part of a block of `len` bytes.
+    fn part_size(&self, len: u64) -> u64 {
+        let us = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        let parts = (us / LATENCY_PER_PART_US).clamp(1, len.div_ceil(MIN_PART).max(1));
+        len.div_ceil(parts)
+    }
+}
+
+/// HTTP ranges up to this size are short enough that their duration measures latency.
+const LATENCY_PROBE_MAX: u64 = 256 << 10;
 
 /// Exact-range reads of Xet files up to this size go through the Hub's `/resolve/` redirect with an
 /// HTTP Range (one request once the redirect target is cached) instead of a Xet reconstruction
@@ -61,6 +101,7 @@ pub struct Remote {
     session: XetSession,
     xet: tokio::sync::Mutex<Option<Arc<XetGroup>>>,
     pool: BufferPool,
+    latency: Latency,
 }
 
 fn unix_now() -> u64 {
@@ -77,8 +118,8 @@ fn unix_now() -> u64 {
 /// caches rather than by a fraction of the machine's RAM.
 fn xet_config() -> VfsResult<xet_runtime::config::XetConfig> {
     let settings: [(&str, &str); 6] = [
-        ("client.ac_initial_download_concurrency", "16"),
-        ("client.ac_min_download_concurrency", "8"),
+        ("client.ac_initial_download_concurrency", "32"),
+        ("client.ac_min_download_concurrency", "16"),
         ("data.max_concurrent_file_downloads", "32"),
         ("reconstruction.download_buffer_size", "32mb"),
         ("reconstruction.download_buffer_perfile_size", "16mb"),
@@ -106,6 +147,7 @@ impl Remote {
             session,
             xet: tokio::sync::Mutex::new(None),
             pool,
+            latency: Latency::default(),
         })
     }
 
@@ -135,81 +177,124 @@ impl Remote {
         Ok(x)
     }
 
-    /// Exactly the bytes `[start, start + len)` of `file` (clamped to its size), for streaming:
-    /// Xet files through the Xet protocol.
-    pub async fn fetch(&self, file: &FileMeta, commit: &str, start: u64, len: u64) -> VfsResult<Bytes> {
-        self.fetch_with(file, commit, start, len, false).await
-    }
-
-    /// Like `fetch`, for one random read: a small range of a Xet file costs one HTTP request.
+    /// Exactly the bytes `[start, start + len)` of `file` (clamped to its size), for one random
+    /// read: a small range of a Xet file costs one HTTP request.
     pub async fn fetch_exact(&self, file: &FileMeta, commit: &str, start: u64, len: u64) -> VfsResult<Bytes> {
-        self.fetch_with(file, commit, start, len, len <= XET_HTTP_RANGE_MAX)
-            .await
-    }
-
-    async fn fetch_with(&self, file: &FileMeta, commit: &str, start: u64, len: u64, http: bool) -> VfsResult<Bytes> {
         let len = len.min(file.size.saturating_sub(start));
         if len == 0 {
             return Ok(Bytes::new());
         }
+        let pieces = self.pieces(file, commit, start, len, len <= XET_HTTP_RANGE_MAX).await?;
+        Ok(self.gather(pieces, len))
+    }
+
+    /// A whole cache block, fetched in parallel parts sized by the measured latency (see `Latency`),
+    /// gathered with one copy into a pooled buffer.
+    pub async fn fetch_block(&self, file: &FileMeta, commit: &str, start: u64, len: u64) -> VfsResult<Bytes> {
+        let len = len.min(file.size.saturating_sub(start));
+        if len == 0 {
+            return Ok(Bytes::new());
+        }
+        let end = start + len;
+        let part = self.latency.part_size(len);
+        let parts = (start..end)
+            .step_by(part as usize)
+            .map(|s| self.pieces(file, commit, s, part.min(end - s), false));
+        let pieces: Vec<Bytes> = try_join_all(parts).await?.into_iter().flatten().collect();
+        Ok(self.gather(pieces, len))
+    }
+
+    /// The bytes `[start, start + len)` in the pieces they arrived in (no copy), within the deadline.
+    async fn pieces(&self, file: &FileMeta, commit: &str, start: u64, len: u64, http: bool) -> VfsResult<Vec<Bytes>> {
         let work = async {
             match &file.id {
-                ContentId::Xet(hash) if !http => self.fetch_xet(hash, file.size, commit, start, len).await,
-                ContentId::Xet(_) | ContentId::Lfs(_) | ContentId::Git(_) => Ok(self
-                    .client
-                    .read_range(&self.repo, commit, &file.remote_path, start, len)
-                    .await?),
+                ContentId::Xet(hash) if !http => self.xet_pieces(hash, file.size, commit, start, len).await,
+                ContentId::Xet(_) | ContentId::Lfs(_) | ContentId::Git(_) => {
+                    let t = std::time::Instant::now();
+                    let b = self
+                        .client
+                        .read_range(&self.repo, commit, &file.remote_path, start, len)
+                        .await?;
+                    if len <= LATENCY_PROBE_MAX {
+                        self.latency.record(t.elapsed());
+                    }
+                    Ok(vec![b])
+                }
             }
         };
-        let data = tokio::time::timeout(self.timeout, work)
+        let pieces = tokio::time::timeout(self.timeout, work)
             .await
             .map_err(|_| VfsError::Timeout(self.timeout))??;
-        if data.len() as u64 != len {
+        let got: u64 = pieces.iter().map(|p| p.len() as u64).sum();
+        if got != len {
             return Err(VfsError::ShortRead {
                 offset: start,
                 wanted: len,
-                got: data.len() as u64,
+                got,
             });
         }
-        Ok(data)
+        Ok(pieces)
     }
 
-    async fn fetch_xet(&self, hash: &str, size: u64, commit: &str, start: u64, len: u64) -> VfsResult<Bytes> {
+    /// One `Bytes` out of pieces totalling `len`: a lone small piece as it is, anything else copied
+    /// once into a pooled (prefaulted) buffer.
+    fn gather(&self, mut pieces: Vec<Bytes>, len: u64) -> Bytes {
+        if pieces.len() == 1 && len < POOLED_MIN {
+            return pieces.pop().unwrap_or_default();
+        }
+        let mut buf = self.pool.acquire(len as usize);
+        for p in &pieces {
+            buf.extend_from_slice(p);
+        }
+        buf.freeze()
+    }
+
+    async fn xet_pieces(&self, hash: &str, size: u64, commit: &str, start: u64, len: u64) -> VfsResult<Vec<Bytes>> {
         let x = self.xet_group(commit).await?;
         let info = XetFileInfo::new(hash.to_string(), size);
+        let t = std::time::Instant::now();
         let mut stream = x
             .group
             .download_stream(info, Some(start..start + len))
             .await
             .map_err(|e| VfsError::Xet(e.to_string()))?;
-        // Small ranges usually arrive as one piece: hand it on without copying. Large ones are
-        // gathered in a pooled buffer.
-        let mut first: Option<Bytes> = None;
-        let mut buf = None;
+        let mut pieces = Vec::new();
         while let Some(piece) = stream.next().await.map_err(|e| VfsError::Xet(e.to_string()))? {
-            if buf.is_none() {
-                match first.take() {
-                    None if len < POOLED_MIN => {
-                        first = Some(piece);
-                        continue;
-                    }
-                    earlier => {
-                        let mut b = self.pool.acquire(len as usize);
-                        if let Some(f) = earlier {
-                            b.extend_from_slice(&f);
-                        }
-                        buf = Some(b);
-                    }
-                }
+            if pieces.is_empty() {
+                self.latency.record(t.elapsed());
             }
-            if let Some(b) = buf.as_mut() {
-                b.extend_from_slice(&piece);
-            }
+            pieces.push(piece);
         }
-        Ok(match (first, buf) {
-            (_, Some(b)) => b.freeze(),
-            (Some(f), None) => f,
-            (None, None) => Bytes::new(),
-        })
+        Ok(pieces)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_follow_latency() {
+        let l = Latency::default();
+        assert_eq!(l.part_size(8 << 20), 8 << 20, "unmeasured: one request per block");
+        l.record(Duration::from_millis(2));
+        assert_eq!(l.part_size(8 << 20), 8 << 20, "loopback: one request per block");
+        let l = Latency::default();
+        l.record(Duration::from_millis(60));
+        assert_eq!(
+            l.part_size(8 << 20),
+            MIN_PART,
+            "30 ms per hop: as many parts as allowed"
+        );
+        let l = Latency::default();
+        l.record(Duration::from_millis(25));
+        assert_eq!(l.part_size(8 << 20), 4 << 20, "in between: two parts");
+        assert_eq!(l.part_size(1 << 20), 1 << 20, "a small block stays whole");
+        let l = Latency::default();
+        l.record(Duration::from_millis(1));
+        for _ in 0..10 {
+            l.record(Duration::from_millis(40));
+        }
+        assert_eq!(l.part_size(8 << 20), 8 << 20, "queueing spikes do not hide a fast link");
     }
 }
