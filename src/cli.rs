@@ -34,6 +34,15 @@ pub enum Command {
         /// The mountpoint.
         dir: PathBuf,
     },
+    /// Show writable mounts: files waiting to be committed, the last commit, upload errors.
+    Status {
+        /// The cache dir the mounts were started with (default: as for `mount`).
+        #[arg(long)]
+        cache_dir: Option<PathBuf>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Start a local Hub with demo repos, mount demo/tiny-model under DIR and show around.
     Demo {
         /// Where to mount (created if missing).
@@ -128,6 +137,21 @@ pub struct MountArgs {
     /// With --nfs: serve only, do not mount (for a kernel without an NFS client, or another host).
     #[arg(long, requires = "nfs")]
     pub serve_only: bool,
+    /// Mount writable: files written are uploaded and committed to the branch when closed (needs a
+    /// write token).
+    #[arg(long)]
+    pub write: bool,
+    /// With --write: commit title; {summary} becomes what the commit does, {count} its number of changes.
+    #[arg(long, default_value = "hubfs: {summary}", requires = "write")]
+    pub commit_message: String,
+    /// With --write: what close() waits for. `commit` (default): the Hub commit holding the file,
+    /// so close() reports upload errors. `stage`: the file is durable in the local journal and is
+    /// committed with others in the next group commit (bulk copies; fsync still commits at once).
+    #[arg(long, default_value = "commit", value_parser = ["commit", "stage"], requires = "write")]
+    pub close: String,
+    /// With --write: how long unmount (or SIGTERM) waits for pending commits before leaving them staged.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, requires = "write")]
+    pub drain_timeout: Duration,
 }
 
 #[derive(Args, Debug)]
@@ -233,11 +257,7 @@ pub struct FaultArgs {
 impl FaultArgs {
     /// Folds the flags into settings per class.
     pub fn to_settings(&self) -> anyhow::Result<Vec<(RouteClass, FaultSettings)>> {
-        let mut per = [
-            FaultSettings::default(),
-            FaultSettings::default(),
-            FaultSettings::default(),
-        ];
+        let mut per: [FaultSettings; 4] = Default::default();
         let knobs: [(&str, &Vec<String>, Apply); 6] = [
             ("--latency-ms", &self.latency_ms, |s, v| s.latency_ms = v as u64),
             ("--bandwidth-mbps", &self.bandwidth_mbps, |s, v| s.bandwidth_mbps = v),
@@ -251,7 +271,7 @@ impl FaultArgs {
                 let (classes, v) = match raw.split_once('=') {
                     Some((c, v)) => {
                         let class = RouteClass::parse(c).ok_or_else(|| {
-                            anyhow::anyhow!("{flag} {raw}: unknown class {c:?}; use api, resolve or cas")
+                            anyhow::anyhow!("{flag} {raw}: unknown class {c:?}; use api, resolve, cas or commit")
                         })?;
                         (vec![class], v)
                     }
@@ -284,6 +304,9 @@ impl FaultArgs {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::LocalHub(args) => run_local_hub(args),
+        Command::Mount(args) if args.nfs && args.write => {
+            anyhow::bail!("--write works over FUSE only for now: drop --nfs (NFS serves read-only)")
+        }
         Command::Mount(args) if args.nfs => run_nfs(
             args.source,
             args.nfs_addr,
@@ -292,6 +315,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Mount(args) => run_mount(args),
         Command::ServeNfs(args) => run_nfs(args.source, args.nfs_addr, None),
         Command::Unmount { dir } => crate::mount::unmount(&dir),
+        Command::Status { cache_dir, json } => {
+            crate::status::run(&cache_dir.unwrap_or_else(crate::vfs::default_cache_dir), json)
+        }
         Command::Demo { dir, exit } => crate::demo::run(&dir, exit),
     }
 }
@@ -331,7 +357,18 @@ fn run_mount(args: MountArgs) -> anyhow::Result<()> {
         return crate::daemon::run_detached();
     }
     tune_malloc();
-    let (client, vfs) = args.source.to_settings();
+    let (client, mut vfs) = args.source.to_settings();
+    if args.write {
+        let cache = vfs.cache_dir.clone().unwrap_or_else(crate::vfs::default_cache_dir);
+        vfs.write = Some(crate::vfs::WriteOptions {
+            staging_root: cache.join("staging"),
+            commit_message: args.commit_message.clone(),
+            status_dir: Some(cache.join("mounts")),
+            close_waits: args.close == "commit",
+            ..Default::default()
+        });
+    }
+    let drain = args.drain_timeout;
     let req = MountRequest {
         repo: args.source.repo.clone(),
         mountpoint: args.mountpoint.clone(),
@@ -350,7 +387,19 @@ fn run_mount(args: MountArgs) -> anyhow::Result<()> {
     );
     use std::io::Write;
     std::io::stdout().flush()?;
-    wait_until_unmounted(&rt, mounted)
+    let vfs = mounted.vfs.clone();
+    let r = wait_until_unmounted(&rt, mounted);
+    if vfs.is_writable() {
+        // The kernel released every handle: commit what is left, within the drain timeout.
+        let left = rt.block_on(vfs.drain(drain));
+        vfs.remove_status();
+        if left > 0 {
+            eprintln!(
+                "{left} file(s) could not be committed before the drain timeout; they stay staged and the next                  `hubfs mount --write` of this repo commits them"
+            );
+        }
+    }
+    r
 }
 
 /// `hubfs serve-nfs`, and `hubfs mount --nfs` (`mount`: mountpoint, serve only, detach).

@@ -15,5 +15,7 @@ pub mod local_hub;
 pub mod logging;
 pub mod mount;
 pub mod nfs;
+pub mod status;
 pub mod urlenc;
 pub mod vfs;
+pub mod write;

@@ -123,6 +123,7 @@ pub fn open_vfs(
         ))
         .map_err(|e| anyhow::anyhow!(explain(spec, &revision, &e)))?;
     let vfs = Arc::new(vfs);
+    vfs.start_committer(rt.handle());
     let commit = rt.block_on(vfs.commit()).map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(Opened { vfs, repo, commit })
 }
@@ -170,11 +171,13 @@ pub fn mount(req: MountRequest, rt: &tokio::runtime::Runtime) -> anyhow::Result<
     config.mount_options = vec![
         fuser::MountOption::FSName(format!("hubfs:{}", repo.id())),
         fuser::MountOption::Subtype("hubfs".to_string()),
-        fuser::MountOption::RO,
         fuser::MountOption::NoAtime,
         fuser::MountOption::DefaultPermissions,
         fuser::MountOption::CUSTOM(format!("max_read={MAX_READ}")),
     ];
+    if !vfs.is_writable() {
+        config.mount_options.push(fuser::MountOption::RO);
+    }
     if req.allow_other {
         config.acl = fuser::SessionACL::All;
     }
@@ -186,6 +189,7 @@ pub fn mount(req: MountRequest, rt: &tokio::runtime::Runtime) -> anyhow::Result<
         .spawn()
         .context("starting the FUSE session")?;
     raise_readahead(&req.mountpoint);
+    vfs.set_mountpoint(&req.mountpoint);
     Ok(Mounted {
         session: Some(session),
         mountpoint: req.mountpoint,

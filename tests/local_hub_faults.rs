@@ -165,7 +165,9 @@ async fn error_rate_gives_500s() {
         let v: Value = r.json().await.unwrap();
         assert!(v["error"].is_string(), "{v}");
     }
-    // Writes are refused too, and nothing lands.
+    // Commits are a class of their own: unaffected by `api` faults, refused by `commit` faults.
+    hub.set_faults(RouteClass::Commit, settings(|s| s.error_rate = 1.0))
+        .unwrap();
     let r = commit_raw(
         &c,
         ep,
@@ -177,6 +179,7 @@ async fn error_rate_gives_500s() {
     )
     .await;
     assert_eq!(r.status(), 500);
+    assert_eq!(hub.stats(RouteClass::Commit).faults_injected, 1);
     // Other classes are unaffected.
     let (_, s, n) = timed_get(&c, &repo.resolve(ep, "main", "f.bin")).await;
     assert_eq!((s, n), (StatusCode::OK, regular.len()));

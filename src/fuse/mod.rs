@@ -14,7 +14,7 @@ use fuser::{
 };
 
 use crate::vfs::error::VfsError;
-use crate::vfs::{Attr, Kind, VirtualFs};
+use crate::vfs::{Attr, Kind, OpenMode, RenameFlags as VfsRenameFlags, SetAttr, VirtualFs};
 
 /// Largest read the kernel sends when max_read allows it (its own cap is 1 MiB).
 pub const MAX_READ: u32 = 1 << 20;
@@ -33,7 +33,11 @@ impl FuseAdapter {
 }
 
 fn errno(e: &VfsError) -> Errno {
-    Errno::from_i32(e.errno())
+    let n = e.errno();
+    if n == libc::EIO {
+        tracing::debug!(error = %e, "answering EIO");
+    }
+    Errno::from_i32(n)
 }
 
 pub fn to_fuse(a: &Attr) -> FileAttr {
@@ -61,6 +65,18 @@ pub fn to_fuse(a: &Attr) -> FileAttr {
 
 fn name_of(name: &OsStr) -> Option<String> {
     name.to_str().map(str::to_string)
+}
+
+fn time_of(t: TimeOrNow) -> std::time::SystemTime {
+    match t {
+        TimeOrNow::SpecificTime(t) => t,
+        TimeOrNow::Now => std::time::SystemTime::now(),
+    }
+}
+
+/// A name that is not UTF-8 cannot be a Hub path.
+fn bad_name() -> Errno {
+    Errno::EINVAL
 }
 
 impl Filesystem for FuseAdapter {
@@ -106,85 +122,198 @@ impl Filesystem for FuseAdapter {
     fn setattr(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
-        _size: Option<u64>,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
         _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
         _ctime: Option<std::time::SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<std::time::SystemTime>,
         _chgtime: Option<std::time::SystemTime>,
         _bkuptime: Option<std::time::SystemTime>,
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        reply.error(errno(&self.vfs.refuse_write()));
+        let (vfs, ttl) = (self.vfs.clone(), self.ttl);
+        let req = SetAttr {
+            size,
+            mtime: mtime.map(time_of),
+            mode,
+            uid,
+            gid,
+            fh: fh.map(|f| f.0),
+        };
+        self.rt.spawn(async move {
+            match vfs.setattr(ino.0, req).await {
+                Ok(a) => reply.attr(&ttl, &to_fuse(&a)),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
-    fn mknod(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _r: u32, reply: ReplyEntry) {
-        reply.error(errno(&self.vfs.refuse_write()));
+    fn mknod(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _u: u32, _r: u32, reply: ReplyEntry) {
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            // FIFOs, sockets and device nodes have no Hub representation.
+            return reply.error(Errno::from_i32(libc::EPERM));
+        }
+        let Some(name) = name_of(name) else {
+            return reply.error(bad_name());
+        };
+        let (vfs, ttl) = (self.vfs.clone(), self.ttl);
+        self.rt.spawn(async move {
+            match vfs.create(parent.0, &name, true, false).await {
+                Ok((a, fh)) => {
+                    let r = vfs.flush(fh).await;
+                    vfs.release(fh);
+                    match r {
+                        Ok(()) => reply.entry(&ttl, &to_fuse(&a), Generation(0)),
+                        Err(e) => reply.error(errno(&e)),
+                    }
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
-    fn mkdir(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, reply: ReplyEntry) {
-        reply.error(errno(&self.vfs.refuse_write()));
+    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, _m: u32, _u: u32, reply: ReplyEntry) {
+        let Some(name) = name_of(name) else {
+            return reply.error(bad_name());
+        };
+        let (vfs, ttl) = (self.vfs.clone(), self.ttl);
+        self.rt.spawn(async move {
+            match vfs.mkdir(parent.0, &name).await {
+                Ok(a) => reply.entry(&ttl, &to_fuse(&a), Generation(0)),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
-    fn unlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
-        reply.error(errno(&self.vfs.refuse_write()));
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Some(name) = name_of(name) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let vfs = self.vfs.clone();
+        self.rt.spawn(async move {
+            match vfs.unlink(parent.0, &name).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
-    fn rmdir(&self, _req: &Request, _p: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
-        reply.error(errno(&self.vfs.refuse_write()));
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Some(name) = name_of(name) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let vfs = self.vfs.clone();
+        self.rt.spawn(async move {
+            match vfs.rmdir(parent.0, &name).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     fn symlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _t: &std::path::Path, reply: ReplyEntry) {
-        reply.error(errno(&self.vfs.refuse_write()));
+        // The Hub stores no symlinks (docs/SEMANTICS.md).
+        let e = if self.vfs.is_writable() {
+            libc::EPERM
+        } else {
+            libc::EROFS
+        };
+        reply.error(Errno::from_i32(e));
     }
 
     fn rename(
         &self,
         _req: &Request,
-        _p: INodeNo,
-        _n: &OsStr,
-        _np: INodeNo,
-        _nn: &OsStr,
-        _f: RenameFlags,
+        parent: INodeNo,
+        name: &OsStr,
+        new_parent: INodeNo,
+        new_name: &OsStr,
+        flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        reply.error(errno(&self.vfs.refuse_write()));
+        let (Some(name), Some(new_name)) = (name_of(name), name_of(new_name)) else {
+            return reply.error(bad_name());
+        };
+        let flags = VfsRenameFlags {
+            noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
+            exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
+        };
+        let vfs = self.vfs.clone();
+        self.rt.spawn(async move {
+            match vfs.rename(parent.0, &name, new_parent.0, &new_name, flags).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     fn link(&self, _req: &Request, _i: INodeNo, _np: INodeNo, _nn: &OsStr, reply: ReplyEntry) {
-        reply.error(errno(&self.vfs.refuse_write()));
+        // The Hub stores no hard links (docs/SEMANTICS.md).
+        let e = if self.vfs.is_writable() {
+            libc::EPERM
+        } else {
+            libc::EROFS
+        };
+        reply.error(Errno::from_i32(e));
     }
 
-    fn create(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _f: i32, reply: ReplyCreate) {
-        reply.error(errno(&self.vfs.refuse_write()));
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let Some(name) = name_of(name) else {
+            return reply.error(bad_name());
+        };
+        let (vfs, ttl) = (self.vfs.clone(), self.ttl);
+        let exclusive = flags & libc::O_EXCL != 0;
+        let truncate = flags & libc::O_TRUNC != 0;
+        self.rt.spawn(async move {
+            match vfs.create(parent.0, &name, exclusive, truncate).await {
+                Ok((a, fh)) => reply.created(&ttl, &to_fuse(&a), Generation(0), FileHandle(fh), FopenFlags::empty()),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     fn write(
         &self,
         _req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
-        _offset: u64,
-        _data: &[u8],
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
         _wf: WriteFlags,
         _flags: OpenFlags,
         _lock: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        reply.error(errno(&self.vfs.refuse_write()));
+        // A pwrite to the local staging file: answered on this thread, no task needed.
+        match self.vfs.write(fh.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let write = flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
+        let mode = OpenMode {
+            write: flags.acc_mode() != OpenAccMode::O_RDONLY,
+            truncate: flags.0 & libc::O_TRUNC != 0,
+        };
         let vfs = self.vfs.clone();
         self.rt.spawn(async move {
-            match vfs.open(ino.0, write).await {
+            match vfs.open_with(ino.0, mode).await {
                 Ok((fh, keep)) => {
                     let f = if keep {
                         FopenFlags::FOPEN_KEEP_CACHE
@@ -221,8 +350,17 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock: LockOwner, reply: ReplyEmpty) {
-        reply.ok();
+    fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock: LockOwner, reply: ReplyEmpty) {
+        let vfs = self.vfs.clone();
+        self.rt.spawn(async move {
+            match vfs.flush(fh.0).await {
+                Ok(()) => reply.ok(),
+                Err(e) => {
+                    tracing::warn!(fh = fh.0, error = %e, "close: commit failed");
+                    reply.error(errno(&e))
+                }
+            }
+        });
     }
 
     fn release(
@@ -239,8 +377,14 @@ impl Filesystem for FuseAdapter {
         reply.ok();
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        reply.ok();
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let vfs = self.vfs.clone();
+        self.rt.spawn(async move {
+            match vfs.fsync(fh.0).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -301,7 +445,23 @@ impl Filesystem for FuseAdapter {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        reply.statfs(0, 0, 0, self.vfs.inode_count() as u64, 0, 1 << 20, 255, 1 << 20);
+        // Writable mounts report room so tools that check free space (cp, rsync) go ahead; the
+        // real limit is the staging disk and the Hub's quota.
+        if self.vfs.is_writable() {
+            let free = 1u64 << 30;
+            reply.statfs(
+                free,
+                free,
+                free,
+                self.vfs.inode_count() as u64,
+                1 << 20,
+                4096,
+                255,
+                4096,
+            );
+        } else {
+            reply.statfs(0, 0, 0, self.vfs.inode_count() as u64, 0, 1 << 20, 255, 1 << 20);
+        }
     }
 
     fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
@@ -322,10 +482,21 @@ impl Filesystem for FuseAdapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(errno(&self.vfs.refuse_write()));
+        // The Hub stores no extended attributes.
+        let e = if self.vfs.is_writable() {
+            libc::ENOTSUP
+        } else {
+            libc::EROFS
+        };
+        reply.error(Errno::from_i32(e));
     }
 
     fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(errno(&self.vfs.refuse_write()));
+        let e = if self.vfs.is_writable() {
+            libc::ENODATA
+        } else {
+            libc::EROFS
+        };
+        reply.error(Errno::from_i32(e));
     }
 }

@@ -122,6 +122,9 @@ pub enum HubClientError {
     /// Refused before sending (bad repo id, revision or path, invalid config), or a 400/413/422.
     #[error("{ctx}")]
     BadInput { ctx: Box<ErrorContext> },
+    /// 409 or 412: the branch moved since `parentCommit`, or the resource already exists.
+    #[error("{ctx}")]
+    Conflict { ctx: Box<ErrorContext> },
 }
 
 impl HubClientError {
@@ -137,6 +140,7 @@ impl HubClientError {
             | HubClientError::Timeout { ctx }
             | HubClientError::Network { ctx }
             | HubClientError::InvalidResponse { ctx }
+            | HubClientError::Conflict { ctx }
             | HubClientError::BadInput { ctx } => ctx,
         }
     }
@@ -203,6 +207,7 @@ impl HubClientError {
             403 => HubClientError::Forbidden { ctx },
             404 | 410 => HubClientError::NotFound { ctx },
             429 => HubClientError::RateLimited { ctx },
+            409 | 412 => HubClientError::Conflict { ctx },
             500..=599 => HubClientError::Server { ctx },
             400 | 413 | 414 | 422 => HubClientError::BadInput { ctx },
             _ => HubClientError::InvalidResponse { ctx },
@@ -256,7 +261,11 @@ mod tests {
             HubClientError::Server { .. }
         ));
         assert!(matches!(
-            HubClientError::from_status(409, None, c()),
+            HubClientError::from_status(412, None, c()),
+            HubClientError::Conflict { .. }
+        ));
+        assert!(matches!(
+            HubClientError::from_status(418, None, c()),
             HubClientError::InvalidResponse { .. }
         ));
     }

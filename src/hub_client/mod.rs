@@ -18,6 +18,7 @@
 //! keep `/` and escape everything else outside RFC 3986's unreserved set.
 
 mod api;
+mod commit;
 mod config;
 mod download;
 mod error;
@@ -33,6 +34,7 @@ use std::time::Duration;
 use reqwest::header::HeaderValue;
 use url::Url;
 
+pub use commit::{CommitOp, CommitRequest, PreuploadFile, SAMPLE_BYTES, UploadMode};
 pub use config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_ENDPOINT, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, HubClientConfig};
 pub use error::{ErrorContext, HubClientError};
 pub use http::MAX_RETRY_WAIT;

@@ -27,10 +27,18 @@ pub enum RouteClass {
     Api,
     Resolve,
     Cas,
+    /// Write calls of the API: `…/commit/…` and `…/preupload/…` (a class of its own so a test can
+    /// break commits while listings keep working).
+    Commit,
 }
 
 impl RouteClass {
-    pub const ALL: [RouteClass; 3] = [RouteClass::Api, RouteClass::Resolve, RouteClass::Cas];
+    pub const ALL: [RouteClass; 4] = [
+        RouteClass::Api,
+        RouteClass::Resolve,
+        RouteClass::Cas,
+        RouteClass::Commit,
+    ];
 
     fn idx(self) -> usize {
         self as usize
@@ -41,6 +49,7 @@ impl RouteClass {
             "api" => Some(RouteClass::Api),
             "resolve" | "blob" => Some(RouteClass::Resolve),
             "cas" => Some(RouteClass::Cas),
+            "commit" => Some(RouteClass::Commit),
             _ => None,
         }
     }
@@ -99,10 +108,10 @@ pub struct ClassStatsSnapshot {
 
 /// Shared by every router of one local Hub.
 pub struct Faults {
-    settings: [RwLock<FaultSettings>; 3],
-    stats: [ClassStats; 3],
+    settings: [RwLock<FaultSettings>; 4],
+    stats: [ClassStats; 4],
     /// Token bucket per class for `rate_limit`: (tokens, last refill).
-    buckets: [Mutex<(f64, Instant)>; 3],
+    buckets: [Mutex<(f64, Instant)>; 4],
     /// Released on shutdown so stalled requests end.
     pub shutdown: Arc<tokio::sync::Notify>,
 }
@@ -113,7 +122,7 @@ impl Faults {
         Arc::new(Faults {
             settings: Default::default(),
             stats: Default::default(),
-            buckets: [Mutex::new((0.0, now)), Mutex::new((0.0, now)), Mutex::new((0.0, now))],
+            buckets: std::array::from_fn(|_| Mutex::new((0.0, now))),
             shutdown: Arc::new(tokio::sync::Notify::new()),
         })
     }
@@ -182,6 +191,8 @@ pub fn classify(path: &str) -> Option<RouteClass> {
         None
     } else if !path.starts_with("/api/") && path.contains("/resolve/") {
         Some(RouteClass::Resolve)
+    } else if path.starts_with("/api/") && (path.contains("/commit/") || path.contains("/preupload/")) {
+        Some(RouteClass::Commit)
     } else {
         Some(RouteClass::Api)
     }

@@ -350,6 +350,7 @@ async fn admin_faults(state: &HubState, req: Req) -> HubResult<Response> {
         "api": state.faults.get(RouteClass::Api),
         "resolve": state.faults.get(RouteClass::Resolve),
         "cas": state.faults.get(RouteClass::Cas),
+        "commit": state.faults.get(RouteClass::Commit),
     });
     Ok(json_response(StatusCode::OK, &v))
 }
@@ -360,6 +361,7 @@ async fn admin_stats(state: &HubState, req: Req) -> HubResult<Response> {
         "api": state.faults.stats(RouteClass::Api),
         "resolve": state.faults.stats(RouteClass::Resolve),
         "cas": state.faults.stats(RouteClass::Cas),
+        "commit": state.faults.stats(RouteClass::Commit),
     });
     if super::http_util::query_flag(&req.query, "reset") {
         state.faults.reset_stats();

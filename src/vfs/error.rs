@@ -29,6 +29,19 @@ pub enum VfsError {
     Timeout(std::time::Duration),
     #[error("content cache: {0}")]
     Cache(String),
+    #[error("file exists")]
+    Exists,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("operation not permitted: {0}")]
+    NotPermitted(&'static str),
+    #[error("local staging: {0}")]
+    Io(String),
+    #[error("no space left for staging: {0}")]
+    NoSpace(String),
+    /// Upload or commit failed; `errno` is chosen where the cause is known (EACCES, ENOSPC, EIO).
+    #[error("commit failed: {msg}")]
+    Commit { msg: String, errno: i32 },
     /// One failure shared by every caller that waited on the same fetch.
     #[error("{0}")]
     Shared(std::sync::Arc<VfsError>),
@@ -54,7 +67,23 @@ impl VfsError {
                 _ => libc::EIO,
             },
             VfsError::Xet(_) | VfsError::ShortRead { .. } | VfsError::Timeout(_) | VfsError::Cache(_) => libc::EIO,
+            VfsError::Exists => libc::EEXIST,
+            VfsError::NotEmpty => libc::ENOTEMPTY,
+            VfsError::NotPermitted(_) => libc::EPERM,
+            VfsError::Io(_) => libc::EIO,
+            VfsError::NoSpace(_) => libc::ENOSPC,
+            VfsError::Commit { errno, .. } => *errno,
             VfsError::Shared(e) => e.errno(),
+        }
+    }
+}
+
+impl From<std::io::Error> for VfsError {
+    /// A staging failure: a full disk is ENOSPC, anything else EIO.
+    fn from(e: std::io::Error) -> Self {
+        match e.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) => VfsError::NoSpace(e.to_string()),
+            _ => VfsError::Io(e.to_string()),
         }
     }
 }

@@ -163,6 +163,39 @@ impl InodeTable {
         }
     }
 
+    /// `from` (and everything below it) is now called `to`: the numbers the kernel holds keep
+    /// pointing at the same files. A counted entry already at `to` (replaced by the rename) loses
+    /// its path and is dropped; the kernel forgets it in due course.
+    pub fn rename(&self, from: &str, to: &str) {
+        let mut g = self.inner.lock();
+        let prefix = format!("{from}/");
+        let moved: Vec<(String, Ino)> = g
+            .by_path
+            .iter()
+            .filter(|(p, _)| p.as_str() == from || p.starts_with(&prefix))
+            .map(|(p, i)| (p.clone(), *i))
+            .collect();
+        let target_prefix = format!("{to}/");
+        let replaced: Vec<(String, Ino)> = g
+            .by_path
+            .iter()
+            .filter(|(p, _)| p.as_str() == to || p.starts_with(&target_prefix))
+            .map(|(p, i)| (p.clone(), *i))
+            .collect();
+        for (p, ino) in replaced {
+            g.by_path.remove(&p);
+            g.by_ino.remove(&ino);
+        }
+        for (old, ino) in moved {
+            let new = format!("{to}{}", &old[from.len()..]);
+            g.by_path.remove(&old);
+            g.by_path.insert(new.clone(), ino);
+            if let Some(e) = g.by_ino.get_mut(&ino) {
+                e.path = new;
+            }
+        }
+    }
+
     /// Counted inodes (the kernel's references); remembered numbers are not included.
     pub fn len(&self) -> usize {
         self.inner.lock().by_ino.len()
@@ -217,6 +250,19 @@ mod tests {
         assert_eq!(t.path(r).as_deref(), Some("other"));
         assert_eq!(t.ino_for("other", 1), r, "a later kernel lookup gets the same number");
         assert_eq!(t.len(), 2, "root and the counted entry");
+    }
+
+    #[test]
+    fn rename_keeps_numbers() {
+        let t = InodeTable::new();
+        let d = t.ino_for("d", 1);
+        let f = t.ino_for("d/f", 1);
+        let other = t.ino_for("e", 1);
+        t.rename("d", "e");
+        assert_eq!(t.path(d).as_deref(), Some("e"));
+        assert_eq!(t.path(f).as_deref(), Some("e/f"));
+        assert!(t.path(other).is_none(), "the replaced target is dropped");
+        assert_eq!(t.ino_for("e/f", 0), f);
     }
 
     #[test]

@@ -5,10 +5,12 @@
 //! says how often a branch or tag is re-resolved to its current commit. File content is addressed
 //! by hash, so cached bytes are never stale.
 
+mod commit;
 pub mod error;
 pub mod inode;
 pub mod read;
 pub mod remote;
+mod write;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,11 +22,16 @@ use parking_lot::Mutex;
 
 use crate::chunk_store::ChunkStore;
 use crate::hub_client::{HubClient, RepoRef, TreeEntry};
+use crate::write::overlay::Entry;
+use crate::write::staging::DirtyFile;
+use commit::Writer;
+pub use commit::{Counters, DirtyReport, StatusReport, WriteOptions};
 use error::{VfsError, VfsResult};
 pub use inode::{Ino, ROOT_INO};
 use read::{ReadState, Reader};
 pub use remote::ContentId;
 use remote::{FileMeta, Remote};
+pub use write::{RenameFlags, SetAttr};
 
 #[derive(Debug, Clone)]
 pub struct VfsOptions {
@@ -37,6 +44,8 @@ pub struct VfsOptions {
     pub disk_cache_bytes: u64,
     /// Deadline of one remote read.
     pub read_timeout: Duration,
+    /// Writable mount settings; `None` mounts read-only.
+    pub write: Option<WriteOptions>,
 }
 
 impl Default for VfsOptions {
@@ -49,6 +58,7 @@ impl Default for VfsOptions {
             cache_dir: None,
             disk_cache_bytes: 0,
             read_timeout: Duration::from_secs(60),
+            write: None,
         }
     }
 }
@@ -94,6 +104,14 @@ pub struct DirEntry {
     pub attr: Attr,
 }
 
+/// What a path is in the mount's view: the commit's tree with the overlay laid over it.
+#[derive(Clone)]
+pub(crate) enum Found {
+    Dir,
+    Remote(FileMeta),
+    Local(Arc<DirtyFile>),
+}
+
 /// A directory listing at one commit, sorted by name.
 #[derive(Debug)]
 struct Listing {
@@ -117,6 +135,12 @@ enum Handle {
         commit: String,
         state: Mutex<ReadState>,
     },
+    /// A staged file: reads and writes go to its local copy.
+    Local {
+        ino: Ino,
+        file: Arc<DirtyFile>,
+        write: bool,
+    },
 }
 
 struct Revision {
@@ -124,8 +148,8 @@ struct Revision {
     checked: Instant,
 }
 
-/// Lock order: `revision` (async) → `handles` → `last_content` → the inode table; the sync locks
-/// are never held across an `.await`.
+/// Lock order: `revision` (async) → `handles` → `last_content` → the overlay (in `writer`) → the
+/// inode table; the sync locks are never held across an `.await`.
 pub struct VirtualFs {
     client: HubClient,
     repo: RepoRef,
@@ -143,6 +167,8 @@ pub struct VirtualFs {
     next_fh: AtomicU64,
     reader: Reader,
     mtime: SystemTime,
+    /// Present on writable mounts: staging, overlay and the committer's state.
+    writer: Option<Writer>,
 }
 
 fn is_commit_id(s: &str) -> bool {
@@ -189,6 +215,10 @@ impl VirtualFs {
             }
             _ => ChunkStore::new(opts.memory_cache_bytes),
         };
+        let writer = match &opts.write {
+            Some(w) => Some(Writer::open(&client, &repo, revision, subfolder, w)?),
+            None => None,
+        };
         let remote = Arc::new(Remote::new(
             client.clone(),
             repo.clone(),
@@ -216,6 +246,7 @@ impl VirtualFs {
             next_fh: AtomicU64::new(1),
             mtime: info.last_modified.unwrap_or_else(SystemTime::now),
             opts,
+            writer,
         };
         let commit = vfs.commit().await?;
         if !vfs.subfolder.is_empty() {
@@ -274,6 +305,7 @@ impl VirtualFs {
                     remote_path: path.clone(),
                     size: *size,
                     id,
+                    sha256: lfs_sha256.clone(),
                 };
                 (basename(path).to_string(), Node::File(meta))
             }
@@ -327,9 +359,10 @@ impl VirtualFs {
     }
 
     fn attr(&self, ino: Ino, node: &Node) -> Attr {
+        let w = self.writer.is_some();
         let (kind, size, perm, nlink) = match node {
-            Node::Dir => (Kind::Dir, 0, 0o555, 2),
-            Node::File(f) => (Kind::File, f.size, 0o444, 1),
+            Node::Dir => (Kind::Dir, 0, if w { 0o755 } else { 0o555 }, 2),
+            Node::File(f) => (Kind::File, f.size, if w { 0o644 } else { 0o444 }, 1),
         };
         Attr {
             ino,
@@ -341,6 +374,43 @@ impl VirtualFs {
             uid: self.opts.uid,
             gid: self.opts.gid,
         }
+    }
+
+    pub(crate) fn found_attr(&self, ino: Ino, f: &Found) -> Attr {
+        match f {
+            Found::Dir => self.attr(ino, &Node::Dir),
+            Found::Remote(m) => self.attr(ino, &Node::File(m.clone())),
+            Found::Local(d) => Attr {
+                size: d.size(),
+                mtime: d.mtime(),
+                ..self.attr(
+                    ino,
+                    &Node::File(FileMeta {
+                        remote_path: String::new(),
+                        size: 0,
+                        id: ContentId::Git(String::new()),
+                        sha256: None,
+                    }),
+                )
+            },
+        }
+    }
+
+    /// What `path` is in the mount's view: the overlay first, then the commit's tree.
+    pub(crate) async fn find(&self, commit: &str, path: &str) -> VfsResult<Option<Found>> {
+        if let Some(w) = &self.writer {
+            match w.overlay.lock().get(path) {
+                Some(Entry::File(d)) => return Ok(Some(Found::Local(d.clone()))),
+                Some(Entry::Moved(m)) => return Ok(Some(Found::Remote(m.clone()))),
+                Some(Entry::Dir) => return Ok(Some(Found::Dir)),
+                Some(Entry::Gone) => return Ok(None),
+                None => {}
+            }
+        }
+        Ok(self.node_at(commit, path).await?.map(|n| match n {
+            Node::Dir => Found::Dir,
+            Node::File(m) => Found::Remote(m),
+        }))
     }
 
     fn path_of(&self, ino: Ino) -> VfsResult<String> {
@@ -362,18 +432,18 @@ impl VirtualFs {
         }
         let commit = self.commit().await?;
         let parent_path = self.path_of(parent)?;
-        match self.node_at(&commit, &parent_path).await? {
-            Some(Node::Dir) => {}
-            Some(Node::File(_)) => return Err(VfsError::NotDir),
+        match self.find(&commit, &parent_path).await? {
+            Some(Found::Dir) => {}
+            Some(_) => return Err(VfsError::NotDir),
             None => return Err(VfsError::NotFound),
         }
         let path = join(&parent_path, name);
-        let node = self.node_at(&commit, &path).await?.ok_or(VfsError::NotFound)?;
+        let found = self.find(&commit, &path).await?.ok_or(VfsError::NotFound)?;
         let ino = match hold {
             Hold::Counted => self.inodes.ino_for(&path, 1),
             Hold::Remembered => self.inodes.remember(&path),
         };
-        Ok(self.attr(ino, &node))
+        Ok(self.found_attr(ino, &found))
     }
 
     pub fn forget(&self, ino: Ino, n: u64) {
@@ -383,25 +453,25 @@ impl VirtualFs {
     pub async fn getattr(&self, ino: Ino) -> VfsResult<Attr> {
         let path = self.path_of(ino)?;
         let commit = self.commit().await?;
-        let node = self.node_at(&commit, &path).await?.ok_or(VfsError::NotFound)?;
-        Ok(self.attr(ino, &node))
+        let found = self.find(&commit, &path).await?.ok_or(VfsError::NotFound)?;
+        Ok(self.found_attr(ino, &found))
     }
 
     /// Takes the directory snapshot that every later page of this listing is served from.
     pub async fn opendir(&self, ino: Ino) -> VfsResult<u64> {
         let path = self.path_of(ino)?;
         let commit = self.commit().await?;
-        match self.node_at(&commit, &path).await? {
-            Some(Node::Dir) => {}
-            Some(Node::File(_)) => return Err(VfsError::NotDir),
+        match self.find(&commit, &path).await? {
+            Some(Found::Dir) => {}
+            Some(_) => return Err(VfsError::NotDir),
             None => return Err(VfsError::NotFound),
         }
-        let listing = self.listing(&commit, &path).await?;
+        let merged = self.merged_listing(&commit, &path).await?;
         let parent_ino = match path.rsplit_once('/') {
             Some((p, _)) => self.inodes.ino_for(p, 0),
             None => ROOT_INO,
         };
-        let mut entries = Vec::with_capacity(listing.entries.len() + 2);
+        let mut entries = Vec::with_capacity(merged.len() + 2);
         entries.push(DirEntry {
             name: ".".into(),
             attr: self.attr(ino, &Node::Dir),
@@ -410,14 +480,62 @@ impl VirtualFs {
             name: "..".into(),
             attr: self.attr(parent_ino, &Node::Dir),
         });
-        for (name, node) in &listing.entries {
+        for (name, found) in &merged {
             let child_ino = self.inodes.ino_for(&join(&path, name), 0);
             entries.push(DirEntry {
                 name: name.clone(),
-                attr: self.attr(child_ino, node),
+                attr: self.found_attr(child_ino, found),
             });
         }
         Ok(self.add_handle(Handle::Dir(Arc::new(entries))))
+    }
+
+    /// The entries of a directory in the mount's view, sorted by name: the commit's listing (if the
+    /// directory exists there) merged with the overlay's children.
+    pub(crate) async fn merged_listing(&self, commit: &str, path: &str) -> VfsResult<Vec<(String, Found)>> {
+        let remote_dir = match &self.writer {
+            None => true,
+            Some(_) => matches!(self.node_at(commit, path).await?, Some(Node::Dir)),
+        };
+        let mut out: Vec<(String, Found)> = Vec::new();
+        if remote_dir {
+            let listing = self.listing(commit, path).await?;
+            out.reserve(listing.entries.len());
+            for (name, node) in &listing.entries {
+                out.push((
+                    name.clone(),
+                    match node {
+                        Node::Dir => Found::Dir,
+                        Node::File(m) => Found::Remote(m.clone()),
+                    },
+                ));
+            }
+        }
+        let Some(w) = &self.writer else {
+            return Ok(out);
+        };
+        let local = w.overlay.lock().children(path);
+        if local.is_empty() {
+            return Ok(out);
+        }
+        let mut map: std::collections::BTreeMap<String, Found> = out.into_iter().collect();
+        for (name, e) in local {
+            match e {
+                Entry::File(d) => {
+                    map.insert(name, Found::Local(d));
+                }
+                Entry::Moved(m) => {
+                    map.insert(name, Found::Remote(m));
+                }
+                Entry::Dir => {
+                    map.insert(name, Found::Dir);
+                }
+                Entry::Gone => {
+                    map.remove(&name);
+                }
+            }
+        }
+        Ok(map.into_iter().collect())
     }
 
     fn add_handle(&self, h: Handle) -> u64 {
@@ -458,9 +576,11 @@ impl VirtualFs {
     pub async fn content_id(&self, ino: Ino) -> VfsResult<ContentId> {
         let path = self.path_of(ino)?;
         let commit = self.commit().await?;
-        match self.node_at(&commit, &path).await? {
-            Some(Node::File(m)) => Ok(m.id),
-            Some(Node::Dir) => Err(VfsError::IsDir),
+        match self.find(&commit, &path).await? {
+            Some(Found::Remote(m)) => Ok(m.id),
+            // Staged content has no Hub id yet: name it by staging slot and generation.
+            Some(Found::Local(d)) => Ok(ContentId::Git(format!("staged:{}:{}", d.id(), d.generation()))),
+            Some(Found::Dir) => Err(VfsError::IsDir),
             None => Err(VfsError::NotFound),
         }
     }
@@ -477,14 +597,28 @@ impl VirtualFs {
     /// Opens a file for reading. Returns the handle and whether the kernel may keep cached pages
     /// (the content is the same as at the previous open).
     pub async fn open(&self, ino: Ino, write: bool) -> VfsResult<(u64, bool)> {
-        if write {
-            return Err(VfsError::ReadOnly);
+        self.open_with(ino, OpenMode { write, truncate: false }).await
+    }
+
+    /// Opens a file; on a writable mount a write open stages the file (see `write`).
+    pub async fn open_with(&self, ino: Ino, mode: OpenMode) -> VfsResult<(u64, bool)> {
+        if mode.write || mode.truncate {
+            return self.open_for_write(ino, mode.truncate).await;
         }
         let path = self.path_of(ino)?;
         let commit = self.commit().await?;
-        let meta = match self.node_at(&commit, &path).await? {
-            Some(Node::File(m)) => m,
-            Some(Node::Dir) => return Err(VfsError::IsDir),
+        let meta = match self.find(&commit, &path).await? {
+            Some(Found::Remote(m)) => m,
+            Some(Found::Local(file)) => {
+                self.inodes.opened(ino);
+                let h = Handle::Local {
+                    ino,
+                    file,
+                    write: false,
+                };
+                return Ok((self.add_handle(h), false));
+            }
+            Some(Found::Dir) => return Err(VfsError::IsDir),
             None => return Err(VfsError::NotFound),
         };
         let keep_cache = {
@@ -505,27 +639,44 @@ impl VirtualFs {
 
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> VfsResult<Bytes> {
         let h = self.handles.lock().get(&fh).cloned().ok_or(VfsError::BadHandle)?;
-        let Handle::File {
-            meta, commit, state, ..
-        } = h.as_ref()
-        else {
-            return Err(VfsError::IsDir);
-        };
-        self.reader.read(meta, commit, state, offset, size).await
+        match h.as_ref() {
+            Handle::File {
+                meta, commit, state, ..
+            } => self.reader.read(meta, commit, state, offset, size).await,
+            Handle::Local { file, .. } => {
+                let file = file.clone();
+                tokio::task::spawn_blocking(move || file.read_at(offset, size))
+                    .await
+                    .map_err(|e| VfsError::Io(e.to_string()))?
+                    .map_err(|e| VfsError::Io(e.to_string()))
+            }
+            Handle::Dir(_) => Err(VfsError::IsDir),
+        }
     }
 
+    /// The last close of a handle (FUSE release). A written file that was not committed by its
+    /// flush (an NFS client never flushes) is committed in the background.
     pub fn release(&self, fh: u64) {
         let h = self.handles.lock().remove(&fh);
-        if let Some(h) = h
-            && let Handle::File { ino, .. } = h.as_ref()
-        {
-            self.inodes.closed(*ino);
+        match h.as_deref() {
+            Some(Handle::File { ino, .. }) => self.inodes.closed(*ino),
+            Some(Handle::Local { ino, file, write }) => {
+                self.inodes.closed(*ino);
+                if *write {
+                    self.writer_closed(file);
+                }
+            }
+            _ => {}
         }
     }
 
     /// Every mutation of a read-only mount.
     pub fn refuse_write(&self) -> VfsError {
         VfsError::ReadOnly
+    }
+
+    pub fn is_writable(&self) -> bool {
+        self.writer.is_some()
     }
 
     /// Open file and directory handles (every frontend's).
@@ -536,6 +687,13 @@ impl VirtualFs {
     pub fn inode_count(&self) -> usize {
         self.inodes.len()
     }
+}
+
+/// How a file is opened.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenMode {
+    pub write: bool,
+    pub truncate: bool,
 }
 
 fn basename(p: &str) -> &str {

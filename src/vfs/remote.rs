@@ -85,6 +85,8 @@ pub struct FileMeta {
     pub remote_path: String,
     pub size: u64,
     pub id: ContentId,
+    /// sha256 of the content, known for LFS and Xet files (lets a rename re-commit it by reference).
+    pub sha256: Option<String>,
 }
 
 struct XetGroup {

@@ -1,0 +1,267 @@
+//! Write calls: preupload (which files the Hub wants as LFS), Xet write tokens and NDJSON commits.
+//!
+//! A commit POST is not idempotent: if an answer is lost and the retry finds the branch moved
+//! (412), the caller checks whether its own commit landed (see `write::committer`).
+
+use base64::Engine;
+use bytes::Bytes;
+use reqwest::Method;
+use reqwest::header::{AUTHORIZATION, HeaderMap};
+use serde::Deserialize;
+
+use super::api::parse_json;
+use super::error::{ErrorContext, HubClientError};
+use super::http::Request;
+use super::types::{RawXetToken, XetToken};
+use super::{HubClient, RepoRef, check_path, check_rev, encode_revision};
+
+/// Files per preupload request (what the Python client sends).
+pub const PREUPLOAD_BATCH: usize = 256;
+/// Bytes of a file's start sent to preupload so the Hub can tell text from binary.
+pub const SAMPLE_BYTES: usize = 512;
+
+/// One file offered to preupload.
+#[derive(Debug, Clone)]
+pub struct PreuploadFile {
+    pub path: String,
+    pub size: u64,
+    /// The first [`SAMPLE_BYTES`] of the content.
+    pub sample: Vec<u8>,
+}
+
+/// The Hub's answer for one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadMode {
+    pub path: String,
+    /// Store through LFS/Xet (else inline in the commit).
+    pub lfs: bool,
+    /// The oid the path has on the branch now (sha256 for LFS files, git sha1 otherwise).
+    pub remote_oid: Option<String>,
+}
+
+/// One operation of a commit.
+#[derive(Debug, Clone)]
+pub enum CommitOp {
+    /// Content sent inline (base64) in the commit.
+    Inline {
+        path: String,
+        content: Bytes,
+    },
+    /// Content already uploaded (Xet/LFS), named by its sha256.
+    Lfs {
+        path: String,
+        sha256: String,
+        size: u64,
+    },
+    DeleteFile {
+        path: String,
+    },
+}
+
+impl CommitOp {
+    pub fn path(&self) -> &str {
+        match self {
+            CommitOp::Inline { path, .. } | CommitOp::Lfs { path, .. } | CommitOp::DeleteFile { path } => path,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct CommitRequest {
+    pub summary: String,
+    pub description: String,
+    /// The commit the change was made against; the Hub answers 412 if the branch moved.
+    pub parent: Option<String>,
+    pub ops: Vec<CommitOp>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawPreuploadFile {
+    path: String,
+    #[serde(rename = "uploadMode")]
+    upload_mode: String,
+    #[serde(default)]
+    oid: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawPreupload {
+    files: Vec<RawPreuploadFile>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawCommitAnswer {
+    #[serde(rename = "commitOid")]
+    commit_oid: Option<String>,
+}
+
+impl HubClient {
+    /// `POST /api/{kind}s/{repo}/preupload/{rev}`, in batches of [`PREUPLOAD_BATCH`].
+    pub async fn preupload(
+        &self,
+        repo: &RepoRef,
+        revision: &str,
+        files: &[PreuploadFile],
+    ) -> Result<Vec<UploadMode>, HubClientError> {
+        check_rev(repo, revision)?;
+        let ctx = ErrorContext::call("POST", repo, Some(revision), None);
+        let url = self.api_url(repo, &format!("/preupload/{}", encode_revision(revision)))?;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let mut out = Vec::with_capacity(files.len());
+        for batch in files.chunks(PREUPLOAD_BATCH) {
+            let mut payload = Vec::with_capacity(batch.len());
+            for f in batch {
+                check_path(repo, &f.path, false)?;
+                payload.push(serde_json::json!({"path": f.path, "size": f.size, "sample": b64.encode(&f.sample)}));
+            }
+            let body = serde_json::to_vec(&serde_json::json!({ "files": payload }))
+                .map_err(|e| HubClientError::bad_input("preupload", e.to_string()))?;
+            let req = Request {
+                method: Method::POST,
+                body: Some(("application/json", Bytes::from(body))),
+                ..Request::get(url.clone())
+            };
+            let reply = self.inner.http.send(&req, &ctx).await?;
+            let raw: RawPreupload = parse_json(&reply, &ctx)?;
+            for f in raw.files {
+                let lfs = match f.upload_mode.as_str() {
+                    "lfs" => true,
+                    "regular" => false,
+                    other => {
+                        return Err(HubClientError::invalid(&ctx, format!("unknown uploadMode {other:?}")));
+                    }
+                };
+                out.push(UploadMode {
+                    path: f.path,
+                    lfs,
+                    remote_oid: f.oid.filter(|o| !o.is_empty()),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// `GET /api/{kind}s/{repo}/xet-write-token/{rev}` (never cached: one per upload session).
+    pub async fn xet_write_token(&self, repo: &RepoRef, revision: &str) -> Result<XetToken, HubClientError> {
+        let url = self.xet_write_token_url(repo, revision)?;
+        let ctx = ErrorContext::call("GET", repo, Some(revision), None);
+        let reply = self.inner.http.send(&Request::get(url), &ctx).await?;
+        let raw: RawXetToken = parse_json(&reply, &ctx)?;
+        match (raw.cas_url, raw.access_token, raw.exp) {
+            (Some(cas_url), Some(access_token), Some(exp)) => Ok(XetToken {
+                cas_url,
+                access_token,
+                exp,
+            }),
+            _ => Err(HubClientError::invalid(
+                &ctx,
+                "xet write token answer lacks casUrl, accessToken or exp",
+            )),
+        }
+    }
+
+    /// The URL the xet crates call to refresh a write token during a long upload.
+    pub fn xet_write_token_url(&self, repo: &RepoRef, revision: &str) -> Result<url::Url, HubClientError> {
+        check_rev(repo, revision)?;
+        self.api_url(repo, &format!("/xet-write-token/{}", encode_revision(revision)))
+    }
+
+    /// The Authorization header for requests made on our behalf by the xet crates (token refresh).
+    pub fn auth_headers(&self) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if let Some(t) = &self.inner.http.token {
+            h.insert(AUTHORIZATION, t.clone());
+        }
+        h
+    }
+
+    /// `POST /api/{kind}s/{repo}/commit/{rev}` (NDJSON). Returns the new commit id.
+    pub async fn commit(&self, repo: &RepoRef, branch: &str, req: &CommitRequest) -> Result<String, HubClientError> {
+        check_rev(repo, branch)?;
+        let ctx = ErrorContext::call("POST", repo, Some(branch), None);
+        let url = self.api_url(repo, &format!("/commit/{}", encode_revision(branch)))?;
+        let body = ndjson(repo, req)?;
+        let http_req = Request {
+            method: Method::POST,
+            body: Some(("application/x-ndjson", Bytes::from(body))),
+            ..Request::get(url)
+        };
+        let reply = self.inner.http.send(&http_req, &ctx).await?;
+        let raw: RawCommitAnswer = parse_json(&reply, &ctx)?;
+        raw.commit_oid
+            .filter(|o| super::is_commit_id(o))
+            .ok_or_else(|| HubClientError::invalid(&ctx, "commit answer has no commitOid"))
+    }
+}
+
+/// The NDJSON body of a commit.
+fn ndjson(repo: &RepoRef, req: &CommitRequest) -> Result<Vec<u8>, HubClientError> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut header = serde_json::json!({"summary": req.summary, "description": req.description});
+    if let Some(p) = &req.parent {
+        header["parentCommit"] = serde_json::Value::String(p.clone());
+    }
+    let mut lines = vec![serde_json::json!({"key": "header", "value": header})];
+    for op in &req.ops {
+        check_path(repo, op.path(), false)?;
+        lines.push(match op {
+            CommitOp::Inline { path, content } => serde_json::json!({
+                "key": "file",
+                "value": {"path": path, "content": b64.encode(content), "encoding": "base64"}
+            }),
+            CommitOp::Lfs { path, sha256, size } => serde_json::json!({
+                "key": "lfsFile",
+                "value": {"path": path, "algo": "sha256", "oid": sha256, "size": size}
+            }),
+            CommitOp::DeleteFile { path } => serde_json::json!({"key": "deletedFile", "value": {"path": path}}),
+        });
+    }
+    let mut out = Vec::new();
+    for l in lines {
+        serde_json::to_writer(&mut out, &l).map_err(|e| HubClientError::bad_input("commit", e.to_string()))?;
+        out.push(b'\n');
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hub_client::RepoKind;
+
+    #[test]
+    fn ndjson_lines_are_the_hub_shape() {
+        let repo = RepoRef::new(RepoKind::Dataset, "ns", "d");
+        let req = CommitRequest {
+            summary: "s".into(),
+            description: String::new(),
+            parent: Some("a".repeat(40)),
+            ops: vec![
+                CommitOp::Inline {
+                    path: "x/y.txt".into(),
+                    content: Bytes::from_static(b"hi"),
+                },
+                CommitOp::Lfs {
+                    path: "big.bin".into(),
+                    sha256: "b".repeat(64),
+                    size: 7,
+                },
+                CommitOp::DeleteFile { path: "old".into() },
+            ],
+        };
+        let body = String::from_utf8(ndjson(&repo, &req).unwrap()).unwrap();
+        let lines: Vec<serde_json::Value> = body.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 4);
+        assert_eq!(lines[0]["value"]["parentCommit"], "a".repeat(40));
+        assert_eq!(lines[1]["key"], "file");
+        assert_eq!(lines[1]["value"]["content"], "aGk=");
+        assert_eq!(lines[2]["key"], "lfsFile");
+        assert_eq!(lines[2]["value"]["size"], 7);
+        assert_eq!(lines[3]["key"], "deletedFile");
+        let bad = CommitRequest {
+            ops: vec![CommitOp::DeleteFile { path: "../x".into() }],
+            ..Default::default()
+        };
+        assert!(ndjson(&repo, &bad).is_err(), "a path escaping the repo is refused");
+    }
+}

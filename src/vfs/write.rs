@@ -1,0 +1,500 @@
+//! POSIX mutations of a writable mount, in one place for every frontend.
+//!
+//! Content changes go to staged files; namespace changes go to the overlay (`write::overlay`).
+//! The committer (`commit`) turns both into Hub commits: a written file when it is closed, renames
+//! and deletions in the background after a short quiet period.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use parking_lot::Mutex;
+
+use super::error::{VfsError, VfsResult};
+use super::read::ReadState;
+use super::remote::FileMeta;
+use super::{Attr, Found, Handle, Ino, Node, VirtualFs, join};
+use crate::write::overlay::Entry;
+use crate::write::staging::DirtyFile;
+
+/// How much of a remote file is copied into staging per read when it is opened for writing.
+const FILL_BLOCK: u32 = 8 << 20;
+
+/// Attribute changes a frontend asks for.
+#[derive(Debug, Clone, Default)]
+pub struct SetAttr {
+    pub size: Option<u64>,
+    pub mtime: Option<SystemTime>,
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    /// The handle the change came through, if any.
+    pub fh: Option<u64>,
+}
+
+/// Rename flags (Linux renameat2).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RenameFlags {
+    pub noreplace: bool,
+    pub exchange: bool,
+}
+
+/// Checks a new name: what POSIX forbids, and what the Hub cannot store as a path component.
+fn check_name(name: &str) -> VfsResult<()> {
+    if name.len() > 255 {
+        return Err(VfsError::NameTooLong);
+    }
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+        return Err(VfsError::Invalid("not a valid file name"));
+    }
+    if name.chars().any(|c| c.is_control()) {
+        return Err(VfsError::Invalid(
+            "the Hub does not store names with control characters",
+        ));
+    }
+    Ok(())
+}
+
+impl VirtualFs {
+    fn writable(&self) -> VfsResult<()> {
+        if self.writer.is_some() {
+            Ok(())
+        } else {
+            Err(VfsError::ReadOnly)
+        }
+    }
+
+    async fn expect_dir(&self, commit: &str, path: &str) -> VfsResult<()> {
+        match self.find(commit, path).await? {
+            Some(Found::Dir) => Ok(()),
+            Some(_) => Err(VfsError::NotDir),
+            None => Err(VfsError::NotFound),
+        }
+    }
+
+    /// Whether the commit's tree has a file at `path` (so removing it needs a deletion).
+    async fn remote_file(&self, commit: &str, path: &str) -> VfsResult<bool> {
+        Ok(matches!(self.node_at(commit, path).await?, Some(Node::File(_))))
+    }
+
+    /// Puts a whiteout at `path` when the commit's tree has something there, else clears it.
+    async fn hide(&self, commit: &str, path: &str) -> VfsResult<()> {
+        let remote = self.node_at(commit, path).await?.is_some();
+        let Some(w) = &self.writer else {
+            return Err(VfsError::ReadOnly);
+        };
+        let mut o = w.overlay.lock();
+        if remote {
+            o.set(path, Entry::Gone);
+        } else {
+            o.remove(path);
+        }
+        Ok(())
+    }
+
+    /// The staged file behind `path`, staging it first if it is still remote (its content is
+    /// copied in unless `truncate`).
+    async fn stage(&self, commit: &str, path: &str, truncate: bool) -> VfsResult<Arc<DirtyFile>> {
+        let Some(w) = &self.writer else {
+            return Err(VfsError::ReadOnly);
+        };
+        let meta = match self.find(commit, path).await? {
+            Some(Found::Local(d)) => {
+                if truncate && d.size() > 0 {
+                    d.truncate(0)?;
+                }
+                return Ok(d);
+            }
+            Some(Found::Remote(m)) => m,
+            Some(Found::Dir) => return Err(VfsError::IsDir),
+            None => return Err(VfsError::NotFound),
+        };
+        let d = Arc::new(w.staging.create(&self.remote_path(path))?);
+        if !truncate && meta.size > 0 {
+            self.fill(&d, &meta, commit).await?;
+        }
+        // Unchanged content at its own path is clean: closing without writing commits nothing.
+        // Content moved here (not yet committed at this path) stays dirty.
+        if meta.remote_path == self.remote_path(path) && (d.size() == meta.size) {
+            d.mark_clean();
+        }
+        let mut o = w.overlay.lock();
+        if let Some(Entry::File(existing)) = o.get(path) {
+            // Someone staged it meanwhile: share theirs.
+            let existing = existing.clone();
+            d.discard();
+            if truncate && existing.size() > 0 {
+                existing.truncate(0)?;
+            }
+            return Ok(existing);
+        }
+        o.set(path, Entry::File(d.clone()));
+        Ok(d)
+    }
+
+    /// Copies a remote file's content into staging.
+    async fn fill(&self, d: &DirtyFile, meta: &FileMeta, commit: &str) -> VfsResult<()> {
+        let state = Mutex::new(ReadState::default());
+        let mut off = 0;
+        while off < meta.size {
+            let data = self.reader.read(meta, commit, &state, off, FILL_BLOCK).await?;
+            if data.is_empty() {
+                return Err(VfsError::ShortRead {
+                    offset: off,
+                    wanted: meta.size - off,
+                    got: 0,
+                });
+            }
+            d.write_at(off, &data)?;
+            off += data.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Opens a file for writing (staging it).
+    pub(crate) async fn open_for_write(&self, ino: Ino, truncate: bool) -> VfsResult<(u64, bool)> {
+        self.writable()?;
+        let path = self.path_of(ino)?;
+        let commit = self.commit().await?;
+        let file = self.stage(&commit, &path, truncate).await?;
+        file.add_writer()?;
+        self.inodes.opened(ino);
+        let fh = self.add_handle(Handle::Local { ino, file, write: true });
+        Ok((fh, false))
+    }
+
+    /// Creates (or with `exclusive` false, opens) `name` in `parent` for writing.
+    pub async fn create(&self, parent: Ino, name: &str, exclusive: bool, truncate: bool) -> VfsResult<(Attr, u64)> {
+        self.writable()?;
+        check_name(name)?;
+        let commit = self.commit().await?;
+        let parent_path = self.path_of(parent)?;
+        self.expect_dir(&commit, &parent_path).await?;
+        let path = join(&parent_path, name);
+        let file = match self.find(&commit, &path).await? {
+            Some(Found::Dir) if exclusive => return Err(VfsError::Exists),
+            Some(Found::Dir) => return Err(VfsError::IsDir),
+            Some(_) if exclusive => return Err(VfsError::Exists),
+            Some(_) => self.stage(&commit, &path, truncate).await?,
+            None => {
+                let Some(w) = &self.writer else {
+                    return Err(VfsError::ReadOnly);
+                };
+                let d = Arc::new(w.staging.create(&self.remote_path(&path))?);
+                w.overlay.lock().set(&path, Entry::File(d.clone()));
+                d
+            }
+        };
+        file.add_writer()?;
+        let ino = self.inodes.ino_for(&path, 1);
+        self.inodes.opened(ino);
+        let attr = self.found_attr(ino, &Found::Local(file.clone()));
+        let fh = self.add_handle(Handle::Local { ino, file, write: true });
+        Ok((attr, fh))
+    }
+
+    /// Writes through a handle opened for writing. Synchronous: it is one `pwrite` to local disk.
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> VfsResult<u32> {
+        let h = self.handles.lock().get(&fh).cloned().ok_or(VfsError::BadHandle)?;
+        match h.as_ref() {
+            Handle::Local { file, write: true, .. } => {
+                file.write_at(offset, data)?;
+                Ok(data.len() as u32)
+            }
+            Handle::Dir(_) => Err(VfsError::IsDir),
+            _ => Err(VfsError::BadHandle),
+        }
+    }
+
+    /// close() (FUSE flush; may come several times per open): a handle that can write commits the
+    /// file's content and returns the outcome, so close() reports upload errors.
+    pub async fn flush(&self, fh: u64) -> VfsResult<()> {
+        let h = self.handles.lock().get(&fh).cloned();
+        let Some(h) = h else { return Ok(()) };
+        if let Handle::Local { file, write: true, .. } = h.as_ref()
+            && file.is_dirty()
+        {
+            // Durable and journaled as final before the network is touched.
+            file.seal()?;
+            if self.close_waits() {
+                return self.commit_file(file).await;
+            }
+            self.kick();
+        }
+        Ok(())
+    }
+
+    /// fsync(): commit now, whatever close() does.
+    pub async fn fsync(&self, fh: u64) -> VfsResult<()> {
+        let h = self.handles.lock().get(&fh).cloned();
+        let Some(h) = h else { return Ok(()) };
+        if let Handle::Local { file, write: true, .. } = h.as_ref()
+            && file.is_dirty()
+        {
+            file.seal()?;
+            return self.commit_file(file).await;
+        }
+        Ok(())
+    }
+
+    pub async fn setattr(&self, ino: Ino, req: SetAttr) -> VfsResult<Attr> {
+        let path = self.path_of(ino)?;
+        let commit = self.commit().await?;
+        let found = self.find(&commit, &path).await?.ok_or(VfsError::NotFound)?;
+        let current = self.found_attr(ino, &found);
+        if self.writer.is_none() {
+            return Err(VfsError::ReadOnly);
+        }
+        if req.mode.is_some_and(|m| (m & 0o7777) as u16 != current.perm)
+            || req.uid.is_some_and(|u| u != current.uid)
+            || req.gid.is_some_and(|g| g != current.gid)
+        {
+            return Err(VfsError::NotPermitted("the Hub stores no modes or owners"));
+        }
+        let mut found = found;
+        if let Some(size) = req.size {
+            if matches!(found, Found::Dir) {
+                return Err(VfsError::IsDir);
+            }
+            let through_handle = req
+                .fh
+                .and_then(|fh| match self.handles.lock().get(&fh).map(|h| h.as_ref()) {
+                    Some(Handle::Local { file, write: true, .. }) => Some(file.clone()),
+                    _ => None,
+                });
+            let file = match through_handle {
+                Some(f) => f,
+                None => self.stage(&commit, &path, size == 0).await?,
+            };
+            if file.size() != size {
+                file.truncate(size)?;
+            }
+            if file.writers() == 0 && file.is_dirty() {
+                // truncate(2) on a path: no close will follow, so commit in the background.
+                file.seal()?;
+                self.kick();
+            }
+            found = Found::Local(file);
+        }
+        if let (Some(t), Found::Local(d)) = (req.mtime, &found) {
+            d.set_mtime(t);
+        }
+        Ok(self.found_attr(ino, &found))
+    }
+
+    pub async fn mkdir(&self, parent: Ino, name: &str) -> VfsResult<Attr> {
+        self.writable()?;
+        check_name(name)?;
+        let commit = self.commit().await?;
+        let parent_path = self.path_of(parent)?;
+        self.expect_dir(&commit, &parent_path).await?;
+        let path = join(&parent_path, name);
+        if self.find(&commit, &path).await?.is_some() {
+            return Err(VfsError::Exists);
+        }
+        if let Some(w) = &self.writer {
+            w.overlay.lock().set(&path, Entry::Dir);
+        }
+        let ino = self.inodes.ino_for(&path, 1);
+        Ok(self.found_attr(ino, &Found::Dir))
+    }
+
+    pub async fn unlink(&self, parent: Ino, name: &str) -> VfsResult<()> {
+        self.writable()?;
+        let commit = self.commit().await?;
+        let path = join(&self.path_of(parent)?, name);
+        match self.find(&commit, &path).await? {
+            None => return Err(VfsError::NotFound),
+            Some(Found::Dir) => return Err(VfsError::IsDir),
+            Some(Found::Local(d)) => d.discard(),
+            Some(Found::Remote(_)) => {}
+        }
+        if self.remote_file(&commit, &path).await? {
+            if let Some(w) = &self.writer {
+                w.overlay.lock().set(&path, Entry::Gone);
+            }
+            self.kick();
+        } else if let Some(w) = &self.writer {
+            w.overlay.lock().remove(&path);
+        }
+        Ok(())
+    }
+
+    pub async fn rmdir(&self, parent: Ino, name: &str) -> VfsResult<()> {
+        self.writable()?;
+        if name == "." {
+            return Err(VfsError::Invalid("cannot remove ."));
+        }
+        if name == ".." {
+            return Err(VfsError::NotEmpty);
+        }
+        let commit = self.commit().await?;
+        let path = join(&self.path_of(parent)?, name);
+        match self.find(&commit, &path).await? {
+            None => return Err(VfsError::NotFound),
+            Some(Found::Dir) => {}
+            Some(_) => return Err(VfsError::NotDir),
+        }
+        if !self.merged_listing(&commit, &path).await?.is_empty() {
+            return Err(VfsError::NotEmpty);
+        }
+        self.hide(&commit, &path).await
+    }
+
+    pub async fn rename(
+        &self,
+        parent: Ino,
+        name: &str,
+        new_parent: Ino,
+        new_name: &str,
+        flags: RenameFlags,
+    ) -> VfsResult<()> {
+        self.writable()?;
+        if flags.exchange {
+            return Err(VfsError::Invalid("RENAME_EXCHANGE is not supported"));
+        }
+        check_name(new_name)?;
+        let commit = self.commit().await?;
+        let from = join(&self.path_of(parent)?, name);
+        let to_parent = self.path_of(new_parent)?;
+        self.expect_dir(&commit, &to_parent).await?;
+        let to = join(&to_parent, new_name);
+        let src = self.find(&commit, &from).await?.ok_or(VfsError::NotFound)?;
+        if from == to {
+            return Ok(());
+        }
+        let dst = self.find(&commit, &to).await?;
+        if dst.is_some() && flags.noreplace {
+            return Err(VfsError::Exists);
+        }
+        match (&src, &dst) {
+            (Found::Dir, _) if to.starts_with(&format!("{from}/")) => {
+                return Err(VfsError::Invalid("cannot move a directory into itself"));
+            }
+            (Found::Dir, Some(Found::Dir)) if !self.merged_listing(&commit, &to).await?.is_empty() => {
+                return Err(VfsError::NotEmpty);
+            }
+            (Found::Dir, Some(Found::Dir)) => {}
+            (Found::Dir, Some(_)) => return Err(VfsError::NotDir),
+            (_, Some(Found::Dir)) => return Err(VfsError::IsDir),
+            _ => {}
+        }
+        if let Some(Found::Local(old)) = &dst {
+            old.discard();
+        }
+        match src {
+            Found::Dir => self.rename_dir(&commit, &from, &to).await?,
+            Found::Local(d) => {
+                d.set_path(&self.remote_path(&to))?;
+                self.place(&to, Entry::File(d));
+                self.hide(&commit, &from).await?;
+            }
+            Found::Remote(m) => {
+                if m.remote_path == self.remote_path(&to) {
+                    // Back where the commit has it: nothing to record.
+                    if let Some(w) = &self.writer {
+                        w.overlay.lock().remove(&to);
+                    }
+                } else {
+                    self.place(&to, Entry::Moved(m));
+                }
+                self.hide(&commit, &from).await?;
+            }
+        }
+        self.inodes.rename(&from, &to);
+        self.kick();
+        Ok(())
+    }
+
+    fn place(&self, path: &str, e: Entry) {
+        if let Some(w) = &self.writer {
+            w.overlay.lock().set(path, e);
+        }
+    }
+
+    /// Moves a directory: every remote file below it becomes a move (committed by reference, no
+    /// upload), every local entry below it moves with it.
+    async fn rename_dir(&self, commit: &str, from: &str, to: &str) -> VfsResult<()> {
+        let Some(w) = &self.writer else {
+            return Err(VfsError::ReadOnly);
+        };
+        let remote = match self.node_at(commit, from).await? {
+            Some(Node::Dir) => {
+                self.client
+                    .list_tree_recursive(&self.repo, commit, &self.remote_path(from))
+                    .await?
+            }
+            _ => Vec::new(),
+        };
+        let base = self.remote_path(from);
+        let local = w.overlay.lock().subtree(from);
+        let local_paths: std::collections::HashSet<&str> = local.iter().map(|(p, _)| p.as_str()).collect();
+        let mut sets: Vec<(String, Entry)> = Vec::new();
+        let mut hides: Vec<String> = Vec::new();
+        for e in &remote {
+            let Some(rel) = e.path().strip_prefix(&base).and_then(|r| r.strip_prefix('/')) else {
+                continue;
+            };
+            let old = join(from, rel);
+            if local_paths.contains(old.as_str()) {
+                continue;
+            }
+            let new = join(to, rel);
+            let (_, node) = self.node_from_entry(e);
+            sets.push((
+                new,
+                match node {
+                    Node::Dir => Entry::Dir,
+                    Node::File(m) => Entry::Moved(m),
+                },
+            ));
+            hides.push(old);
+        }
+        for (old, e) in &local {
+            if old == from {
+                continue;
+            }
+            let rel = &old[from.len() + 1..];
+            let new = join(to, rel);
+            match e {
+                Entry::File(d) => {
+                    d.set_path(&self.remote_path(&new))?;
+                    sets.push((new, e.clone()));
+                }
+                Entry::Moved(_) | Entry::Dir => sets.push((new, e.clone())),
+                // A remote file already deleted: it stays deleted at the old place only.
+                Entry::Gone => continue,
+            }
+            hides.push(old.clone());
+        }
+        {
+            let mut o = w.overlay.lock();
+            // Clear whatever the (empty) target had, then lay the moved tree down.
+            for (p, _) in o.subtree(to) {
+                o.remove(&p);
+            }
+            o.set(to, Entry::Dir);
+            for (p, e) in sets {
+                o.set(&p, e);
+            }
+        }
+        for old in hides {
+            self.hide(commit, &old).await?;
+        }
+        self.hide(commit, from).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(check_name("ok.txt").is_ok());
+        assert!(matches!(check_name(&"a".repeat(256)), Err(VfsError::NameTooLong)));
+        assert!(check_name(&"a".repeat(255)).is_ok());
+        assert!(check_name(".").is_err());
+        assert!(check_name("a\nb").is_err());
+        assert!(check_name("é #?%.txt").is_ok());
+    }
+}

@@ -1,0 +1,525 @@
+//! Staging: one local file per dirty inode, plus a small journal entry beside it.
+//!
+//! Written bytes go straight to `<id>.data` with `pwrite` (never an unbounded RAM buffer). Beside it,
+//! `<id>.meta` records the repo path and whether the file was *closed* (its content is final and
+//! must reach the Hub) or still *open* (a crash leaves it as recoverable, not uploaded). The meta is
+//! replaced atomically (write + rename) and the data is fsynced before a file is marked closed, so
+//! after a crash or power cut the next mount finds every closed file intact.
+//!
+//! Staged data is deleted only after the commit holding it succeeded (or the file was unlinked).
+
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::hub_client::SAMPLE_BYTES;
+
+/// What the journal says about a staged file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Open,
+    Closed,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Meta {
+    /// Path in the repo (from the repo root, subfolder mounts included).
+    path: String,
+    phase: Phase,
+}
+
+/// A staging directory: one per (repo, branch, cache dir), held by one mount at a time.
+pub struct StagingArea {
+    dir: PathBuf,
+    next_id: AtomicU64,
+    /// Keeps the directory's advisory lock for as long as the mount lives.
+    _lock: File,
+}
+
+/// A staged file found at startup.
+pub struct Recovered {
+    pub file: DirtyFile,
+    pub phase: Phase,
+}
+
+impl StagingArea {
+    /// Opens (creating) `dir` and takes its lock; a second writable mount of the same repo and
+    /// cache dir is refused rather than mixing two journals.
+    pub fn open(dir: &Path) -> std::io::Result<StagingArea> {
+        std::fs::create_dir_all(dir)?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join("lock"))?;
+        // SAFETY: flock on a file descriptor we own; no memory is shared with the kernel.
+        let rc = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            return Err(std::io::Error::new(
+                ErrorKind::WouldBlock,
+                format!(
+                    "{} is in use by another writable hubfs mount of the same repo",
+                    dir.display()
+                ),
+            ));
+        }
+        let mut max = 0;
+        for e in std::fs::read_dir(dir)? {
+            let name = e?.file_name();
+            if let Some(id) = name
+                .to_str()
+                .and_then(|n| n.split('.').next())
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                max = max.max(id);
+            }
+        }
+        Ok(StagingArea {
+            dir: dir.to_path_buf(),
+            next_id: AtomicU64::new(max + 1),
+            _lock: lock,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A new, empty staged file for `repo_path`, journaled as open.
+    pub fn create(&self, repo_path: &str) -> std::io::Result<DirtyFile> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let data_path = self.dir.join(format!("{id}.data"));
+        let file = OpenOptions::new()
+            .create_new(true)
+            .read(true)
+            .write(true)
+            .open(&data_path)?;
+        let df = DirtyFile {
+            id,
+            data_path,
+            meta_path: self.dir.join(format!("{id}.meta")),
+            file,
+            st: Mutex::new(State {
+                path: repo_path.to_string(),
+                size: 0,
+                generation: 1,
+                committed: 0,
+                writers: 0,
+                mtime: SystemTime::now(),
+                error: None,
+                discarded: false,
+            }),
+            journal: Mutex::new(()),
+        };
+        df.write_meta(repo_path, Phase::Open)?;
+        Ok(df)
+    }
+
+    /// Every staged file left by an earlier run, oldest first. Files whose meta cannot be read are
+    /// left in place (and logged), never deleted.
+    pub fn recover(&self) -> std::io::Result<Vec<Recovered>> {
+        let mut ids: Vec<u64> = Vec::new();
+        for e in std::fs::read_dir(&self.dir)? {
+            let name = e?.file_name();
+            if let Some(id) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".meta"))
+                .and_then(|n| n.parse().ok())
+            {
+                ids.push(id);
+            }
+        }
+        ids.sort_unstable();
+        let mut out = Vec::new();
+        for id in ids {
+            let meta_path = self.dir.join(format!("{id}.meta"));
+            let data_path = self.dir.join(format!("{id}.data"));
+            let meta: Meta = match std::fs::read(&meta_path).map(|b| serde_json::from_slice(&b)) {
+                Ok(Ok(m)) => m,
+                other => {
+                    tracing::warn!(path = %meta_path.display(), ?other, "unreadable staging journal entry left in place");
+                    continue;
+                }
+            };
+            let file = match OpenOptions::new().read(true).write(true).open(&data_path) {
+                Ok(f) => f,
+                Err(e) => {
+                    tracing::warn!(path = %data_path.display(), error = %e, "journal entry without data left in place");
+                    continue;
+                }
+            };
+            let size = file.metadata()?.len();
+            out.push(Recovered {
+                phase: meta.phase,
+                file: DirtyFile {
+                    id,
+                    data_path,
+                    meta_path,
+                    file,
+                    st: Mutex::new(State {
+                        path: meta.path,
+                        size,
+                        generation: 1,
+                        committed: 0,
+                        writers: 0,
+                        mtime: SystemTime::now(),
+                        error: None,
+                        discarded: false,
+                    }),
+                    journal: Mutex::new(()),
+                },
+            });
+        }
+        Ok(out)
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    path: String,
+    size: u64,
+    /// Bumped by every change of content or size.
+    generation: u64,
+    /// The generation the Hub has (0: none yet).
+    committed: u64,
+    /// Open handles that may write.
+    writers: u32,
+    mtime: SystemTime,
+    /// The last upload or commit failure, until a later commit succeeds.
+    error: Option<String>,
+    discarded: bool,
+}
+
+/// One staged file. Lock order: `st` is a leaf; file I/O happens outside it except where the size
+/// must change atomically with the data (truncate).
+pub struct DirtyFile {
+    id: u64,
+    data_path: PathBuf,
+    meta_path: PathBuf,
+    file: File,
+    st: Mutex<State>,
+    /// Serialises journal updates (they share one temporary file name).
+    journal: Mutex<()>,
+}
+
+/// What a commit round saw of a file.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub generation: u64,
+    pub size: u64,
+    pub sha256: String,
+    pub sample: Vec<u8>,
+}
+
+impl DirtyFile {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn data_path(&self) -> &Path {
+        &self.data_path
+    }
+
+    pub fn size(&self) -> u64 {
+        self.st.lock().size
+    }
+
+    pub fn mtime(&self) -> SystemTime {
+        self.st.lock().mtime
+    }
+
+    pub fn set_mtime(&self, t: SystemTime) {
+        self.st.lock().mtime = t;
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.st.lock().generation
+    }
+
+    /// Content not yet on the Hub.
+    pub fn is_dirty(&self) -> bool {
+        let s = self.st.lock();
+        !s.discarded && s.generation > s.committed
+    }
+
+    pub fn writers(&self) -> u32 {
+        self.st.lock().writers
+    }
+
+    pub fn error(&self) -> Option<String> {
+        self.st.lock().error.clone()
+    }
+
+    pub fn set_error(&self, e: Option<String>) {
+        self.st.lock().error = e;
+    }
+
+    pub fn repo_path(&self) -> String {
+        self.st.lock().path.clone()
+    }
+
+    /// The content equals what the Hub has (loaded from it, unchanged).
+    pub fn mark_clean(&self) {
+        let mut s = self.st.lock();
+        s.committed = s.generation;
+    }
+
+    /// The Hub has generation `g`. Returns whether the file is now clean.
+    pub fn committed(&self, g: u64) -> bool {
+        let mut s = self.st.lock();
+        s.committed = s.committed.max(g);
+        s.error = None;
+        s.committed >= s.generation
+    }
+
+    pub fn committed_generation(&self) -> u64 {
+        self.st.lock().committed
+    }
+
+    pub fn add_writer(&self) -> std::io::Result<()> {
+        let first = {
+            let mut s = self.st.lock();
+            s.writers += 1;
+            s.writers == 1
+        };
+        if first {
+            let path = self.repo_path();
+            self.write_meta(&path, Phase::Open)?;
+        }
+        Ok(())
+    }
+
+    /// A writer went away; when it was the last, the content is made durable and journaled as
+    /// closed (final: the next start uploads it if this run does not).
+    pub fn remove_writer(&self) -> std::io::Result<()> {
+        let last = {
+            let mut s = self.st.lock();
+            s.writers = s.writers.saturating_sub(1);
+            s.writers == 0 && !s.discarded
+        };
+        if last { self.seal() } else { Ok(()) }
+    }
+
+    /// fsync the data and journal the file as closed.
+    pub fn seal(&self) -> std::io::Result<()> {
+        self.file.sync_data()?;
+        let path = self.repo_path();
+        self.write_meta(&path, Phase::Closed)
+    }
+
+    /// The file moved to `repo_path` (rename).
+    pub fn set_path(&self, repo_path: &str) -> std::io::Result<()> {
+        let phase = {
+            let mut s = self.st.lock();
+            s.path = repo_path.to_string();
+            s.generation += 1;
+            if s.writers > 0 { Phase::Open } else { Phase::Closed }
+        };
+        self.write_meta(repo_path, phase)
+    }
+
+    fn write_meta(&self, path: &str, phase: Phase) -> std::io::Result<()> {
+        let _j = self.journal.lock();
+        if self.st.lock().discarded {
+            return Ok(());
+        }
+        let body = serde_json::to_vec(&Meta {
+            path: path.to_string(),
+            phase,
+        })
+        .map_err(std::io::Error::other)?;
+        let tmp = self.meta_path.with_extension("meta.tmp");
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(&body)?;
+            if phase == Phase::Closed {
+                f.sync_data()?;
+            }
+        }
+        std::fs::rename(&tmp, &self.meta_path)
+    }
+
+    /// The file was unlinked (or replaced): it must never be uploaded, even after a crash.
+    pub fn discard(&self) {
+        let _j = self.journal.lock();
+        self.st.lock().discarded = true;
+        let _ = std::fs::remove_file(&self.meta_path);
+    }
+
+    pub fn is_discarded(&self) -> bool {
+        self.st.lock().discarded
+    }
+
+    /// Writes at `offset`, growing the file as needed.
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.file.write_all_at(data, offset)?;
+        let mut s = self.st.lock();
+        s.size = s.size.max(offset + data.len() as u64);
+        s.generation += 1;
+        s.mtime = SystemTime::now();
+        Ok(())
+    }
+
+    /// Reads up to `len` bytes at `offset`; short only at end of file.
+    pub fn read_at(&self, offset: u64, len: u32) -> std::io::Result<Bytes> {
+        let size = self.size();
+        if offset >= size {
+            return Ok(Bytes::new());
+        }
+        let len = (len as u64).min(size - offset) as usize;
+        let mut buf = vec![0u8; len];
+        let mut done = 0;
+        while done < len {
+            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        // The data file can be shorter than `size` only after a crash; zeros are what a hole reads.
+        Ok(Bytes::from(buf))
+    }
+
+    pub fn truncate(&self, size: u64) -> std::io::Result<()> {
+        let mut s = self.st.lock();
+        self.file.set_len(size)?;
+        s.size = size;
+        s.generation += 1;
+        s.mtime = SystemTime::now();
+        Ok(())
+    }
+
+    /// Size, sha256 and the preupload sample of the current content, read from disk.
+    pub fn snapshot(&self) -> std::io::Result<Snapshot> {
+        let (generation, size) = {
+            let s = self.st.lock();
+            (s.generation, s.size)
+        };
+        let mut f = File::open(&self.data_path)?;
+        let mut hasher = Sha256::new();
+        let mut sample = Vec::with_capacity(SAMPLE_BYTES);
+        let mut buf = vec![0u8; 1 << 20];
+        let mut left = size;
+        while left > 0 {
+            let want = (buf.len() as u64).min(left) as usize;
+            let n = f.read(&mut buf[..want])?;
+            if n == 0 {
+                // Shorter on disk than recorded (only after a crash): hash the zeros a read returns.
+                buf[..want].fill(0);
+                hasher.update(&buf[..want]);
+                left -= want as u64;
+                continue;
+            }
+            if sample.len() < SAMPLE_BYTES {
+                let take = (SAMPLE_BYTES - sample.len()).min(n);
+                sample.extend_from_slice(&buf[..take]);
+            }
+            hasher.update(&buf[..n]);
+            left -= n as u64;
+        }
+        Ok(Snapshot {
+            generation,
+            size,
+            sha256: hex::encode(hasher.finalize()),
+            sample,
+        })
+    }
+
+    /// The whole content (small files sent inline in a commit).
+    pub fn read_all(&self, size: u64) -> std::io::Result<Bytes> {
+        let mut buf = vec![0u8; size as usize];
+        let n = self.file.read_at(&mut buf, 0)?;
+        let mut done = n;
+        while done < buf.len() {
+            match self.file.read_at(&mut buf[done..], done as u64)? {
+                0 => break,
+                n => done += n,
+            }
+        }
+        Ok(Bytes::from(buf))
+    }
+}
+
+impl Drop for DirtyFile {
+    /// The last reference is gone: staged bytes that the Hub has (or that were discarded) are
+    /// deleted; anything else stays for the next start to upload.
+    fn drop(&mut self) {
+        let s = self.st.get_mut();
+        if s.discarded || s.committed >= s.generation {
+            let _ = std::fs::remove_file(&self.meta_path);
+            let _ = std::fs::remove_file(&self.data_path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stage_write_read_and_recover() {
+        let dir = tempfile::tempdir().unwrap();
+        let area = StagingArea::open(dir.path()).unwrap();
+        assert!(StagingArea::open(dir.path()).is_err(), "one mount per staging dir");
+        let f = area.create("a/b.bin").unwrap();
+        f.add_writer().unwrap();
+        f.write_at(3, b"xyz").unwrap();
+        assert_eq!(f.size(), 6);
+        assert_eq!(&f.read_at(0, 100).unwrap()[..], b"\0\0\0xyz");
+        assert_eq!(f.read_at(6, 10).unwrap().len(), 0);
+        let open_one = area.create("still/open").unwrap();
+        open_one.add_writer().unwrap();
+        f.remove_writer().unwrap();
+        let snap = f.snapshot().unwrap();
+        assert_eq!(snap.size, 6);
+        assert_eq!(
+            snap.sha256,
+            hex::encode(Sha256::digest(b"\0\0\0xyz")),
+            "hash of what was written"
+        );
+        let gone = area.create("gone").unwrap();
+        gone.discard();
+        drop(gone);
+        std::mem::forget(f);
+        std::mem::forget(open_one);
+        drop(area);
+        let area = StagingArea::open(dir.path()).unwrap();
+        let mut found = area.recover().unwrap();
+        found.sort_by_key(|r| r.file.repo_path());
+        assert_eq!(found.len(), 2, "the discarded file is not recovered");
+        assert_eq!(found[0].file.repo_path(), "a/b.bin");
+        assert_eq!(found[0].phase, Phase::Closed);
+        assert_eq!(&found[0].file.read_at(0, 100).unwrap()[..], b"\0\0\0xyz");
+        assert_eq!(found[1].phase, Phase::Open);
+        let next = area.create("new").unwrap();
+        assert!(next.id() > found[1].file.id(), "ids are not reused");
+    }
+
+    #[test]
+    fn committed_files_are_deleted_on_drop_dirty_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let area = StagingArea::open(dir.path()).unwrap();
+        let clean = area.create("c").unwrap();
+        clean.write_at(0, b"1").unwrap();
+        let g = clean.generation();
+        assert!(clean.committed(g));
+        let data = clean.data_path().to_path_buf();
+        drop(clean);
+        assert!(!data.exists());
+        let dirty = area.create("d").unwrap();
+        dirty.write_at(0, b"1").unwrap();
+        let data = dirty.data_path().to_path_buf();
+        drop(dirty);
+        assert!(data.exists(), "uncommitted bytes survive");
+    }
+}

@@ -1,0 +1,169 @@
+//! Uploader: turns staged files into commit operations.
+//!
+//! The Hub decides per file (preupload) whether it is stored inline or through LFS. Inline files go
+//! base64 in the commit. LFS-class files go through one Xet upload session per commit round: the
+//! xet crates chunk them, skip chunks the session or the CAS already holds, and upload the rest. A
+//! file whose sha256 equals what the branch already has at that path uploads nothing at all.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use xet::xet_session::{Sha256Policy, XetSession};
+
+use super::staging::{DirtyFile, Snapshot};
+use crate::hub_client::{CommitOp, HubClient, PreuploadFile, RepoRef};
+
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    #[error("{0}")]
+    Hub(#[from] crate::hub_client::HubClientError),
+    #[error("xet upload failed: {0}")]
+    Xet(String),
+    #[error("upload timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("reading staged data: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// One staged file to upload.
+pub struct Staged {
+    pub repo_path: String,
+    pub file: Arc<DirtyFile>,
+    pub snap: Snapshot,
+}
+
+/// Bytes sent to the CAS, for `hubfs status` and the dedup benchmark.
+#[derive(Debug, Default)]
+pub struct UploadStats {
+    pub files: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_uploaded: AtomicU64,
+}
+
+pub struct Uploader {
+    client: HubClient,
+    repo: RepoRef,
+    branch: String,
+    session: XetSession,
+    /// Deadline of one Xet upload session: `base + size / min_rate`.
+    base_timeout: Duration,
+    pub stats: UploadStats,
+}
+
+/// The slowest upload rate tolerated before a session is called stalled (bytes per second).
+const MIN_UPLOAD_RATE: u64 = 4 << 20;
+
+impl Uploader {
+    pub fn new(
+        client: HubClient,
+        repo: RepoRef,
+        branch: String,
+        base_timeout: Duration,
+    ) -> Result<Uploader, UploadError> {
+        let session = xet::xet_session::XetSessionBuilder::new()
+            .build()
+            .map_err(|e| UploadError::Xet(e.to_string()))?;
+        Ok(Uploader {
+            client,
+            repo,
+            branch,
+            session,
+            base_timeout,
+            stats: UploadStats::default(),
+        })
+    }
+
+    /// Commit operations for `files`: inline or LFS as the Hub says, LFS content uploaded first.
+    pub async fn prepare(&self, files: &[Staged]) -> Result<Vec<CommitOp>, UploadError> {
+        if files.is_empty() {
+            return Ok(Vec::new());
+        }
+        let offer: Vec<PreuploadFile> = files
+            .iter()
+            .map(|f| PreuploadFile {
+                path: f.repo_path.clone(),
+                size: f.snap.size,
+                sample: f.snap.sample.clone(),
+            })
+            .collect();
+        let modes: HashMap<String, (bool, Option<String>)> = self
+            .client
+            .preupload(&self.repo, &self.branch, &offer)
+            .await?
+            .into_iter()
+            .map(|m| (m.path, (m.lfs, m.remote_oid)))
+            .collect();
+        let mut ops = Vec::with_capacity(files.len());
+        let mut to_upload: Vec<&Staged> = Vec::new();
+        for f in files {
+            let (lfs, remote_oid) = modes.get(&f.repo_path).cloned().unwrap_or((false, None));
+            self.stats.files.fetch_add(1, Ordering::Relaxed);
+            self.stats.bytes_in.fetch_add(f.snap.size, Ordering::Relaxed);
+            if lfs && f.snap.size > 0 {
+                if remote_oid.as_deref() != Some(f.snap.sha256.as_str()) {
+                    to_upload.push(f);
+                }
+                ops.push(CommitOp::Lfs {
+                    path: f.repo_path.clone(),
+                    sha256: f.snap.sha256.clone(),
+                    size: f.snap.size,
+                });
+            } else {
+                let file = f.file.clone();
+                let size = f.snap.size;
+                let content = tokio::task::spawn_blocking(move || file.read_all(size))
+                    .await
+                    .map_err(|e| UploadError::Io(std::io::Error::other(e)))??;
+                ops.push(CommitOp::Inline {
+                    path: f.repo_path.clone(),
+                    content,
+                });
+            }
+        }
+        if !to_upload.is_empty() {
+            let total: u64 = to_upload.iter().map(|f| f.snap.size).sum();
+            let limit = self.base_timeout + Duration::from_secs(total / MIN_UPLOAD_RATE);
+            match tokio::time::timeout(limit, self.xet_upload(&to_upload)).await {
+                Ok(r) => r?,
+                Err(_) => return Err(UploadError::Timeout(limit)),
+            }
+        }
+        Ok(ops)
+    }
+
+    async fn xet_upload(&self, files: &[&Staged]) -> Result<(), UploadError> {
+        let token = self.client.xet_write_token(&self.repo, &self.branch).await?;
+        let refresh = self.client.xet_write_token_url(&self.repo, &self.branch)?;
+        let xet = |e: xet::error::XetError| UploadError::Xet(e.to_string());
+        let commit = self
+            .session
+            .new_upload_commit()
+            .map_err(|e| UploadError::Xet(e.to_string()))?
+            .with_endpoint(token.cas_url.clone())
+            .with_token_info(token.access_token.clone(), token.exp)
+            .with_token_refresh_url(refresh.to_string(), self.client.auth_headers())
+            .build()
+            .await
+            .map_err(xet)?;
+        for f in files {
+            commit
+                .upload_from_path(f.file.data_path().to_path_buf(), Sha256Policy::from_hex(&f.snap.sha256))
+                .await
+                .map_err(xet)?;
+        }
+        let report = commit.commit().await.map_err(xet)?;
+        self.stats
+            .bytes_uploaded
+            .fetch_add(report.dedup_metrics.total_bytes_uploaded, Ordering::Relaxed);
+        tracing::info!(
+            files = files.len(),
+            bytes = report.dedup_metrics.total_bytes,
+            new_bytes = report.dedup_metrics.new_bytes,
+            uploaded = report.dedup_metrics.total_bytes_uploaded,
+            "xet upload done"
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,536 @@
+//! Writable FUSE mounts against an in-process local Hub: files written through the kernel are
+//! checked from the Hub's side (tree, sizes, sha256, commits), with faults injected where the
+//! promise is "nothing written is lost".
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use hubfs::hub_client::{HubClient, HubClientConfig, RepoRef, TreeEntry};
+use hubfs::local_hub::{FaultSettings, LocalHub, RouteClass};
+use hubfs::mount::{MountRequest, Mounted, mount};
+use hubfs::vfs::{VfsOptions, WriteOptions};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+struct Env {
+    rt: tokio::runtime::Runtime,
+    hub: Option<LocalHub>,
+    cache: tempfile::TempDir,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+fn sha(b: &[u8]) -> String {
+    hex::encode(Sha256::digest(b))
+}
+
+fn pseudo(len: usize, seed: u64) -> Vec<u8> {
+    hubfs::local_hub::seed::demo_bytes(len, seed)
+}
+
+impl Env {
+    fn new() -> Env {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .unwrap();
+        let hub = rt.block_on(LocalHub::start_temp(false)).expect("local hub");
+        Env {
+            rt,
+            hub: Some(hub),
+            cache: tempfile::tempdir().unwrap(),
+            _dirs: Vec::new(),
+        }
+    }
+
+    fn hub(&self) -> &LocalHub {
+        self.hub.as_ref().unwrap()
+    }
+
+    fn client_cfg(&self) -> HubClientConfig {
+        HubClientConfig {
+            endpoint: self.hub().endpoint().to_string(),
+            token: self.hub().write_token(),
+            timeout: Duration::from_secs(5),
+            max_retries: 1,
+            ..HubClientConfig::from_env()
+        }
+    }
+
+    fn client(&self) -> HubClient {
+        HubClient::new(self.client_cfg()).unwrap()
+    }
+
+    fn write_opts(&self, close_waits: bool) -> VfsOptions {
+        VfsOptions {
+            cache_dir: Some(self.cache.path().join("content")),
+            disk_cache_bytes: 1 << 30,
+            write: Some(WriteOptions {
+                staging_root: self.cache.path().join("staging"),
+                status_dir: Some(self.cache.path().join("mounts")),
+                upload_timeout: Duration::from_secs(20),
+                quiet_period: Duration::from_millis(200),
+                close_waits,
+                ..WriteOptions::default()
+            }),
+            ..VfsOptions::default()
+        }
+    }
+
+    fn mount_with(&mut self, repo: &str, opts: VfsOptions) -> Mounted {
+        let dir = tempfile::tempdir().unwrap();
+        let req = MountRequest {
+            repo: repo.to_string(),
+            mountpoint: dir.path().to_path_buf(),
+            revision: None,
+            client: self.client_cfg(),
+            vfs: opts,
+            allow_other: false,
+        };
+        let m = mount(req, &self.rt).expect("mount");
+        self._dirs.push(dir);
+        m
+    }
+
+    fn mount_rw(&mut self, repo: &str) -> Mounted {
+        let o = self.write_opts(true);
+        self.mount_with(repo, o)
+    }
+
+    fn create_dataset(&self, name: &str) {
+        let token = self.hub().write_token().unwrap();
+        let url = format!("{}/api/repos/create", self.hub().endpoint());
+        self.rt.block_on(async {
+            let r = reqwest::Client::new()
+                .post(url)
+                .bearer_auth(token)
+                .json(&json!({"name": name, "organization": "local", "type": "dataset"}))
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success(), "create repo: {}", r.status());
+        });
+    }
+
+    fn repo(name: &str) -> RepoRef {
+        RepoRef::dataset(&format!("local/{name}")).unwrap()
+    }
+
+    fn head(&self, name: &str) -> String {
+        self.rt
+            .block_on(self.client().repo_info(&Env::repo(name), "main"))
+            .unwrap()
+            .sha
+    }
+
+    /// Path → (size, sha256 of the bytes the Hub serves) at the branch head.
+    fn hub_files(&self, name: &str) -> std::collections::BTreeMap<String, (u64, String)> {
+        let repo = Env::repo(name);
+        let head = self.head(name);
+        let client = self.client();
+        self.rt.block_on(async {
+            let mut out = std::collections::BTreeMap::new();
+            for e in client.list_tree_recursive(&repo, &head, "").await.unwrap() {
+                if let TreeEntry::File { path, size, .. } = e {
+                    if path == ".gitattributes" {
+                        continue;
+                    }
+                    let url = format!(
+                        "{}/datasets/local/{name}/resolve/{head}/{}",
+                        self.hub().endpoint(),
+                        hubfs::urlenc::encode_path(&path)
+                    );
+                    let body = reqwest::Client::new()
+                        .get(url)
+                        .bearer_auth(self.hub().write_token().unwrap())
+                        .send()
+                        .await
+                        .unwrap()
+                        .bytes()
+                        .await
+                        .unwrap();
+                    assert_eq!(body.len() as u64, size, "{path}: served size equals the listed size");
+                    out.insert(path, (size, sha(&body)));
+                }
+            }
+            out
+        })
+    }
+
+    /// Commits on the branch (from the commit list API).
+    fn commit_count(&self, name: &str) -> usize {
+        let url = format!("{}/api/datasets/local/{name}/commits/main", self.hub().endpoint());
+        self.rt.block_on(async {
+            let v: serde_json::Value = reqwest::Client::new()
+                .get(url)
+                .bearer_auth(self.hub().write_token().unwrap())
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            v.as_array().map(|a| a.len()).unwrap_or(0)
+        })
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(h) = self.hub.take() {
+            self.rt.block_on(h.stop());
+        }
+    }
+}
+
+fn errno_of(r: std::io::Result<impl Sized>) -> i32 {
+    r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
+}
+
+/// Every regular file under `root`, path → (size, sha256).
+fn local_files(root: &Path) -> std::collections::BTreeMap<String, (u64, String)> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        for e in std::fs::read_dir(root.join(&rel)).unwrap() {
+            let e = e.unwrap();
+            let r = rel.join(e.file_name());
+            if e.file_type().unwrap().is_dir() {
+                stack.push(r);
+            } else {
+                let b = std::fs::read(root.join(&r)).unwrap();
+                out.insert(r.to_string_lossy().into_owned(), (b.len() as u64, sha(&b)));
+            }
+        }
+    }
+    out.remove(".gitattributes");
+    out
+}
+
+#[test]
+fn written_files_land_on_the_hub_when_closed() {
+    let mut env = Env::new();
+    env.create_dataset("w1");
+    let m = env.mount_rw("datasets/local/w1");
+    let root = m.mountpoint.clone();
+    let commits_before = env.commit_count("w1");
+
+    let big = pseudo(1 << 20, 7);
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("empty.txt", Vec::new()),
+        ("one.txt", b"x".to_vec()),
+        ("data/train.bin", big.clone()),
+        ("data/notes é #1.md", b"hello hub\n".to_vec()),
+    ];
+    std::fs::create_dir(root.join("data")).unwrap();
+    for (path, bytes) in &cases {
+        let mut f = std::fs::File::create(root.join(path)).unwrap();
+        f.write_all(bytes).unwrap();
+        // close() returns after the commit: the Hub has the file now.
+        drop(f);
+        let hub = env.hub_files("w1");
+        assert_eq!(
+            hub.get(*path),
+            Some(&(bytes.len() as u64, sha(bytes))),
+            "{path} is on the Hub right after close"
+        );
+    }
+    assert_eq!(
+        env.commit_count("w1"),
+        commits_before + cases.len(),
+        "one commit per close here"
+    );
+    let status = m.vfs.status_report().unwrap();
+    assert!(status.dirty.is_empty(), "nothing left dirty: {:?}", status.dirty);
+    assert_eq!(std::fs::read(root.join("data/train.bin")).unwrap(), big);
+
+    // A remount (fresh content cache) shows the same tree and bytes.
+    let mount_tree = local_files(&root);
+    m.unmount().unwrap();
+    let mut opts = env.write_opts(true);
+    opts.cache_dir = None;
+    let m2 = env.mount_with("datasets/local/w1", opts);
+    assert_eq!(local_files(&m2.mountpoint), mount_tree);
+    assert_eq!(local_files(&m2.mountpoint), env.hub_files("w1"));
+}
+
+#[test]
+fn edits_renames_and_deletes() {
+    let mut env = Env::new();
+    env.create_dataset("w2");
+    let m = env.mount_rw("datasets/local/w2");
+    let root = m.mountpoint.clone();
+    let base = pseudo(3 << 20, 11);
+    std::fs::create_dir_all(root.join("dir/sub")).unwrap();
+    std::fs::write(root.join("dir/a.bin"), &base).unwrap();
+    std::fs::write(root.join("dir/sub/b.txt"), b"bee\n").unwrap();
+    std::fs::write(root.join("top.txt"), b"0123456789").unwrap();
+
+    // Random writes into a committed remote file (opened without O_TRUNC: content comes in first).
+    let mut expect_a = base.clone();
+    {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(root.join("dir/a.bin"))
+            .unwrap();
+        for (off, len) in [(0usize, 10usize), (1 << 20, 4096), ((3 << 20) - 5, 5), (777_777, 1)] {
+            let patch = vec![0xAB; len];
+            f.write_all_at(&patch, off as u64).unwrap();
+            expect_a[off..off + len].copy_from_slice(&patch);
+        }
+    }
+    // Append and truncate.
+    {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(root.join("top.txt"))
+            .unwrap();
+        f.write_all(b"ABC").unwrap();
+    }
+    let t = std::fs::OpenOptions::new()
+        .write(true)
+        .open(root.join("dir/sub/b.txt"))
+        .unwrap();
+    t.set_len(2).unwrap();
+    drop(t);
+    // O_TRUNC rewrite through a path that exists only on the Hub now.
+    std::fs::write(root.join("top2.txt"), b"first").unwrap();
+    std::fs::write(root.join("top2.txt"), b"second!").unwrap();
+
+    let hub = env.hub_files("w2");
+    assert_eq!(hub["dir/a.bin"], (expect_a.len() as u64, sha(&expect_a)));
+    assert_eq!(hub["top.txt"].1, sha(b"0123456789ABC"));
+    assert_eq!(hub["dir/sub/b.txt"].1, sha(b"be"));
+    assert_eq!(hub["top2.txt"].1, sha(b"second!"));
+
+    // Renames of a file and a folder, deletes, mkdir/rmdir.
+    std::fs::rename(root.join("top.txt"), root.join("dir/moved.txt")).unwrap();
+    std::fs::rename(root.join("dir"), root.join("renamed")).unwrap();
+    std::fs::remove_file(root.join("top2.txt")).unwrap();
+    std::fs::create_dir(root.join("empty")).unwrap();
+    std::fs::create_dir(root.join("gone")).unwrap();
+    std::fs::remove_dir(root.join("gone")).unwrap();
+    assert_eq!(errno_of(std::fs::remove_dir(root.join("renamed"))), libc::ENOTEMPTY);
+    assert!(root.join("empty").is_dir(), "an empty dir lives locally");
+    assert!(!root.join("dir").exists());
+    assert_eq!(std::fs::read(root.join("renamed/moved.txt")).unwrap(), b"0123456789ABC");
+
+    // Namespace changes commit in the background: wait for them, bounded.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let want: std::collections::BTreeMap<String, (u64, String)> = [
+        ("renamed/a.bin", expect_a.as_slice()),
+        ("renamed/sub/b.txt", b"be".as_slice()),
+        ("renamed/moved.txt", b"0123456789ABC".as_slice()),
+    ]
+    .into_iter()
+    .map(|(p, b)| (p.to_string(), (b.len() as u64, sha(b))))
+    .collect();
+    loop {
+        let hub = env.hub_files("w2");
+        if hub == want {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the Hub never reached the mount's tree: {hub:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(local_files(&root), want, "the mount shows what the Hub has");
+    // RENAME_NOREPLACE and RENAME_EXCHANGE.
+    let c = |p: &str| std::ffi::CString::new(root.join(p).as_os_str().as_encoded_bytes()).unwrap();
+    let (a, b) = (c("renamed/moved.txt"), c("renamed/a.bin"));
+    // SAFETY: valid NUL-terminated paths.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    assert_eq!(
+        (rc, std::io::Error::last_os_error().raw_os_error()),
+        (-1, Some(libc::EEXIST))
+    );
+    // SAFETY: as above.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!(
+        (rc, std::io::Error::last_os_error().raw_os_error()),
+        (-1, Some(libc::EINVAL))
+    );
+    // What the Hub cannot store.
+    assert_eq!(
+        errno_of(std::os::unix::fs::symlink("x", root.join("link"))),
+        libc::EPERM
+    );
+    assert_eq!(
+        errno_of(std::fs::hard_link(root.join("renamed/a.bin"), root.join("hard"))),
+        libc::EPERM
+    );
+    assert_eq!(
+        errno_of(std::fs::set_permissions(
+            root.join("renamed/a.bin"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600)
+        )),
+        libc::EPERM
+    );
+    assert_eq!(
+        errno_of(std::fs::File::create(root.join("x".repeat(256)))),
+        libc::ENAMETOOLONG
+    );
+}
+
+#[test]
+fn failed_commit_returns_eio_and_keeps_the_data() {
+    let mut env = Env::new();
+    env.create_dataset("w3");
+    let m = env.mount_rw("datasets/local/w3");
+    let root = m.mountpoint.clone();
+    std::fs::write(root.join("warmup.txt"), b"ok").unwrap();
+    env.hub()
+        .set_faults(
+            RouteClass::Commit,
+            FaultSettings {
+                error_rate: 1.0,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let start = Instant::now();
+    let mut f = std::fs::File::create(root.join("kept.bin")).unwrap();
+    f.write_all(&pseudo(100_000, 3)).unwrap();
+    // close(2) itself reports the failure (Rust's drop would swallow it).
+    let fd = std::os::fd::IntoRawFd::into_raw_fd(f);
+    // SAFETY: fd was just taken from a File and is closed exactly once.
+    let rc = unsafe { libc::close(fd) };
+    let err = std::io::Error::last_os_error().raw_os_error();
+    assert_eq!((rc, err), (-1, Some(libc::EIO)), "close returns EIO");
+    assert!(start.elapsed() < Duration::from_secs(30), "no hang");
+    assert_eq!(m.vfs.dirty_paths(), ["kept.bin"], "the data stays staged");
+    assert_eq!(std::fs::read(root.join("kept.bin")).unwrap(), pseudo(100_000, 3));
+    env.hub().clear_faults();
+    // The background retry commits it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !m.vfs.dirty_paths().is_empty() {
+        assert!(Instant::now() < deadline, "retry never landed");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(env.hub_files("w3")["kept.bin"].1, sha(&pseudo(100_000, 3)));
+}
+
+#[test]
+fn concurrent_remote_commit_is_rebased() {
+    let mut env = Env::new();
+    env.create_dataset("w4");
+    let m = env.mount_rw("datasets/local/w4");
+    let root = m.mountpoint.clone();
+    std::fs::write(root.join("mine.txt"), b"1").unwrap();
+    // Someone else commits another path: the mount's parent is now stale.
+    let body = format!(
+        "{}\n{}\n",
+        json!({"key": "header", "value": {"summary": "theirs"}}),
+        json!({"key": "file", "value": {"path": "theirs.txt", "content": "x", "encoding": "utf-8"}})
+    );
+    env.rt.block_on(async {
+        let r = reqwest::Client::new()
+            .post(format!("{}/api/datasets/local/w4/commit/main", env.hub().endpoint()))
+            .bearer_auth(env.hub().write_token().unwrap())
+            .header("content-type", "application/x-ndjson")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+    });
+    std::fs::write(root.join("mine2.txt"), b"2").unwrap();
+    let hub = env.hub_files("w4");
+    assert_eq!(
+        hub.keys().collect::<Vec<_>>(),
+        ["mine.txt", "mine2.txt", "theirs.txt"],
+        "both changes kept"
+    );
+}
+
+#[test]
+fn staged_close_groups_commits_and_survives_a_restart() {
+    let mut env = Env::new();
+    env.create_dataset("w5");
+    let before = env.commit_count("w5");
+    let opts = env.write_opts(false);
+    let m = env.mount_with("datasets/local/w5", opts);
+    let root = m.mountpoint.clone();
+    std::fs::create_dir(root.join("many")).unwrap();
+    for i in 0..300 {
+        std::fs::write(root.join(format!("many/{i:04}.txt")), format!("file {i}\n")).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !m.vfs.dirty_paths().is_empty() || env.hub_files("w5").len() < 300 {
+        assert!(Instant::now() < deadline, "group commits never finished");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let commits = env.commit_count("w5") - before;
+    assert!(commits <= 10, "300 closes made {commits} commits");
+    assert_eq!(env.hub_files("w5")["many/0123.txt"].1, sha(b"file 123\n"));
+
+    // Closed but not committed when the mount goes away (Hub refusing commits): the next mount
+    // of the same repo and cache dir commits it.
+    env.hub()
+        .set_faults(
+            RouteClass::Commit,
+            FaultSettings {
+                error_rate: 1.0,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let mut f = std::fs::File::create(root.join("late.bin")).unwrap();
+    f.write_all(&pseudo(50_000, 9)).unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    drop(f);
+    let mut back = Vec::new();
+    std::fs::File::open(root.join("late.bin"))
+        .unwrap()
+        .read_to_end(&mut back)
+        .unwrap();
+    assert_eq!(back, pseudo(50_000, 9));
+    let vfs = m.vfs.clone();
+    m.unmount().unwrap();
+    drop(vfs);
+    env.hub().clear_faults();
+    let opts = env.write_opts(true);
+    let m2 = env.mount_with("datasets/local/w5", opts);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !env.hub_files("w5").contains_key("late.bin") {
+        assert!(
+            Instant::now() < deadline,
+            "the staged file never landed after the remount"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(env.hub_files("w5")["late.bin"].1, sha(&pseudo(50_000, 9)));
+    drop(m2);
+}
+
+#[test]
+fn read_only_without_write_flag() {
+    let mut env = Env::new();
+    env.create_dataset("w6");
+    let m = env.mount_with("datasets/local/w6", VfsOptions::default());
+    assert_eq!(errno_of(std::fs::File::create(m.mountpoint.join("x"))), libc::EROFS);
+}
