@@ -7,6 +7,7 @@
 #   4. cargo fmt --check, cargo clippy -D warnings, cargo build, cargo test
 #   5. ci/nfs-smoke.sh (libnfs's nfs-ls / nfs-cat against `hubfs serve-nfs`)
 #      tests/conformance/run.sh (stock huggingface_hub against `hubfs local-hub`, xet and noxet modes)
+#      ci/write-smoke.sh (a writable mount driven by shell tools, checked with huggingface_hub; kill -9)
 #   6. final line `N passed, M failed` (cargo tests + conformance tests; a failed fmt/clippy/build step
 #      counts as one failure); exit status non-zero if any step failed.
 #
@@ -179,12 +180,36 @@ else
   fi
 fi
 
+if [ "$QUICK" = 1 ]; then
+  step_skip "write smoke (--quick: needs the conformance venv)"
+elif [ "$BUILD_OK" != 1 ]; then
+  step_fail "write smoke (not run: cargo build failed)"
+else
+  say "write smoke (shell tools + huggingface_hub)"
+  VENV_PY="${HUBFS_VENV:-${HOME:-/root}/.cache/hubfs/venv}/bin/python"
+  bash ci/write-smoke.sh "$CARGO_TARGET_DIR/debug/hubfs" "$VENV_PY" 2>&1 | tee "$LOGDIR/write-smoke.log"
+  ws_rc=${PIPESTATUS[0]}
+  read -r ws_passed ws_failed < <(
+    sed -n 's/^write-smoke: \([0-9]\+\) passed, \([0-9]\+\) failed.*/\1 \2/p' "$LOGDIR/write-smoke.log" | tail -n1
+  )
+  ws_passed=${ws_passed:-0}
+  ws_failed=${ws_failed:-0}
+  if [ "$ws_rc" -ne 0 ] && [ "$ws_failed" -eq 0 ]; then ws_failed=1; fi
+  PASSED=$((PASSED + ws_passed))
+  FAILED=$((FAILED + ws_failed))
+  if [ "$ws_rc" -eq 0 ]; then
+    step_ok "write smoke ($ws_passed passed, $ws_failed failed)"
+  else
+    step_fail "write smoke ($ws_passed passed, $ws_failed failed, exit $ws_rc)"
+  fi
+fi
+
 # ---------------------------------------------------------------------------------------------------------
 # 6. summary
 # ---------------------------------------------------------------------------------------------------------
 # fmt / clippy / build / apt / rustup failures are not test failures of their own: count each once.
 for s in "${STEP_FAILURES[@]+"${STEP_FAILURES[@]}"}"; do
-  case "$s" in "cargo test"*|"conformance ("[0-9]*|"nfs smoke ("[0-9]*) ;; *) FAILED=$((FAILED + 1)) ;; esac
+  case "$s" in "cargo test"*|"conformance ("[0-9]*|"nfs smoke ("[0-9]*|"write smoke ("[0-9]*) ;; *) FAILED=$((FAILED + 1)) ;; esac
 done
 
 echo

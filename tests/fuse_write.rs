@@ -163,6 +163,29 @@ impl Env {
         })
     }
 
+    /// A commit made by someone else (straight to the Hub API).
+    fn remote_commit(&self, name: &str, path: &str, text: &str) {
+        let body = format!(
+            "{}\n{}\n",
+            json!({"key": "header", "value": {"summary": "theirs"}}),
+            json!({"key": "file", "value": {"path": path, "content": text, "encoding": "utf-8"}})
+        );
+        self.rt.block_on(async {
+            let r = reqwest::Client::new()
+                .post(format!(
+                    "{}/api/datasets/local/{name}/commit/main",
+                    self.hub().endpoint()
+                ))
+                .bearer_auth(self.hub().write_token().unwrap())
+                .header("content-type", "application/x-ndjson")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success());
+        });
+    }
+
     /// Commits on the branch (from the commit list API).
     fn commit_count(&self, name: &str) -> usize {
         let url = format!("{}/api/datasets/local/{name}/commits/main", self.hub().endpoint());
@@ -249,6 +272,26 @@ fn written_files_land_on_the_hub_when_closed() {
     let status = m.vfs.status_report().unwrap();
     assert!(status.dirty.is_empty(), "nothing left dirty: {:?}", status.dirty);
     assert_eq!(std::fs::read(root.join("data/train.bin")).unwrap(), big);
+    // The hf-hub crate, a stock client, downloads the same bytes.
+    let hf_cache = tempfile::tempdir().unwrap();
+    let hf = hf_hub::HFClient::builder()
+        .endpoint(env.hub().endpoint())
+        .token(env.hub().write_token().unwrap())
+        .cache_dir(hf_cache.path())
+        .build()
+        .unwrap();
+    for (path, bytes) in &cases {
+        let got = env
+            .rt
+            .block_on(
+                hf.dataset("local", "w1")
+                    .download_file_to_bytes()
+                    .filename(*path)
+                    .send(),
+            )
+            .unwrap();
+        assert_eq!(sha(&got), sha(bytes), "hf-hub reads {path}");
+    }
 
     // A remount (fresh content cache) shows the same tree and bytes.
     let mount_tree = local_files(&root);
@@ -442,22 +485,7 @@ fn concurrent_remote_commit_is_rebased() {
     let root = m.mountpoint.clone();
     std::fs::write(root.join("mine.txt"), b"1").unwrap();
     // Someone else commits another path: the mount's parent is now stale.
-    let body = format!(
-        "{}\n{}\n",
-        json!({"key": "header", "value": {"summary": "theirs"}}),
-        json!({"key": "file", "value": {"path": "theirs.txt", "content": "x", "encoding": "utf-8"}})
-    );
-    env.rt.block_on(async {
-        let r = reqwest::Client::new()
-            .post(format!("{}/api/datasets/local/w4/commit/main", env.hub().endpoint()))
-            .bearer_auth(env.hub().write_token().unwrap())
-            .header("content-type", "application/x-ndjson")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success());
-    });
+    env.remote_commit("w4", "theirs.txt", "x");
     std::fs::write(root.join("mine2.txt"), b"2").unwrap();
     let hub = env.hub_files("w4");
     assert_eq!(
@@ -465,6 +493,44 @@ fn concurrent_remote_commit_is_rebased() {
         ["mine.txt", "mine2.txt", "theirs.txt"],
         "both changes kept"
     );
+
+    // The same path changed on the Hub while it was open here: a conflict, reported and kept.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(root.join("mine.txt"))
+        .unwrap();
+    f.write_all(b"local").unwrap();
+    env.remote_commit("w4", "mine.txt", "remote");
+    let fd = std::os::fd::IntoRawFd::into_raw_fd(f);
+    // SAFETY: fd was just taken from a File and is closed exactly once.
+    let rc = unsafe { libc::close(fd) };
+    assert_eq!(
+        (rc, std::io::Error::last_os_error().raw_os_error()),
+        (-1, Some(libc::EIO))
+    );
+    let status = m.vfs.status_report().unwrap();
+    assert_eq!(status.dirty.len(), 1, "kept staged");
+    assert!(
+        status.dirty[0]
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("changed on the Hub")
+    );
+    assert_eq!(
+        env.hub_files("w4")["mine.txt"].1,
+        sha(b"remote"),
+        "the Hub's version is not clobbered"
+    );
+    assert_eq!(
+        std::fs::read(root.join("mine.txt")).unwrap(),
+        b"local",
+        "the mount keeps the local one"
+    );
+    // Writing it again is a decision: it is committed over the Hub's version.
+    std::fs::write(root.join("mine.txt"), b"local again").unwrap();
+    assert_eq!(env.hub_files("w4")["mine.txt"].1, sha(b"local again"));
+    assert!(m.vfs.dirty_paths().is_empty());
 }
 
 #[test]
@@ -525,6 +591,46 @@ fn staged_close_groups_commits_and_survives_a_restart() {
     }
     assert_eq!(env.hub_files("w5")["late.bin"].1, sha(&pseudo(50_000, 9)));
     drop(m2);
+}
+
+#[test]
+fn stalled_cas_times_out_and_the_data_lands_later() {
+    let mut env = Env::new();
+    env.create_dataset("w7");
+    let mut opts = env.write_opts(true);
+    if let Some(w) = opts.write.as_mut() {
+        w.upload_timeout = Duration::from_secs(3);
+    }
+    let m = env.mount_with("datasets/local/w7", opts);
+    let root = m.mountpoint.clone();
+    env.hub()
+        .set_faults(
+            RouteClass::Cas,
+            FaultSettings {
+                stall_rate: 1.0,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let data = pseudo(2 << 20, 5);
+    let start = Instant::now();
+    let mut f = std::fs::File::create(root.join("weights.bin")).unwrap();
+    f.write_all(&data).unwrap();
+    let fd = std::os::fd::IntoRawFd::into_raw_fd(f);
+    // SAFETY: fd was just taken from a File and is closed exactly once.
+    let rc = unsafe { libc::close(fd) };
+    let err = std::io::Error::last_os_error().raw_os_error();
+    let took = start.elapsed();
+    assert_eq!((rc, err), (-1, Some(libc::EIO)), "close reports the stalled upload");
+    assert!(took < Duration::from_secs(20), "the upload timeout fired: {took:?}");
+    assert_eq!(m.vfs.dirty_paths(), ["weights.bin"]);
+    env.hub().clear_faults();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while !m.vfs.dirty_paths().is_empty() {
+        assert!(Instant::now() < deadline, "never landed after the CAS recovered");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(env.hub_files("w7")["weights.bin"].1, sha(&data));
 }
 
 #[test]

@@ -83,6 +83,8 @@ impl Filesystem for FuseAdapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Ask for large reads ahead and parallel directory operations; the kernel keeps what it supports.
         let _ = config.set_max_readahead(MAX_READ);
+        // 1 MiB writes: a staging pwrite per MiB instead of per 128 KiB.
+        let _ = config.set_max_write(MAX_READ);
         let _ = config.add_capabilities(
             InitFlags::FUSE_ASYNC_READ
                 | InitFlags::FUSE_DO_READDIRPLUS

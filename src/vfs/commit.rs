@@ -455,6 +455,15 @@ impl VirtualFs {
         }
     }
 
+    /// A held (conflicting) file was written again: its new content may be committed.
+    pub(crate) fn unhold(&self, file: &DirtyFile) {
+        if let Some(w) = &self.writer
+            && w.held.lock().remove(&file.id())
+        {
+            file.set_error(None);
+        }
+    }
+
     /// Whether close() waits for the commit.
     pub(crate) fn close_waits(&self) -> bool {
         self.writer.as_ref().is_some_and(|w| w.opts.close_waits)
@@ -580,8 +589,12 @@ impl VirtualFs {
 
     fn fail(&self, w: &Writer, batch: &Batch, e: &VfsError) {
         tracing::warn!(error = %e, files = batch.uploads.len(), "commit failed; data stays staged");
+        let held = w.held.lock().clone();
         for (_, d) in &batch.uploads {
-            d.set_error(Some(e.to_string()));
+            // A conflict's own message says more than the round's.
+            if !held.contains(&d.id()) {
+                d.set_error(Some(e.to_string()));
+            }
         }
         *w.last_error.lock() = Some(e.to_string());
         w.counters.lock().failed_rounds += 1;
@@ -706,6 +719,11 @@ impl VirtualFs {
                 }
             }
             if rest.is_empty() {
+                // Show the Hub's head from now on; the conflicting files keep their local
+                // version in the overlay, and a new write of one of them commits it over the head.
+                let mut rev = self.revision.lock().await;
+                rev.commit = head;
+                rev.checked = Instant::now();
                 return Err(VfsError::Commit {
                     msg: "every change conflicts with a newer commit on the Hub".into(),
                     errno: libc::EIO,

@@ -198,6 +198,7 @@ impl VirtualFs {
         match h.as_ref() {
             Handle::Local { file, write: true, .. } => {
                 file.write_at(offset, data)?;
+                self.unhold(file);
                 Ok(data.len() as u32)
             }
             Handle::Dir(_) => Err(VfsError::IsDir),
@@ -267,6 +268,7 @@ impl VirtualFs {
             };
             if file.size() != size {
                 file.truncate(size)?;
+                self.unhold(&file);
             }
             if file.writers() == 0 && file.is_dirty() {
                 // truncate(2) on a path: no close will follow, so commit in the background.
