@@ -89,6 +89,16 @@ pub struct SourceArgs {
     /// Group of every file (default: the caller's gid).
     #[arg(long)]
     pub gid: Option<u32>,
+    /// Writable: files written are uploaded and committed to the branch (needs a write token).
+    #[arg(long)]
+    pub write: bool,
+    /// With --write: commit title; {summary} becomes what the commit does, {count} its number of changes.
+    #[arg(long, default_value = "hubfs: {summary}", requires = "write")]
+    pub commit_message: String,
+    /// With --write: how long stopping (SIGINT/SIGTERM, unmount) waits for pending commits before
+    /// leaving them staged for the next mount.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, requires = "write")]
+    pub drain_timeout: Duration,
 }
 
 impl SourceArgs {
@@ -112,6 +122,16 @@ impl SourceArgs {
             disk_cache_bytes: self.cache_size,
             ..VfsOptions::default()
         };
+        let mut vfs = vfs;
+        if self.write {
+            let cache = vfs.cache_dir.clone().unwrap_or_else(crate::vfs::default_cache_dir);
+            vfs.write = Some(crate::vfs::WriteOptions {
+                staging_root: cache.join("staging"),
+                commit_message: self.commit_message.clone(),
+                status_dir: Some(cache.join("mounts")),
+                ..Default::default()
+            });
+        }
         (client, vfs)
     }
 }
@@ -137,21 +157,11 @@ pub struct MountArgs {
     /// With --nfs: serve only, do not mount (for a kernel without an NFS client, or another host).
     #[arg(long, requires = "nfs")]
     pub serve_only: bool,
-    /// Mount writable: files written are uploaded and committed to the branch when closed (needs a
-    /// write token).
-    #[arg(long)]
-    pub write: bool,
-    /// With --write: commit title; {summary} becomes what the commit does, {count} its number of changes.
-    #[arg(long, default_value = "hubfs: {summary}", requires = "write")]
-    pub commit_message: String,
     /// With --write: what close() waits for. `commit` (default): the Hub commit holding the file,
     /// so close() reports upload errors. `stage`: the file is durable in the local journal and is
     /// committed with others in the next group commit (bulk copies; fsync still commits at once).
     #[arg(long, default_value = "commit", value_parser = ["commit", "stage"], requires = "write")]
     pub close: String,
-    /// With --write: how long unmount (or SIGTERM) waits for pending commits before leaving them staged.
-    #[arg(long, default_value = "60s", value_parser = parse_duration, requires = "write")]
-    pub drain_timeout: Duration,
 }
 
 #[derive(Args, Debug)]
@@ -304,9 +314,6 @@ impl FaultArgs {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::LocalHub(args) => run_local_hub(args),
-        Command::Mount(args) if args.nfs && args.write => {
-            anyhow::bail!("--write works over FUSE only for now: drop --nfs (NFS serves read-only)")
-        }
         Command::Mount(args) if args.nfs => run_nfs(
             args.source,
             args.nfs_addr,
@@ -358,17 +365,10 @@ fn run_mount(args: MountArgs) -> anyhow::Result<()> {
     }
     tune_malloc();
     let (client, mut vfs) = args.source.to_settings();
-    if args.write {
-        let cache = vfs.cache_dir.clone().unwrap_or_else(crate::vfs::default_cache_dir);
-        vfs.write = Some(crate::vfs::WriteOptions {
-            staging_root: cache.join("staging"),
-            commit_message: args.commit_message.clone(),
-            status_dir: Some(cache.join("mounts")),
-            close_waits: args.close == "commit",
-            ..Default::default()
-        });
+    if let Some(w) = vfs.write.as_mut() {
+        w.close_waits = args.close == "commit";
     }
-    let drain = args.drain_timeout;
+    let drain = args.source.drain_timeout;
     let req = MountRequest {
         repo: args.source.repo.clone(),
         mountpoint: args.mountpoint.clone(),
@@ -420,6 +420,7 @@ fn run_nfs(source: SourceArgs, addr: SocketAddr, mount: Option<(PathBuf, bool, b
     tune_malloc();
     let (client, vfs) = source.to_settings();
     let ttl = vfs.metadata_ttl;
+    let drain = source.drain_timeout;
     let rt = runtime()?;
     let opened = crate::mount::open_vfs(&source.repo, source.revision.as_deref(), &client, &vfs, &rt)?;
     rt.block_on(async {
@@ -450,6 +451,14 @@ fn run_nfs(source: SourceArgs, addr: SocketAddr, mount: Option<(PathBuf, bool, b
             tracing::warn!(error = %e, "unmounting the NFS mount");
         }
         server.stop();
+        let vfs = &opened.vfs;
+        if vfs.is_writable() {
+            let left = vfs.drain(drain).await;
+            vfs.remove_status();
+            if left > 0 {
+                eprintln!("{left} file(s) stay staged; the next `--write` mount or server of this repo commits them");
+            }
+        }
         Ok(())
     })
 }

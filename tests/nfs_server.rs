@@ -608,3 +608,150 @@ fn adapter_state_stays_bounded() {
         );
     });
 }
+
+#[test]
+fn writes_over_nfs_land_on_the_hub() {
+    let env = Env::new();
+    let token = env.hub().write_token().unwrap();
+    let ep = env.hub().endpoint().to_string();
+    env.rt.block_on(async {
+        let r = reqwest::Client::new()
+            .post(format!("{ep}/api/repos/create"))
+            .bearer_auth(&token)
+            .json(&serde_json::json!({"name": "nfsw", "organization": "local", "type": "dataset"}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+    });
+    let cache = tempfile::tempdir().unwrap();
+    let opts = VfsOptions {
+        write: Some(hubfs::vfs::WriteOptions {
+            staging_root: cache.path().join("staging"),
+            quiet_period: Duration::from_millis(200),
+            ..Default::default()
+        }),
+        ..VfsOptions::default()
+    };
+    let opened = open_vfs("datasets/local/nfsw", None, &env.client_cfg(), &opts, &env.rt).expect("open repo");
+    let vfs = opened.vfs.clone();
+    let server = env
+        .rt
+        .block_on(NfsServer::start(opened.vfs.clone(), "127.0.0.1:0".parse().unwrap()))
+        .expect("nfs server");
+    let big: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    env.rt.block_on(async {
+        let mut c = connect(&server).await;
+        let root = c.root_nfs_fh3();
+        let name = |s: &str| filename3(Opaque::owned(s.as_bytes().to_vec()));
+        let r = c
+            .mkdir(&nfs3::MKDIR3args {
+                where_: diropargs3 {
+                    dir: root.clone(),
+                    name: name("dir"),
+                },
+                attributes: nfs3::sattr3::default(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3_OK, "mkdir");
+        let dir = walk(&mut c, "dir").await.unwrap();
+        for (file, data) in [("a.bin", big.as_slice()), ("b.txt", b"hello nfs\n".as_slice())] {
+            let r = c
+                .create(&nfs3::CREATE3args {
+                    where_: diropargs3 {
+                        dir: dir.clone(),
+                        name: name(file),
+                    },
+                    how: nfs3::createhow3::UNCHECKED(nfs3::sattr3::default()),
+                })
+                .await
+                .unwrap();
+            assert_eq!(status(&r), nfsstat3::NFS3_OK, "create {file}");
+            let fh = walk(&mut c, &format!("dir/{file}")).await.unwrap();
+            for (i, chunk) in data.chunks(1 << 20).enumerate() {
+                let w = c
+                    .write(&nfs3::WRITE3args {
+                        file: fh.clone(),
+                        offset: (i << 20) as u64,
+                        count: chunk.len() as u32,
+                        stable: nfs3::stable_how::FILE_SYNC,
+                        data: Opaque::owned(chunk.to_vec()),
+                    })
+                    .await
+                    .unwrap();
+                assert_eq!(status(&w), nfsstat3::NFS3_OK, "write {file}");
+            }
+            // Reads see the written bytes at once.
+            assert_eq!(read_all(&mut c, &fh).await, data);
+        }
+        // Rename and remove.
+        let r = c
+            .rename(&nfs3::RENAME3args {
+                from: diropargs3 {
+                    dir: dir.clone(),
+                    name: name("b.txt"),
+                },
+                to: diropargs3 {
+                    dir: root.clone(),
+                    name: name("moved.txt"),
+                },
+            })
+            .await
+            .unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3_OK, "rename");
+        let moved = walk(&mut c, "moved.txt").await.unwrap();
+        assert_eq!(read_all(&mut c, &moved).await, b"hello nfs\n");
+        finish(c).await;
+    });
+    // NFS has no close: files are committed once they have been quiet for WRITE_QUIET.
+    let client = HubClient::new(env.client_cfg()).unwrap();
+    let repo = RepoRef::dataset("local/nfsw").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let files = loop {
+        let head = env.rt.block_on(client.repo_info(&repo, "main")).unwrap().sha;
+        let files: Vec<(String, u64)> = env
+            .rt
+            .block_on(client.list_tree_recursive(&repo, &head, ""))
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| match e {
+                TreeEntry::File { path, size, .. } if path != ".gitattributes" => Some((path, size)),
+                _ => None,
+            })
+            .collect();
+        if files.len() == 2 && vfs.dirty_paths().is_empty() {
+            break files;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "NFS writes never committed: {files:?}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(
+        files,
+        [
+            ("dir/a.bin".to_string(), big.len() as u64),
+            ("moved.txt".to_string(), 10)
+        ]
+    );
+    let got = env.rt.block_on(async {
+        reqwest::Client::new()
+            .get(format!("{ep}/datasets/local/nfsw/resolve/main/dir/a.bin"))
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap()
+    });
+    assert_eq!(
+        sha256_hex(&got),
+        sha256_hex(&big),
+        "the Hub has the bytes written over NFS"
+    );
+    drop(server);
+}

@@ -7,7 +7,10 @@
 //! - reads go through a VirtualFs file handle per recently read file (bounded, idle ones closed), so
 //!   sequential detection and prefetch work as on FUSE;
 //! - READDIR/READDIRPLUS cookies index a VirtualFs directory snapshot taken when a listing starts
-//!   (cookie 0) and reused by every later page of it.
+//!   (cookie 0) and reused by every later page of it;
+//! - on a writable mount, WRITEs go through a VirtualFs write handle per file that is closed after
+//!   `WRITE_QUIET` without writes: NFS has no close, so that quiet period is when the file is
+//!   committed (in the background, like a FUSE close with `--close stage`).
 
 pub mod ceiling;
 pub mod server;
@@ -18,14 +21,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use nfsserve::nfs::{
-    fattr3, fileid3, filename3, fsinfo3, ftype3, nfs_fh3, nfspath3, nfsstat3, nfstime3, post_op_attr, sattr3, specdata3,
+    fattr3, fileid3, filename3, fsinfo3, ftype3, nfs_fh3, nfspath3, nfsstat3, nfstime3, post_op_attr, sattr3, set_gid3,
+    set_mode3, set_mtime, set_size3, set_uid3, specdata3,
 };
 use nfsserve::vfs::{
     DirEntry as NfsDirEntry, DirEntrySimple, NFSFileSystem, ReadDirResult, ReadDirSimpleResult, VFSCapabilities,
 };
 
 use crate::vfs::error::VfsError;
-use crate::vfs::{Attr, ContentId, DirEntry, Hold, Ino, Kind, ROOT_INO, VirtualFs};
+use crate::vfs::{Attr, ContentId, DirEntry, Hold, Ino, Kind, OpenMode, ROOT_INO, RenameFlags, SetAttr, VirtualFs};
 
 /// Largest READ/WRITE transfer offered to clients (the Linux client's own cap is 1 MiB).
 pub const MAX_TRANSFER: u32 = 1 << 20;
@@ -36,6 +40,23 @@ pub const MAX_FILE_SIZE: u64 = 1 << 62;
 /// Open VirtualFs file handles kept for reads, and how long an idle one stays open.
 const OPEN_FILES: u64 = 1024;
 const OPEN_IDLE: Duration = Duration::from_secs(30);
+
+/// Files open for writing at once, and how long one stays open without a WRITE before it is closed
+/// (which commits it).
+const WRITE_FILES: u64 = 1024;
+pub const WRITE_QUIET: Duration = Duration::from_secs(2);
+
+/// A VirtualFs write handle held for NFS WRITEs; dropping it closes the file (commit follows).
+struct WriteFile {
+    vfs: Arc<VirtualFs>,
+    fh: u64,
+}
+
+impl Drop for WriteFile {
+    fn drop(&mut self) {
+        self.vfs.release(self.fh);
+    }
+}
 
 /// Directory snapshots kept for listings in progress, and how long an idle one is kept.
 const DIR_SNAPSHOTS: u64 = 256;
@@ -100,6 +121,8 @@ pub struct NfsAdapter {
     files: moka::sync::Cache<Ino, Arc<OpenFile>>,
     dirs: moka::sync::Cache<Ino, Arc<DirSnapshot>>,
     simple: moka::sync::Cache<Ino, Arc<parking_lot::Mutex<SimpleCursor>>>,
+    /// Write handles by file (writable mounts); idle ones are closed by a sweeper task.
+    writers: Arc<moka::sync::Cache<Ino, Arc<WriteFile>>>,
     fsid: u64,
 }
 
@@ -153,14 +176,74 @@ impl NfsAdapter {
             .build();
         // Random per instance: a restarted server must not accept the old server's handles.
         let generation = rand::random::<u64>() | 1;
+        let writers = Arc::new(
+            moka::sync::Cache::builder()
+                .max_capacity(WRITE_FILES)
+                .time_to_idle(WRITE_QUIET)
+                .build(),
+        );
+        // moka evicts idle entries lazily: sweep so a quiet file is closed (and committed) on time.
+        if vfs.is_writable()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let weak = Arc::downgrade(&writers);
+            rt.spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    match weak.upgrade() {
+                        Some(w) => w.run_pending_tasks(),
+                        None => return,
+                    }
+                }
+            });
+        }
         NfsAdapter {
             vfs,
             generation,
             files,
             dirs,
             simple,
+            writers,
             fsid: 0x0068_7562_6673, // "hubfs"
         }
+    }
+
+    /// The write handle of `ino`, opening one (staging the file) if needed.
+    async fn writer(&self, ino: Ino) -> Result<Arc<WriteFile>, nfsstat3> {
+        if let Some(w) = self.writers.get(&ino) {
+            return Ok(w);
+        }
+        let mode = OpenMode {
+            write: true,
+            truncate: false,
+        };
+        let (fh, _) = self.vfs.open_with(ino, mode).await.map_err(|e| nfs_status(&e))?;
+        let w = Arc::new(WriteFile {
+            vfs: self.vfs.clone(),
+            fh,
+        });
+        self.writers.insert(ino, w.clone());
+        Ok(w)
+    }
+
+    /// Closes every write handle now (their files are committed in the background).
+    pub fn close_writers(&self) {
+        self.writers.invalidate_all();
+        self.writers.run_pending_tasks();
+    }
+
+    /// A name created through NFS: the kernel-style lookup count `create`/`mkdir` took is traded
+    /// for a remembered number (NFS never forgets).
+    fn remembered(&self, dirid: fileid3, name: &str, counted: Ino) -> Result<Ino, nfsstat3> {
+        let dir = self.vfs.dir_path(dirid).map_err(|e| nfs_status(&e))?;
+        let path = if dir.is_empty() {
+            name.to_string()
+        } else {
+            format!("{dir}/{name}")
+        };
+        let ino = self.vfs.remember_path(&path);
+        self.vfs.forget(counted, 1);
+        Ok(ino)
     }
 
     pub fn vfs(&self) -> &Arc<VirtualFs> {
@@ -274,8 +357,36 @@ impl NFSFileSystem for NfsAdapter {
         Ok(self.fattr(&a))
     }
 
-    async fn setattr(&self, _id: fileid3, _setattr: sattr3) -> Result<fattr3, nfsstat3> {
-        Err(nfs_status(&self.vfs.refuse_write()))
+    async fn setattr(&self, id: fileid3, setattr: sattr3) -> Result<fattr3, nfsstat3> {
+        if !self.vfs.is_writable() {
+            return Err(nfs_status(&self.vfs.refuse_write()));
+        }
+        let req = SetAttr {
+            size: match setattr.size {
+                set_size3::size(s) => Some(s),
+                set_size3::Void => None,
+            },
+            mtime: match setattr.mtime {
+                set_mtime::SET_TO_CLIENT_TIME(t) => Some(UNIX_EPOCH + Duration::new(t.seconds as u64, t.nseconds)),
+                set_mtime::SET_TO_SERVER_TIME => Some(SystemTime::now()),
+                set_mtime::DONT_CHANGE => None,
+            },
+            mode: match setattr.mode {
+                set_mode3::mode(m) => Some(m),
+                set_mode3::Void => None,
+            },
+            uid: match setattr.uid {
+                set_uid3::uid(u) => Some(u),
+                set_uid3::Void => None,
+            },
+            gid: match setattr.gid {
+                set_gid3::gid(g) => Some(g),
+                set_gid3::Void => None,
+            },
+            fh: self.writers.get(&id).map(|w| w.fh),
+        };
+        let a = self.vfs.setattr(id, req).await.map_err(|e| nfs_status(&e))?;
+        Ok(self.fattr(&a))
     }
 
     async fn read(&self, id: fileid3, offset: u64, count: u32) -> Result<(Vec<u8>, bool), nfsstat3> {
@@ -290,39 +401,93 @@ impl NFSFileSystem for NfsAdapter {
         Ok((data.to_vec(), eof))
     }
 
-    async fn write(&self, _id: fileid3, _offset: u64, _data: &[u8]) -> Result<fattr3, nfsstat3> {
-        Err(nfs_status(&self.vfs.refuse_write()))
+    async fn write(&self, id: fileid3, offset: u64, data: &[u8]) -> Result<fattr3, nfsstat3> {
+        if !self.vfs.is_writable() {
+            return Err(nfs_status(&self.vfs.refuse_write()));
+        }
+        let w = self.writer(id).await?;
+        self.vfs.write(w.fh, offset, data).map_err(|e| nfs_status(&e))?;
+        self.getattr(id).await
     }
 
-    async fn create(
-        &self,
-        _dirid: fileid3,
-        _filename: &filename3,
-        _attr: sattr3,
-    ) -> Result<(fileid3, fattr3), nfsstat3> {
-        Err(nfs_status(&self.vfs.refuse_write()))
+    async fn create(&self, dirid: fileid3, filename: &filename3, attr: sattr3) -> Result<(fileid3, fattr3), nfsstat3> {
+        let name = name_str(filename)?;
+        let truncate = matches!(attr.size, set_size3::size(0));
+        let (a, fh) = self
+            .vfs
+            .create(dirid, name, false, truncate)
+            .await
+            .map_err(|e| nfs_status(&e))?;
+        let ino = self.remembered(dirid, name, a.ino)?;
+        self.writers.insert(
+            ino,
+            Arc::new(WriteFile {
+                vfs: self.vfs.clone(),
+                fh,
+            }),
+        );
+        Ok((ino, self.fattr(&a)))
     }
 
-    async fn create_exclusive(&self, _dirid: fileid3, _filename: &filename3) -> Result<fileid3, nfsstat3> {
-        Err(nfs_status(&self.vfs.refuse_write()))
+    async fn create_exclusive(&self, dirid: fileid3, filename: &filename3) -> Result<fileid3, nfsstat3> {
+        let name = name_str(filename)?;
+        let (a, fh) = self
+            .vfs
+            .create(dirid, name, true, false)
+            .await
+            .map_err(|e| nfs_status(&e))?;
+        let ino = self.remembered(dirid, name, a.ino)?;
+        self.writers.insert(
+            ino,
+            Arc::new(WriteFile {
+                vfs: self.vfs.clone(),
+                fh,
+            }),
+        );
+        Ok(ino)
     }
 
-    async fn mkdir(&self, _dirid: fileid3, _dirname: &filename3) -> Result<(fileid3, fattr3), nfsstat3> {
-        Err(nfs_status(&self.vfs.refuse_write()))
+    async fn mkdir(&self, dirid: fileid3, dirname: &filename3) -> Result<(fileid3, fattr3), nfsstat3> {
+        let name = name_str(dirname)?;
+        let a = self.vfs.mkdir(dirid, name).await.map_err(|e| nfs_status(&e))?;
+        let ino = self.remembered(dirid, name, a.ino)?;
+        Ok((ino, self.fattr(&a)))
     }
 
-    async fn remove(&self, _dirid: fileid3, _filename: &filename3) -> Result<(), nfsstat3> {
-        Err(nfs_status(&self.vfs.refuse_write()))
+    /// REMOVE and RMDIR (nfsserve sends both here).
+    async fn remove(&self, dirid: fileid3, filename: &filename3) -> Result<(), nfsstat3> {
+        if !self.vfs.is_writable() {
+            return Err(nfs_status(&self.vfs.refuse_write()));
+        }
+        let name = name_str(filename)?;
+        let child = self
+            .vfs
+            .lookup_as(dirid, name, Hold::Remembered)
+            .await
+            .map_err(|e| nfs_status(&e))?;
+        self.writers.invalidate(&child.ino);
+        let r = match child.kind {
+            Kind::Dir => self.vfs.rmdir(dirid, name).await,
+            Kind::File => self.vfs.unlink(dirid, name).await,
+        };
+        r.map_err(|e| nfs_status(&e))
     }
 
     async fn rename(
         &self,
-        _from_dirid: fileid3,
-        _from_filename: &filename3,
-        _to_dirid: fileid3,
-        _to_filename: &filename3,
+        from_dirid: fileid3,
+        from_filename: &filename3,
+        to_dirid: fileid3,
+        to_filename: &filename3,
     ) -> Result<(), nfsstat3> {
-        Err(nfs_status(&self.vfs.refuse_write()))
+        if !self.vfs.is_writable() {
+            return Err(nfs_status(&self.vfs.refuse_write()));
+        }
+        let (from, to) = (name_str(from_filename)?, name_str(to_filename)?);
+        self.vfs
+            .rename(from_dirid, from, to_dirid, to, RenameFlags::default())
+            .await
+            .map_err(|e| nfs_status(&e))
     }
 
     async fn readdir(
@@ -412,7 +577,12 @@ impl NFSFileSystem for NfsAdapter {
         _symlink: &nfspath3,
         _attr: &sattr3,
     ) -> Result<(fileid3, fattr3), nfsstat3> {
-        Err(nfs_status(&self.vfs.refuse_write()))
+        // The Hub stores no symlinks.
+        if self.vfs.is_writable() {
+            Err(nfsstat3::NFS3ERR_PERM)
+        } else {
+            Err(nfs_status(&self.vfs.refuse_write()))
+        }
     }
 
     async fn readlink(&self, _id: fileid3) -> Result<nfspath3, nfsstat3> {

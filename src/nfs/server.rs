@@ -16,12 +16,16 @@ use crate::vfs::VirtualFs;
 pub struct NfsServer {
     addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
+    /// The adapter's write handles, closed at stop so their files get committed.
+    writers: Arc<moka::sync::Cache<crate::vfs::Ino, Arc<super::WriteFile>>>,
 }
 
 impl NfsServer {
     /// Binds `addr` (port 0 picks a free port) and serves `vfs` until stopped.
     pub async fn start(vfs: Arc<VirtualFs>, addr: SocketAddr) -> anyhow::Result<NfsServer> {
-        let listener = NFSTcpListener::bind(&addr.to_string(), NfsAdapter::new(vfs))
+        let adapter = NfsAdapter::new(vfs);
+        let writers = adapter.writers.clone();
+        let listener = NFSTcpListener::bind(&addr.to_string(), adapter)
             .await
             .with_context(|| format!("cannot listen on {addr} for NFS (pick a free --nfs-addr)"))?;
         let addr = SocketAddr::new(listener.get_listen_ip(), listener.get_listen_port());
@@ -30,16 +34,19 @@ impl NfsServer {
                 tracing::error!(error = %e, "NFS listener stopped");
             }
         });
-        Ok(NfsServer { addr, task })
+        Ok(NfsServer { addr, task, writers })
     }
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    /// Stops accepting connections (connections already open end with their client).
+    /// Stops accepting connections (connections already open end with their client) and closes
+    /// every file open for writing, so a drain that follows commits them.
     pub fn stop(&self) {
         self.task.abort();
+        self.writers.invalidate_all();
+        self.writers.run_pending_tasks();
     }
 }
 

@@ -194,6 +194,16 @@ impl InodeTable {
                 e.path = new;
             }
         }
+        // Numbers NFS clients hold move too (a scan of the LRU: renames are rare next to lookups).
+        let remembered: Vec<(Ino, String)> = self
+            .remembered
+            .iter()
+            .filter(|(_, p)| p.as_ref() == from || p.starts_with(&prefix))
+            .map(|(i, p)| (*i, format!("{to}{}", &p[from.len()..])))
+            .collect();
+        for (ino, new) in remembered {
+            self.remembered.insert(ino, Arc::from(new.as_str()));
+        }
     }
 
     /// Counted inodes (the kernel's references); remembered numbers are not included.
@@ -263,6 +273,9 @@ mod tests {
         assert_eq!(t.path(f).as_deref(), Some("e/f"));
         assert!(t.path(other).is_none(), "the replaced target is dropped");
         assert_eq!(t.ino_for("e/f", 0), f);
+        let r = t.remember("x/y");
+        t.rename("x", "z");
+        assert_eq!(t.path(r).as_deref(), Some("z/y"), "remembered numbers follow");
     }
 
     #[test]
