@@ -634,6 +634,32 @@ fn stalled_cas_times_out_and_the_data_lands_later() {
 }
 
 #[test]
+fn plain_lfs_when_the_hub_offers_no_xet() {
+    let mut env = Env::new();
+    env.create_dataset("w8");
+    env.hub().set_xet_uploads(false);
+    let m = env.mount_rw("datasets/local/w8");
+    let data = pseudo(3 << 20, 8);
+    std::fs::write(m.mountpoint.join("plain.bin"), &data).unwrap();
+    assert_eq!(env.hub_files("w8")["plain.bin"].1, sha(&data));
+    let head = env.head("w8");
+    let entries = env
+        .rt
+        .block_on(env.client().list_tree_recursive(&Env::repo("w8"), &head, ""))
+        .unwrap();
+    let entry = entries.iter().find(|e| e.path() == "plain.bin").unwrap();
+    match entry {
+        TreeEntry::File {
+            lfs_sha256, xet_hash, ..
+        } => {
+            assert_eq!(lfs_sha256.as_deref(), Some(sha(&data).as_str()), "stored as LFS");
+            assert!(xet_hash.is_none(), "not through Xet");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn read_only_without_write_flag() {
     let mut env = Env::new();
     env.create_dataset("w6");

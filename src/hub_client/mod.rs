@@ -23,6 +23,7 @@ mod config;
 mod download;
 mod error;
 mod http;
+mod lfs_upload;
 mod repo;
 mod types;
 mod xet_token;
@@ -38,6 +39,7 @@ pub use commit::{CommitOp, CommitRequest, PreuploadFile, SAMPLE_BYTES, UploadMod
 pub use config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_ENDPOINT, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, HubClientConfig};
 pub use error::{ErrorContext, HubClientError};
 pub use http::MAX_RETRY_WAIT;
+pub use lfs_upload::LfsUploadAction;
 pub use repo::{ParsedRepo, RepoKind, RepoRef, encode_path, encode_revision};
 pub use types::{FileHead, RepoInfo, TreeEntry, XetToken};
 

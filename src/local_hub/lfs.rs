@@ -61,7 +61,8 @@ pub async fn batch(state: &HubState, req: Req, id: RepoId) -> HubResult<Response
         state.readable_repo(&id, req.caller.as_ref())?;
     }
     let offers = |t: &str| b.transfers.iter().any(|x| x == t);
-    let transfer = if upload && offers("xet") {
+    let xet = state.xet_uploads.load(std::sync::atomic::Ordering::Relaxed);
+    let transfer = if upload && offers("xet") && xet {
         "xet"
     } else if upload && offers("multipart") {
         "multipart"

@@ -229,6 +229,11 @@ impl LocalHub {
         self.state.auth.some_write_token()
     }
 
+    /// Turns Xet uploads off (or on again): a Hub without Xet storage, for clients' plain-LFS path.
+    pub fn set_xet_uploads(&self, on: bool) {
+        self.state.xet_uploads.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub fn set_faults(&self, class: RouteClass, s: FaultSettings) -> Result<(), String> {
         self.state.faults.set(class, s)
     }

@@ -43,6 +43,9 @@ pub struct HubState {
     cas_grants: Mutex<HashMap<String, CasGrant>>,
     /// Serialises reconstructions of Xet files for plain-HTTP downloads.
     pub xet_materialize: tokio::sync::Mutex<()>,
+    /// Whether uploads may go through Xet (write tokens, the LFS batch `xet` transfer). Off, the Hub
+    /// behaves like one without Xet storage, so clients must use plain LFS.
+    pub xet_uploads: std::sync::atomic::AtomicBool,
 }
 
 pub fn unix_now() -> u64 {
@@ -87,6 +90,7 @@ impl HubState {
             secret: p.secret,
             cas_grants: Mutex::new(HashMap::new()),
             xet_materialize: tokio::sync::Mutex::new(()),
+            xet_uploads: std::sync::atomic::AtomicBool::new(true),
         }
     }
 

@@ -27,6 +27,9 @@ const MAX_SHARD: usize = 256 << 20;
 pub async fn token(state: &HubState, req: Req, id: RepoId, rev: String, write: bool) -> HubResult<Response> {
     if write {
         state.writable_repo(&id, req.caller.as_ref())?;
+        if !state.xet_uploads.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(HubError::EntryNotFound("This Hub does not store uploads in Xet".into()));
+        }
     } else {
         let repo = state.readable_repo(&id, req.caller.as_ref())?;
         state.store.resolve(&repo, &rev)?;

@@ -4,6 +4,7 @@
 //! base64 in the commit. LFS-class files go through one Xet upload session per commit round: the
 //! xet crates chunk them, skip chunks the session or the CAS already holds, and upload the rest. A
 //! file whose sha256 equals what the branch already has at that path uploads nothing at all.
+//! A Hub that offers no Xet (no write token) gets plain LFS: the batch API's `basic` transfer.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -125,7 +126,7 @@ impl Uploader {
         if !to_upload.is_empty() {
             let total: u64 = to_upload.iter().map(|f| f.snap.size).sum();
             let limit = self.base_timeout + Duration::from_secs(total / MIN_UPLOAD_RATE);
-            match tokio::time::timeout(limit, self.xet_upload(&to_upload)).await {
+            match tokio::time::timeout(limit, self.upload(&to_upload)).await {
                 Ok(r) => r?,
                 Err(_) => return Err(UploadError::Timeout(limit)),
             }
@@ -133,8 +134,33 @@ impl Uploader {
         Ok(ops)
     }
 
-    async fn xet_upload(&self, files: &[&Staged]) -> Result<(), UploadError> {
-        let token = self.client.xet_write_token(&self.repo, &self.branch).await?;
+    async fn upload(&self, files: &[&Staged]) -> Result<(), UploadError> {
+        match self.client.xet_write_token(&self.repo, &self.branch).await {
+            Ok(token) => self.xet_upload(files, token).await,
+            Err(e) if e.is_not_found() => {
+                tracing::debug!("no Xet write token: uploading through plain LFS");
+                self.lfs_upload(files).await
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn lfs_upload(&self, files: &[&Staged]) -> Result<(), UploadError> {
+        let objects: Vec<(String, u64)> = files.iter().map(|f| (f.snap.sha256.clone(), f.snap.size)).collect();
+        let actions = self.client.lfs_batch_upload(&self.repo, &self.branch, &objects).await?;
+        for a in &actions {
+            let Some(f) = files.iter().find(|f| f.snap.sha256 == a.oid) else {
+                continue;
+            };
+            if a.upload.is_some() {
+                self.stats.bytes_uploaded.fetch_add(a.size, Ordering::Relaxed);
+            }
+            self.client.lfs_put(a, f.file.data_path()).await?;
+        }
+        Ok(())
+    }
+
+    async fn xet_upload(&self, files: &[&Staged], token: crate::hub_client::XetToken) -> Result<(), UploadError> {
         let refresh = self.client.xet_write_token_url(&self.repo, &self.branch)?;
         let xet = |e: xet::error::XetError| UploadError::Xet(e.to_string());
         let commit = self
