@@ -506,6 +506,22 @@ mod tests {
     }
 
     #[test]
+    fn a_commit_of_an_older_generation_leaves_newer_writes_dirty() {
+        let dir = tempfile::tempdir().unwrap();
+        let area = StagingArea::open(dir.path()).unwrap();
+        let f = area.create("g").unwrap();
+        f.write_at(0, b"first").unwrap();
+        let snap = f.snapshot().unwrap();
+        f.write_at(0, b"second").unwrap();
+        assert!(!f.committed(snap.generation), "written after the snapshot: still dirty");
+        assert!(f.is_dirty());
+        let later = f.snapshot().unwrap();
+        assert_ne!(later.sha256, snap.sha256);
+        assert!(f.committed(later.generation));
+        assert!(!f.is_dirty());
+    }
+
+    #[test]
     fn committed_files_are_deleted_on_drop_dirty_ones_kept() {
         let dir = tempfile::tempdir().unwrap();
         let area = StagingArea::open(dir.path()).unwrap();
