@@ -111,10 +111,10 @@ impl Filesystem for FuseAdapter {
         self.vfs.forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let (vfs, ttl) = (self.vfs.clone(), self.ttl);
         self.rt.spawn(async move {
-            match vfs.getattr(ino.0).await {
+            match vfs.getattr_fh(ino.0, fh.map(|f| f.0)).await {
                 Ok(a) => reply.attr(&ttl, &to_fuse(&a)),
                 Err(e) => reply.error(errno(&e)),
             }

@@ -163,6 +163,17 @@ impl InodeTable {
         }
     }
 
+    /// `path` was removed: its number stays valid for the kernel's references (open files answer
+    /// from their handle) but no longer names the path, so a new file there gets its own number.
+    pub fn detach(&self, path: &str) {
+        let mut g = self.inner.lock();
+        if let Some(ino) = g.by_path.remove(path)
+            && let Some(e) = g.by_ino.get_mut(&ino)
+        {
+            e.path = format!("\0removed/{ino}");
+        }
+    }
+
     /// `from` (and everything below it) is now called `to`: the numbers the kernel holds keep
     /// pointing at the same files. A counted entry already at `to` (replaced by the rename) loses
     /// its path and is dropped; the kernel forgets it in due course.
@@ -276,6 +287,11 @@ mod tests {
         let r = t.remember("x/y");
         t.rename("x", "z");
         assert_eq!(t.path(r).as_deref(), Some("z/y"), "remembered numbers follow");
+        let old = t.ino_for("e/f", 1);
+        t.detach("e/f");
+        let new = t.ino_for("e/f", 1);
+        assert_ne!(old, new, "a new file at a removed path gets its own number");
+        assert!(t.path(old).is_some_and(|p| p.starts_with('\0')));
     }
 
     #[test]

@@ -413,8 +413,13 @@ impl VirtualFs {
         }))
     }
 
+    /// The path an inode names; a removed one (`InodeTable::detach`) names none: not found.
     fn path_of(&self, ino: Ino) -> VfsResult<String> {
-        self.inodes.path(ino).ok_or(VfsError::BadHandle)
+        match self.inodes.path(ino) {
+            Some(p) if p.starts_with('\0') => Err(VfsError::NotFound),
+            Some(p) => Ok(p),
+            None => Err(VfsError::BadHandle),
+        }
     }
 
     /// FUSE lookup: the child's attributes, counting one kernel reference.
@@ -450,11 +455,49 @@ impl VirtualFs {
         self.inodes.forget(ino, n);
     }
 
+    /// getattr through an open handle (fstat): answers from the handle, so a file that was
+    /// unlinked or renamed over while open still has attributes.
+    pub async fn getattr_fh(&self, ino: Ino, fh: Option<u64>) -> VfsResult<Attr> {
+        let h = fh.and_then(|fh| self.handles.lock().get(&fh).cloned());
+        match h.as_deref() {
+            Some(Handle::Local { ino: hino, file, .. }) if *hino == ino => {
+                Ok(self.found_attr(ino, &Found::Local(file.clone())))
+            }
+            Some(Handle::File { ino: hino, meta, .. }) if *hino == ino => {
+                Ok(self.found_attr(ino, &Found::Remote(meta.clone())))
+            }
+            _ => self.getattr(ino).await,
+        }
+    }
+
     pub async fn getattr(&self, ino: Ino) -> VfsResult<Attr> {
-        let path = self.path_of(ino)?;
-        let commit = self.commit().await?;
-        let found = self.find(&commit, &path).await?.ok_or(VfsError::NotFound)?;
-        Ok(self.found_attr(ino, &found))
+        let found = match self.path_of(ino) {
+            Ok(path) => {
+                let commit = self.commit().await?;
+                self.find(&commit, &path).await?
+            }
+            Err(_) => None,
+        };
+        match found {
+            Some(f) => Ok(self.found_attr(ino, &f)),
+            // Unlinked (or renamed over) while open: the kernel's fstat comes without the handle,
+            // so answer from an open one, with no links left.
+            None => self.open_attr(ino).ok_or(VfsError::NotFound),
+        }
+    }
+
+    fn open_attr(&self, ino: Ino) -> Option<Attr> {
+        let handles = self.handles.lock();
+        let found = handles.values().find_map(|h| match h.as_ref() {
+            Handle::Local { ino: i, file, .. } if *i == ino => Some(Found::Local(file.clone())),
+            Handle::File { ino: i, meta, .. } if *i == ino => Some(Found::Remote(meta.clone())),
+            _ => None,
+        })?;
+        drop(handles);
+        Some(Attr {
+            nlink: 0,
+            ..self.found_attr(ino, &found)
+        })
     }
 
     /// Takes the directory snapshot that every later page of this listing is served from.

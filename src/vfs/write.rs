@@ -318,6 +318,7 @@ impl VirtualFs {
         } else if let Some(w) = &self.writer {
             w.overlay.lock().remove(&path);
         }
+        self.inodes.detach(&path);
         Ok(())
     }
 
@@ -339,7 +340,9 @@ impl VirtualFs {
         if !self.merged_listing(&commit, &path).await?.is_empty() {
             return Err(VfsError::NotEmpty);
         }
-        self.hide(&commit, &path).await
+        self.hide(&commit, &path).await?;
+        self.inodes.detach(&path);
+        Ok(())
     }
 
     pub async fn rename(
