@@ -186,20 +186,31 @@ impl Env {
         });
     }
 
-    /// Commits on the branch (from the commit list API).
+    /// Commits on the branch (from the commit list API, every page).
     fn commit_count(&self, name: &str) -> usize {
-        let url = format!("{}/api/datasets/local/{name}/commits/main", self.hub().endpoint());
         self.rt.block_on(async {
-            let v: serde_json::Value = reqwest::Client::new()
-                .get(url)
-                .bearer_auth(self.hub().write_token().unwrap())
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            v.as_array().map(|a| a.len()).unwrap_or(0)
+            let mut total = 0;
+            for page in 0.. {
+                let url = format!(
+                    "{}/api/datasets/local/{name}/commits/main?p={page}&limit=100",
+                    self.hub().endpoint()
+                );
+                let v: serde_json::Value = reqwest::Client::new()
+                    .get(url)
+                    .bearer_auth(self.hub().write_token().unwrap())
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                let n = v.as_array().map(|a| a.len()).unwrap_or(0);
+                total += n;
+                if n < 100 {
+                    break;
+                }
+            }
+            total
         })
     }
 }

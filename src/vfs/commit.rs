@@ -38,8 +38,10 @@ pub struct WriteOptions {
     pub commit_message: String,
     /// Base deadline of one upload session (plus time for the bytes at a slow rate).
     pub upload_timeout: Duration,
-    /// How long a closed file (or a namespace change) waits for company before a background commit.
+    /// A background commit starts once no new close (or namespace change) arrived for this long…
     pub quiet_period: Duration,
+    /// …or once the oldest pending change has waited this long, whichever comes first.
+    pub max_batch_delay: Duration,
     /// Where this mount writes its status file for `hubfs status` (`None`: no file).
     pub status_dir: Option<PathBuf>,
     /// close() waits for the commit (true), or returns once the content is durable in the local
@@ -54,6 +56,7 @@ impl Default for WriteOptions {
             commit_message: "hubfs: {summary}".into(),
             upload_timeout: Duration::from_secs(120),
             quiet_period: Duration::from_millis(500),
+            max_batch_delay: Duration::from_secs(5),
             status_dir: None,
             close_waits: true,
         }
@@ -633,7 +636,7 @@ impl VirtualFs {
             .collect();
         let mut ops = w.uploader.prepare(&files).await.map_err(|e| match e {
             crate::write::upload::UploadError::Hub(h) => VfsError::Remote(h),
-            other => VfsError::Xet(other.to_string()),
+            other => VfsError::Upload(other.to_string()),
         })?;
         for (path, meta) in &batch.moves {
             let repo_path = self.remote_path(path);
@@ -802,19 +805,27 @@ async fn committer_loop(weak: Weak<VirtualFs>, kick: Arc<Notify>) {
         let notified = kick.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let (urgent, ready, quiet) = {
+        let (urgent, ready, quiet, max_delay) = {
             let Some(vfs) = weak.upgrade() else { return };
             let Some(w) = &vfs.writer else { return };
-            (!w.waiters.lock().is_empty(), w.has_ready_work(), w.opts.quiet_period)
+            (
+                !w.waiters.lock().is_empty(),
+                w.has_ready_work(),
+                w.opts.quiet_period,
+                w.opts.max_batch_delay,
+            )
         };
         if !urgent {
             if !ready {
                 notified.await;
                 continue;
             }
-            let wait = if failed { backoff } else { quiet };
-            // A waiter arriving meanwhile starts the round early; more background work does not.
-            let deadline = tokio::time::Instant::now() + wait;
+            // Debounce: each new change pushes the round back by the quiet period, up to the
+            // maximum delay, so a stream of closes (a `cp -r`) makes few, large commits. After a
+            // failure the backoff applies instead. A waiter arriving meanwhile starts it at once.
+            let start = tokio::time::Instant::now();
+            let latest = start + if failed { backoff } else { max_delay.max(quiet) };
+            let mut deadline = start + if failed { backoff } else { quiet };
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep_until(deadline) => break,
@@ -824,6 +835,9 @@ async fn committer_loop(weak: Weak<VirtualFs>, kick: Arc<Notify>) {
                             None => return,
                         };
                         if urgent { break; }
+                        if !failed {
+                            deadline = (tokio::time::Instant::now() + quiet).min(latest);
+                        }
                         notified.set(kick.notified());
                         notified.as_mut().enable();
                     }

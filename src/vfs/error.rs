@@ -37,6 +37,8 @@ pub enum VfsError {
     NotPermitted(&'static str),
     #[error("local staging: {0}")]
     Io(String),
+    #[error("upload failed: {0}")]
+    Upload(String),
     #[error("no space left for staging: {0}")]
     NoSpace(String),
     /// Upload or commit failed; `errno` is chosen where the cause is known (EACCES, ENOSPC, EIO).
@@ -70,7 +72,7 @@ impl VfsError {
             VfsError::Exists => libc::EEXIST,
             VfsError::NotEmpty => libc::ENOTEMPTY,
             VfsError::NotPermitted(_) => libc::EPERM,
-            VfsError::Io(_) => libc::EIO,
+            VfsError::Io(_) | VfsError::Upload(_) => libc::EIO,
             VfsError::NoSpace(_) => libc::ENOSPC,
             VfsError::Commit { errno, .. } => *errno,
             VfsError::Shared(e) => e.errno(),

@@ -47,7 +47,9 @@ pub struct Uploader {
     client: HubClient,
     repo: RepoRef,
     branch: String,
-    session: XetSession,
+    /// Replaced after a failed or timed-out session: a stalled upload may still hold the crates'
+    /// upload permits, and a fresh session must not queue behind it.
+    session: parking_lot::Mutex<XetSession>,
     /// Deadline of one Xet upload session: `base + size / min_rate`.
     base_timeout: Duration,
     pub stats: UploadStats,
@@ -56,6 +58,25 @@ pub struct Uploader {
 /// The slowest upload rate tolerated before a session is called stalled (bytes per second).
 const MIN_UPLOAD_RATE: u64 = 4 << 20;
 
+/// The xet crates' upload defaults adapt up to 64 concurrent xorb uploads, each a serialized xorb of
+/// up to 64 MiB held in memory: fine for a one-off upload tool, not for a mount that must stay
+/// small. A few streams keep a loopback or LAN link busy with bounded memory.
+fn upload_config() -> Result<xet_runtime::config::XetConfig, UploadError> {
+    let settings: [(&str, &str); 4] = [
+        ("client.ac_max_upload_concurrency", "1"),
+        ("client.ac_initial_upload_concurrency", "1"),
+        ("client.ac_min_upload_concurrency", "1"),
+        ("data.max_concurrent_file_ingestion", "1"),
+    ];
+    let mut cfg = xet_runtime::config::XetConfig::new();
+    for (path, value) in settings {
+        cfg = cfg
+            .with_config(path, value)
+            .map_err(|e| UploadError::Xet(format!("xet setting {path}: {e}")))?;
+    }
+    Ok(cfg)
+}
+
 impl Uploader {
     pub fn new(
         client: HubClient,
@@ -63,14 +84,14 @@ impl Uploader {
         branch: String,
         base_timeout: Duration,
     ) -> Result<Uploader, UploadError> {
-        let session = xet::xet_session::XetSessionBuilder::new()
+        let session = xet::xet_session::XetSessionBuilder::new_with_config(upload_config()?)
             .build()
             .map_err(|e| UploadError::Xet(e.to_string()))?;
         Ok(Uploader {
             client,
             repo,
             branch,
-            session,
+            session: parking_lot::Mutex::new(session),
             base_timeout,
             stats: UploadStats::default(),
         })
@@ -126,12 +147,36 @@ impl Uploader {
         if !to_upload.is_empty() {
             let total: u64 = to_upload.iter().map(|f| f.snap.size).sum();
             let limit = self.base_timeout + Duration::from_secs(total / MIN_UPLOAD_RATE);
-            match tokio::time::timeout(limit, self.upload(&to_upload)).await {
-                Ok(r) => r?,
-                Err(_) => return Err(UploadError::Timeout(limit)),
+            let outcome = match tokio::time::timeout(limit, self.upload(&to_upload)).await {
+                Ok(r) => r,
+                Err(_) => Err(UploadError::Timeout(limit)),
+            };
+            if let Err(e) = outcome {
+                if matches!(e, UploadError::Timeout(_) | UploadError::Xet(_)) {
+                    self.renew_session();
+                }
+                return Err(e);
             }
         }
         Ok(ops)
+    }
+
+    /// Aborts the current Xet session (ending its stalled transfers) and starts a new one.
+    fn renew_session(&self) {
+        match xet::xet_session::XetSessionBuilder::new_with_config(match upload_config() {
+            Ok(c) => c,
+            Err(_) => return,
+        })
+        .build()
+        {
+            Ok(fresh) => {
+                let old = std::mem::replace(&mut *self.session.lock(), fresh);
+                if let Err(e) = old.abort() {
+                    tracing::debug!(error = %e, "aborting the old xet session");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not start a new xet session"),
+        }
     }
 
     async fn upload(&self, files: &[&Staged]) -> Result<(), UploadError> {
@@ -163,9 +208,8 @@ impl Uploader {
     async fn xet_upload(&self, files: &[&Staged], token: crate::hub_client::XetToken) -> Result<(), UploadError> {
         let refresh = self.client.xet_write_token_url(&self.repo, &self.branch)?;
         let xet = |e: xet::error::XetError| UploadError::Xet(e.to_string());
-        let commit = self
-            .session
-            .new_upload_commit()
+        let builder = self.session.lock().new_upload_commit();
+        let commit = builder
             .map_err(|e| UploadError::Xet(e.to_string()))?
             .with_endpoint(token.cas_url.clone())
             .with_token_info(token.access_token.clone(), token.exp)
