@@ -398,35 +398,20 @@ fn edits_renames_and_deletes() {
     }
     assert_eq!(local_files(&root), want, "the mount shows what the Hub has");
     // RENAME_NOREPLACE and RENAME_EXCHANGE.
-    let c = |p: &str| std::ffi::CString::new(root.join(p).as_os_str().as_encoded_bytes()).unwrap();
-    let (a, b) = (c("renamed/moved.txt"), c("renamed/a.bin"));
-    // SAFETY: valid NUL-terminated paths.
-    let rc = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
+    let renameat2 = |from: &str, to: &str, flags: libc::c_uint| -> Option<i32> {
+        let c = |p: &str| std::ffi::CString::new(root.join(p).as_os_str().as_encoded_bytes()).unwrap();
+        let (a, b) = (c(from), c(to));
+        // SAFETY: valid NUL-terminated paths that outlive the call.
+        let rc = unsafe { libc::renameat2(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), flags) };
+        (rc != 0).then(|| std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
     };
     assert_eq!(
-        (rc, std::io::Error::last_os_error().raw_os_error()),
-        (-1, Some(libc::EEXIST))
+        renameat2("renamed/moved.txt", "renamed/a.bin", libc::RENAME_NOREPLACE),
+        Some(libc::EEXIST)
     );
-    // SAFETY: as above.
-    let rc = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
     assert_eq!(
-        (rc, std::io::Error::last_os_error().raw_os_error()),
-        (-1, Some(libc::EINVAL))
+        renameat2("renamed/moved.txt", "renamed/a.bin", libc::RENAME_EXCHANGE),
+        Some(libc::EINVAL)
     );
     // What the Hub cannot store.
     assert_eq!(

@@ -232,6 +232,29 @@ impl NfsAdapter {
         self.writers.run_pending_tasks();
     }
 
+    /// CREATE: the new file's write handle is kept for the WRITEs that follow.
+    async fn create_file(
+        &self,
+        dirid: fileid3,
+        filename: &filename3,
+        exclusive: bool,
+        truncate: bool,
+    ) -> Result<(Ino, Attr), nfsstat3> {
+        let name = name_str(filename)?;
+        let (a, fh) = self
+            .vfs
+            .create(dirid, name, exclusive, truncate)
+            .await
+            .map_err(|e| nfs_status(&e))?;
+        let ino = self.remembered(dirid, name, a.ino)?;
+        let w = Arc::new(WriteFile {
+            vfs: self.vfs.clone(),
+            fh,
+        });
+        self.writers.insert(ino, w);
+        Ok((ino, a))
+    }
+
     /// A name created through NFS: the kernel-style lookup count `create`/`mkdir` took is traded
     /// for a remembered number (NFS never forgets).
     fn remembered(&self, dirid: fileid3, name: &str, counted: Ino) -> Result<Ino, nfsstat3> {
@@ -411,40 +434,13 @@ impl NFSFileSystem for NfsAdapter {
     }
 
     async fn create(&self, dirid: fileid3, filename: &filename3, attr: sattr3) -> Result<(fileid3, fattr3), nfsstat3> {
-        let name = name_str(filename)?;
         let truncate = matches!(attr.size, set_size3::size(0));
-        let (a, fh) = self
-            .vfs
-            .create(dirid, name, false, truncate)
-            .await
-            .map_err(|e| nfs_status(&e))?;
-        let ino = self.remembered(dirid, name, a.ino)?;
-        self.writers.insert(
-            ino,
-            Arc::new(WriteFile {
-                vfs: self.vfs.clone(),
-                fh,
-            }),
-        );
+        let (ino, a) = self.create_file(dirid, filename, false, truncate).await?;
         Ok((ino, self.fattr(&a)))
     }
 
     async fn create_exclusive(&self, dirid: fileid3, filename: &filename3) -> Result<fileid3, nfsstat3> {
-        let name = name_str(filename)?;
-        let (a, fh) = self
-            .vfs
-            .create(dirid, name, true, false)
-            .await
-            .map_err(|e| nfs_status(&e))?;
-        let ino = self.remembered(dirid, name, a.ino)?;
-        self.writers.insert(
-            ino,
-            Arc::new(WriteFile {
-                vfs: self.vfs.clone(),
-                fh,
-            }),
-        );
-        Ok(ino)
+        Ok(self.create_file(dirid, filename, true, false).await?.0)
     }
 
     async fn mkdir(&self, dirid: fileid3, dirname: &filename3) -> Result<(fileid3, fattr3), nfsstat3> {

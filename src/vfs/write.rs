@@ -209,30 +209,27 @@ impl VirtualFs {
     /// close() (FUSE flush; may come several times per open): a handle that can write commits the
     /// file's content and returns the outcome, so close() reports upload errors.
     pub async fn flush(&self, fh: u64) -> VfsResult<()> {
-        let h = self.handles.lock().get(&fh).cloned();
-        let Some(h) = h else { return Ok(()) };
-        if let Handle::Local { file, write: true, .. } = h.as_ref()
-            && file.is_dirty()
-        {
-            // Durable and journaled as final before the network is touched.
-            file.seal()?;
-            if self.close_waits() {
-                return self.commit_file(file).await;
-            }
-            self.kick();
-        }
-        Ok(())
+        self.sync_handle(fh, self.close_waits()).await
     }
 
     /// fsync(): commit now, whatever close() does.
     pub async fn fsync(&self, fh: u64) -> VfsResult<()> {
+        self.sync_handle(fh, true).await
+    }
+
+    /// Makes a written file durable and journaled as final (before the network is touched), then
+    /// commits it and waits (`wait`) or leaves it to the next group commit.
+    async fn sync_handle(&self, fh: u64, wait: bool) -> VfsResult<()> {
         let h = self.handles.lock().get(&fh).cloned();
         let Some(h) = h else { return Ok(()) };
         if let Handle::Local { file, write: true, .. } = h.as_ref()
             && file.is_dirty()
         {
             file.seal()?;
-            return self.commit_file(file).await;
+            if wait {
+                return self.commit_file(file).await;
+            }
+            self.kick();
         }
         Ok(())
     }

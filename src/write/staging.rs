@@ -103,23 +103,14 @@ impl StagingArea {
             .read(true)
             .write(true)
             .open(&data_path)?;
-        let df = DirtyFile {
+        let df = DirtyFile::new(
             id,
             data_path,
-            meta_path: self.dir.join(format!("{id}.meta")),
+            self.dir.join(format!("{id}.meta")),
             file,
-            st: Mutex::new(State {
-                path: repo_path.to_string(),
-                size: 0,
-                generation: 1,
-                committed: 0,
-                writers: 0,
-                mtime: SystemTime::now(),
-                error: None,
-                discarded: false,
-            }),
-            journal: Mutex::new(()),
-        };
+            repo_path.to_string(),
+            0,
+        );
         df.write_meta(repo_path, Phase::Open)?;
         Ok(df)
     }
@@ -160,23 +151,7 @@ impl StagingArea {
             let size = file.metadata()?.len();
             out.push(Recovered {
                 phase: meta.phase,
-                file: DirtyFile {
-                    id,
-                    data_path,
-                    meta_path,
-                    file,
-                    st: Mutex::new(State {
-                        path: meta.path,
-                        size,
-                        generation: 1,
-                        committed: 0,
-                        writers: 0,
-                        mtime: SystemTime::now(),
-                        error: None,
-                        discarded: false,
-                    }),
-                    journal: Mutex::new(()),
-                },
+                file: DirtyFile::new(id, data_path, meta_path, file, meta.path, size),
             });
         }
         Ok(out)
@@ -221,6 +196,27 @@ pub struct Snapshot {
 }
 
 impl DirtyFile {
+    /// A staged file not yet on the Hub (generation 1, nothing committed).
+    fn new(id: u64, data_path: PathBuf, meta_path: PathBuf, file: File, path: String, size: u64) -> DirtyFile {
+        DirtyFile {
+            id,
+            data_path,
+            meta_path,
+            file,
+            st: Mutex::new(State {
+                path,
+                size,
+                generation: 1,
+                committed: 0,
+                writers: 0,
+                mtime: SystemTime::now(),
+                error: None,
+                discarded: false,
+            }),
+            journal: Mutex::new(()),
+        }
+    }
+
     pub fn id(&self) -> u64 {
         self.id
     }
