@@ -12,7 +12,8 @@
 //! HUBFS_BENCH_SEQ_MIB (1024), HUBFS_BENCH_CLOSE_MIB (500), HUBFS_BENCH_APPEND_MIB (10),
 //! HUBFS_BENCH_FILES (10000), HUBFS_BENCH_FILES_WAIT (1000), HUBFS_BENCH_BIG_MIB (4096);
 //! HUBFS_BENCH_DIR is where staging, the Hub's data and the ceiling file go (default /var/tmp);
-//! HUBFS_BENCH_QUIET_MS sets the mounts' quiet period (default: WriteOptions's).
+//! HUBFS_BENCH_QUIET_MS sets the mounts' quiet period (default: WriteOptions's);
+//! HUBFS_BENCH_ONLY_RSS=1 runs only the peak-RSS part, in a fresh process.
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -359,112 +360,117 @@ fn main() {
         b.quiet,
     );
 
-    // 1. Sequential 1 MiB writes, 3 rounds of: plain file (the ceiling), then a new file in the
-    // mount (distinct content each round) with its close timed apart.
-    let m = b.mount("seq", true);
-    let (rss0, hub0) = (reset_peak("self"), reset_peak(&b.hub_pid));
-    let (mut ceil, mut staged, mut closes) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..3 {
-        sync();
-        let plain = b.work.path().join("ceiling.bin");
-        let (t, _, _) = write_file(&plain, &create(), seq, 10 + i);
-        std::fs::remove_file(&plain).unwrap();
-        sync();
-        ceil.push(gbps(seq, t));
-        let (w, close, r) = write_file(&m.mountpoint.join(format!("seq{i}.bin")), &create(), seq, 20 + i);
-        staged.push(gbps(seq, w));
-        closes.push(close.as_secs_f64());
-        if let Err(e) = r {
-            println!("  !! close of seq{i}.bin: {e}");
+    // HUBFS_BENCH_ONLY_RSS=1: only part 5, in a process that has done nothing else (its peak RSS is
+    // then the mount's alone, without what earlier parts and the hf-hub upload left behind).
+    let only_rss = std::env::var("HUBFS_BENCH_ONLY_RSS").is_ok_and(|v| v == "1");
+    if !only_rss {
+        // 1. Sequential 1 MiB writes, 3 rounds of: plain file (the ceiling), then a new file in the
+        // mount (distinct content each round) with its close timed apart.
+        let m = b.mount("seq", true);
+        let (rss0, hub0) = (reset_peak("self"), reset_peak(&b.hub_pid));
+        let (mut ceil, mut staged, mut closes) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..3 {
+            sync();
+            let plain = b.work.path().join("ceiling.bin");
+            let (t, _, _) = write_file(&plain, &create(), seq, 10 + i);
+            std::fs::remove_file(&plain).unwrap();
+            sync();
+            ceil.push(gbps(seq, t));
+            let (w, close, r) = write_file(&m.mountpoint.join(format!("seq{i}.bin")), &create(), seq, 20 + i);
+            staged.push(gbps(seq, w));
+            closes.push(close.as_secs_f64());
+            if let Err(e) = r {
+                println!("  !! close of seq{i}.bin: {e}");
+            }
         }
-    }
-    let (peak, hubpeak) = (proc_mib("self", "VmHWM:"), proc_mib(&b.hub_pid, "VmHWM:"));
-    m.unmount().unwrap();
-    let f = |v: &[f64]| v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", ");
-    let rounds = format!(
-        "rounds: ceiling {}; staging {}; close {}",
-        f(&ceil),
-        f(&staged),
-        f(&closes)
-    );
-    let best = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
-    let (c, sb) = (best(&ceil), best(&staged));
-    let (s, cl) = (median(staged), median(closes));
-    let tag = format!("{} MiB", seq / MIB);
-    row(format!(
-        "1. seq write {tag}, plain file (ceiling) | {c:.2} GB/s | best of 3; {rounds}"
-    ));
-    let pc = 100.0 * sb / c;
-    row(format!(
-        "1. seq write {tag} to staging (write() only) | {s:.2} GB/s | median of 3; best {sb:.2} = {pc:.0}% of the best ceiling; target >= 1 GB/s: {}",
-        ok(s >= 1.0)
-    ));
-    let rate = seq as f64 / cl / 1e9;
-    row(format!(
-        "1. close latency, {tag} (upload+commit) | {cl:.2} s | median of 3 = {rate:.2} GB/s of file"
-    ));
-    let up = peak - rss0;
-    row(format!(
-        "1. peak RSS of the mount process in 1. | {peak:.0} MiB | (before {rss0:.0}, +{up:.0}; Hub process peak {hubpeak:.0} MiB, before {hub0:.0})"
-    ));
-
-    // 2. Close latency of a large file beside the hf-hub crate's upload+commit of the same size.
-    let m = b.mount("close", true);
-    let (tag, p) = (format!("{} MiB", closesz / MIB), m.mountpoint.join("big.bin"));
-    let (w, close, r) = write_file(&p, &create(), closesz, 2);
-    let pure = b.hf_hub_upload("pure", closesz, 3);
-    let (w, cl, pu) = (w.as_secs_f64(), close.as_secs_f64(), pure.as_secs_f64());
-    row(format!(
-        "2. close latency, {tag} new file | {cl:.2} s | (write() {w:.2} s; close result {r:?})"
-    ));
-    row(format!(
-        "2. hf-hub create_commit, {tag} (pure upload) | {pu:.2} s | close / pure = {:.2}x",
-        cl / pu
-    ));
-
-    // 3. Identical rewrite (O_TRUNC), then an append: bytes sent to the CAS.
-    let (u0, t) = (uploaded(&m), Instant::now());
-    let (_, close, r) = write_file(&p, &create(), closesz, 2);
-    let (all, du) = (t.elapsed().as_secs_f64(), uploaded(&m) - u0);
-    let (pct, cl) = (100.0 * du as f64 / closesz as f64, close.as_secs_f64());
-    let target = ok(pct < 1.0);
-    row(format!(
-        "3. identical rewrite {tag}: bytes uploaded | {du} B = {pct:.3}% | (open..close {all:.2} s, close {cl:.2} s, {r:?}); target < 1%: {target}"
-    ));
-    let (u0, t) = (uploaded(&m), Instant::now());
-    let (_, close, r) = write_file(&p, OpenOptions::new().append(true), append, 4);
-    let (all, du, cl) = (t.elapsed().as_secs_f64(), uploaded(&m) - u0, close.as_secs_f64());
-    let (pct, amib) = (100.0 * du as f64 / append as f64, append / MIB);
-    row(format!(
-        "3. append {amib} MiB to it: bytes uploaded | {du} B = {pct:.1}% of the append | (open..close {all:.2} s, close {cl:.2} s, {r:?})"
-    ));
-    m.unmount().unwrap();
-
-    // 4. cp -r of many small files: stage mode, then commit-per-close mode.
-    for (name, count, waits) in [("cpstage", nfiles, false), ("cpwait", nwait, true)] {
-        let src = b.work.path().join(format!("src-{name}"));
-        let bytes = small_tree(&src, count, 5);
-        let t = Instant::now();
-        let st = std::process::Command::new("cp")
-            .arg("-r")
-            .arg(&src)
-            .arg(b.work.path().join(name))
-            .status();
-        let (plain, _) = (t.elapsed().as_secs_f64(), st.unwrap());
-        let m = b.mount(name, waits);
-        let (cp, all, commits) = cp_tree(&b, &m, name, &src, count);
-        let own = m.vfs.status_report().unwrap().counters.commits;
-        let mode = if waits { "close_waits=true" } else { "stage mode" };
-        let target = if waits {
-            String::new()
-        } else {
-            format!("target <= 20: {}", ok(commits <= 20))
-        };
-        let (rate, kib) = (count as f64 / all, bytes / 1024);
+        let (peak, hubpeak) = (proc_mib("self", "VmHWM:"), proc_mib(&b.hub_pid, "VmHWM:"));
+        m.unmount().unwrap();
+        let f = |v: &[f64]| v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", ");
+        let rounds = format!(
+            "rounds: ceiling {}; staging {}; close {}",
+            f(&ceil),
+            f(&staged),
+            f(&closes)
+        );
+        let best = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+        let (c, sb) = (best(&ceil), best(&staged));
+        let (s, cl) = (median(staged), median(closes));
+        let tag = format!("{} MiB", seq / MIB);
         row(format!(
-            "4. cp -r {count} files ({kib} KiB), {mode} | {all:.1} s to all committed, {commits} commits | (cp itself {cp:.1} s, to a plain dir {plain:.2} s; {rate:.0} files/s; mount counted {own} commits) {target}"
+            "1. seq write {tag}, plain file (ceiling) | {c:.2} GB/s | best of 3; {rounds}"
+        ));
+        let pc = 100.0 * sb / c;
+        row(format!(
+            "1. seq write {tag} to staging (write() only) | {s:.2} GB/s | median of 3; best {sb:.2} = {pc:.0}% of the best ceiling; target >= 1 GB/s: {}",
+            ok(s >= 1.0)
+        ));
+        let rate = seq as f64 / cl / 1e9;
+        row(format!(
+            "1. close latency, {tag} (upload+commit) | {cl:.2} s | median of 3 = {rate:.2} GB/s of file"
+        ));
+        let up = peak - rss0;
+        row(format!(
+            "1. peak RSS of the mount process in 1. | {peak:.0} MiB | (before {rss0:.0}, +{up:.0}; Hub process peak {hubpeak:.0} MiB, before {hub0:.0})"
+        ));
+
+        // 2. Close latency of a large file beside the hf-hub crate's upload+commit of the same size.
+        let m = b.mount("close", true);
+        let (tag, p) = (format!("{} MiB", closesz / MIB), m.mountpoint.join("big.bin"));
+        let (w, close, r) = write_file(&p, &create(), closesz, 2);
+        let pure = b.hf_hub_upload("pure", closesz, 3);
+        let (w, cl, pu) = (w.as_secs_f64(), close.as_secs_f64(), pure.as_secs_f64());
+        row(format!(
+            "2. close latency, {tag} new file | {cl:.2} s | (write() {w:.2} s; close result {r:?})"
+        ));
+        row(format!(
+            "2. hf-hub create_commit, {tag} (pure upload) | {pu:.2} s | close / pure = {:.2}x",
+            cl / pu
+        ));
+
+        // 3. Identical rewrite (O_TRUNC), then an append: bytes sent to the CAS.
+        let (u0, t) = (uploaded(&m), Instant::now());
+        let (_, close, r) = write_file(&p, &create(), closesz, 2);
+        let (all, du) = (t.elapsed().as_secs_f64(), uploaded(&m) - u0);
+        let (pct, cl) = (100.0 * du as f64 / closesz as f64, close.as_secs_f64());
+        let target = ok(pct < 1.0);
+        row(format!(
+            "3. identical rewrite {tag}: bytes uploaded | {du} B = {pct:.3}% | (open..close {all:.2} s, close {cl:.2} s, {r:?}); target < 1%: {target}"
+        ));
+        let (u0, t) = (uploaded(&m), Instant::now());
+        let (_, close, r) = write_file(&p, OpenOptions::new().append(true), append, 4);
+        let (all, du, cl) = (t.elapsed().as_secs_f64(), uploaded(&m) - u0, close.as_secs_f64());
+        let (pct, amib) = (100.0 * du as f64 / append as f64, append / MIB);
+        row(format!(
+            "3. append {amib} MiB to it: bytes uploaded | {du} B = {pct:.1}% of the append | (open..close {all:.2} s, close {cl:.2} s, {r:?})"
         ));
         m.unmount().unwrap();
+
+        // 4. cp -r of many small files: stage mode, then commit-per-close mode.
+        for (name, count, waits) in [("cpstage", nfiles, false), ("cpwait", nwait, true)] {
+            let src = b.work.path().join(format!("src-{name}"));
+            let bytes = small_tree(&src, count, 5);
+            let t = Instant::now();
+            let st = std::process::Command::new("cp")
+                .arg("-r")
+                .arg(&src)
+                .arg(b.work.path().join(name))
+                .status();
+            let (plain, _) = (t.elapsed().as_secs_f64(), st.unwrap());
+            let m = b.mount(name, waits);
+            let (cp, all, commits) = cp_tree(&b, &m, name, &src, count);
+            let own = m.vfs.status_report().unwrap().counters.commits;
+            let mode = if waits { "close_waits=true" } else { "stage mode" };
+            let target = if waits {
+                String::new()
+            } else {
+                format!("target <= 20: {}", ok(commits <= 20))
+            };
+            let (rate, kib) = (count as f64 / all, bytes / 1024);
+            row(format!(
+                "4. cp -r {count} files ({kib} KiB), {mode} | {all:.1} s to all committed, {commits} commits | (cp itself {cp:.1} s, to a plain dir {plain:.2} s; {rate:.0} files/s; mount counted {own} commits) {target}"
+            ));
+            m.unmount().unwrap();
+        }
     }
 
     // 5. Peak RSS writing a large file, close (upload+commit) included.

@@ -62,7 +62,8 @@ const MIN_UPLOAD_RATE: u64 = 4 << 20;
 /// up to 64 MiB held in memory: fine for a one-off upload tool, not for a mount that must stay
 /// small. A few streams keep a loopback or LAN link busy with bounded memory.
 fn upload_config() -> Result<xet_runtime::config::XetConfig, UploadError> {
-    let settings: [(&str, &str); 4] = [
+    let settings: [(&str, &str); 5] = [
+        ("data.ingestion_block_size", "2mb"),
         ("client.ac_max_upload_concurrency", "1"),
         ("client.ac_initial_upload_concurrency", "1"),
         ("client.ac_min_upload_concurrency", "1"),
