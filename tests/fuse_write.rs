@@ -656,6 +656,47 @@ fn plain_lfs_when_the_hub_offers_no_xet() {
 }
 
 #[test]
+fn files_open_at_a_crash_are_kept_not_uploaded() {
+    let mut env = Env::new();
+    env.create_dataset("w9");
+    // What a crash leaves: one file closed (final), one still open for writing.
+    let dir = env.cache.path().join("staging/datasets/local/w9/main");
+    {
+        let area = hubfs::write::staging::StagingArea::open(&dir).unwrap();
+        let closed = area.create("done.txt").unwrap();
+        closed.add_writer().unwrap();
+        closed.write_at(0, b"finished").unwrap();
+        closed.remove_writer().unwrap();
+        let open = area.create("sub/half.txt").unwrap();
+        open.add_writer().unwrap();
+        open.write_at(0, b"half written").unwrap();
+        // The process dies: nothing is dropped cleanly.
+        std::mem::forget(closed);
+        std::mem::forget(open);
+    }
+    let m = env.mount_rw("datasets/local/w9");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !env.hub_files("w9").contains_key("done.txt") {
+        assert!(
+            Instant::now() < deadline,
+            "the closed file was not committed after the restart"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(env.hub_files("w9")["done.txt"].1, sha(b"finished"));
+    assert!(
+        !env.hub_files("w9").contains_key("sub/half.txt"),
+        "an open file is not uploaded"
+    );
+    assert_eq!(
+        std::fs::read(dir.join("recovered/sub/half.txt")).unwrap(),
+        b"half written",
+        "its bytes are kept for a person to check"
+    );
+    assert!(!m.mountpoint.join("sub/half.txt").exists());
+}
+
+#[test]
 fn read_only_without_write_flag() {
     let mut env = Env::new();
     env.create_dataset("w6");

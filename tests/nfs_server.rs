@@ -704,6 +704,63 @@ fn writes_over_nfs_land_on_the_hub() {
         assert_eq!(status(&r), nfsstat3::NFS3_OK, "rename");
         let moved = walk(&mut c, "moved.txt").await.unwrap();
         assert_eq!(read_all(&mut c, &moved).await, b"hello nfs\n");
+        // REMOVE of a written file and RMDIR of an empty directory.
+        let r = c
+            .create(&nfs3::CREATE3args {
+                where_: diropargs3 {
+                    dir: root.clone(),
+                    name: name("gone.txt"),
+                },
+                how: nfs3::createhow3::UNCHECKED(nfs3::sattr3::default()),
+            })
+            .await
+            .unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3_OK);
+        let r = c
+            .remove(&nfs3::REMOVE3args {
+                object: diropargs3 {
+                    dir: root.clone(),
+                    name: name("gone.txt"),
+                },
+            })
+            .await
+            .unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3_OK, "remove");
+        assert_eq!(
+            lookup_raw(&mut c, &root, b"gone.txt").await,
+            Err(nfsstat3::NFS3ERR_NOENT)
+        );
+        let r = c
+            .mkdir(&nfs3::MKDIR3args {
+                where_: diropargs3 {
+                    dir: root.clone(),
+                    name: name("empty"),
+                },
+                attributes: nfs3::sattr3::default(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3_OK);
+        let r = c
+            .rmdir(&nfs3::RMDIR3args {
+                object: diropargs3 {
+                    dir: root.clone(),
+                    name: name("empty"),
+                },
+            })
+            .await
+            .unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3_OK, "rmdir");
+        let r = c
+            .rmdir(&nfs3::RMDIR3args {
+                object: diropargs3 {
+                    dir: root.clone(),
+                    name: name("dir"),
+                },
+            })
+            .await
+            .unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3ERR_NOTEMPTY, "rmdir of a non-empty directory");
         finish(c).await;
     });
     // NFS has no close: files are committed once they have been quiet for WRITE_QUIET.
