@@ -163,6 +163,13 @@ impl Env {
         })
     }
 
+    /// Sets one route class's fault knobs on the local Hub.
+    fn fault(&self, class: RouteClass, set: impl FnOnce(&mut FaultSettings)) {
+        let mut f = FaultSettings::default();
+        set(&mut f);
+        self.hub().set_faults(class, f).unwrap();
+    }
+
     /// A commit made by someone else (straight to the Hub API).
     fn remote_commit(&self, name: &str, path: &str, text: &str) {
         let body = format!(
@@ -442,15 +449,7 @@ fn failed_commit_returns_eio_and_keeps_the_data() {
     let m = env.mount_rw("datasets/local/w3");
     let root = m.mountpoint.clone();
     std::fs::write(root.join("warmup.txt"), b"ok").unwrap();
-    env.hub()
-        .set_faults(
-            RouteClass::Commit,
-            FaultSettings {
-                error_rate: 1.0,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    env.fault(RouteClass::Commit, |f| f.error_rate = 1.0);
     let start = Instant::now();
     let mut f = std::fs::File::create(root.join("kept.bin")).unwrap();
     f.write_all(&pseudo(100_000, 3)).unwrap();
@@ -552,15 +551,7 @@ fn staged_close_groups_commits_and_survives_a_restart() {
 
     // Closed but not committed when the mount goes away (Hub refusing commits): the next mount
     // of the same repo and cache dir commits it.
-    env.hub()
-        .set_faults(
-            RouteClass::Commit,
-            FaultSettings {
-                error_rate: 1.0,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    env.fault(RouteClass::Commit, |f| f.error_rate = 1.0);
     let mut f = std::fs::File::create(root.join("late.bin")).unwrap();
     f.write_all(&pseudo(50_000, 9)).unwrap();
     f.seek(SeekFrom::Start(0)).unwrap();
@@ -599,15 +590,7 @@ fn stalled_cas_times_out_and_the_data_lands_later() {
     }
     let m = env.mount_with("datasets/local/w7", opts);
     let root = m.mountpoint.clone();
-    env.hub()
-        .set_faults(
-            RouteClass::Cas,
-            FaultSettings {
-                stall_rate: 1.0,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    env.fault(RouteClass::Cas, |f| f.stall_rate = 1.0);
     let data = pseudo(2 << 20, 5);
     let start = Instant::now();
     let mut f = std::fs::File::create(root.join("weights.bin")).unwrap();

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use super::api::parse_json;
 use super::error::{ErrorContext, HubClientError};
 use super::http::Request;
-use super::types::{RawXetToken, XetToken};
+use super::types::XetToken;
 use super::{HubClient, RepoRef, check_path, check_rev, encode_revision};
 
 /// Files per preupload request (what the Python client sends).
@@ -146,18 +146,7 @@ impl HubClient {
         let url = self.xet_write_token_url(repo, revision)?;
         let ctx = ErrorContext::call("GET", repo, Some(revision), None);
         let reply = self.inner.http.send(&Request::get(url), &ctx).await?;
-        let raw: RawXetToken = parse_json(&reply, &ctx)?;
-        match (raw.cas_url, raw.access_token, raw.exp) {
-            (Some(cas_url), Some(access_token), Some(exp)) => Ok(XetToken {
-                cas_url,
-                access_token,
-                exp,
-            }),
-            _ => Err(HubClientError::invalid(
-                &ctx,
-                "xet write token answer lacks casUrl, accessToken or exp",
-            )),
-        }
+        super::xet_token::token_from_reply(&reply, &ctx)
     }
 
     /// The URL the xet crates call to refresh a write token during a long upload.

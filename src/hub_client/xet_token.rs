@@ -9,7 +9,7 @@ use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 
 use super::error::{ErrorContext, HubClientError};
-use super::http::Request;
+use super::http::{Reply, Request};
 use super::types::{RawXetToken, XetToken};
 use super::{HubClient, Inner, RepoRef, check_rev, encode_revision};
 
@@ -79,28 +79,32 @@ impl HubClient {
         let ctx = ErrorContext::call("GET", repo, Some(commit), None);
         let url = self.api_url(repo, &format!("/xet-read-token/{}", encode_revision(commit)))?;
         let reply = self.inner.http.send(&Request::get(url), &ctx).await?;
-        let raw: RawXetToken = super::api::parse_json(&reply, &ctx)?;
-        // The body is what hf_xet reads; Python's downloader reads the headers: take either.
-        let cas_url = raw
-            .cas_url
-            .or_else(|| reply.header("x-xet-cas-url").map(str::to_string));
-        let access_token = raw
-            .access_token
-            .or_else(|| reply.header("x-xet-access-token").map(str::to_string));
-        let exp = raw
-            .exp
-            .or_else(|| reply.header("x-xet-token-expiration").and_then(|v| v.parse().ok()));
-        match (cas_url, access_token, exp) {
-            (Some(cas_url), Some(access_token), Some(exp)) => Ok(XetToken {
-                cas_url,
-                access_token,
-                exp,
-            }),
-            _ => Err(HubClientError::invalid(
-                &ctx,
-                "xet token answer lacks casUrl, accessToken or exp",
-            )),
-        }
+        token_from_reply(&reply, &ctx)
+    }
+}
+
+/// A token answer: the body is what hf_xet reads, Python's downloader reads the headers; take either.
+pub(super) fn token_from_reply(reply: &Reply, ctx: &ErrorContext) -> Result<XetToken, HubClientError> {
+    let raw: RawXetToken = super::api::parse_json(reply, ctx)?;
+    let cas_url = raw
+        .cas_url
+        .or_else(|| reply.header("x-xet-cas-url").map(str::to_string));
+    let access_token = raw
+        .access_token
+        .or_else(|| reply.header("x-xet-access-token").map(str::to_string));
+    let exp = raw
+        .exp
+        .or_else(|| reply.header("x-xet-token-expiration").and_then(|v| v.parse().ok()));
+    match (cas_url, access_token, exp) {
+        (Some(cas_url), Some(access_token), Some(exp)) => Ok(XetToken {
+            cas_url,
+            access_token,
+            exp,
+        }),
+        _ => Err(HubClientError::invalid(
+            ctx,
+            "xet token answer lacks casUrl, accessToken or exp",
+        )),
     }
 }
 
