@@ -289,6 +289,23 @@ fn written_files_land_on_the_hub_when_closed() {
     );
     let status = m.vfs.status_report().unwrap();
     assert!(status.dirty.is_empty(), "nothing left dirty: {:?}", status.dirty);
+    // Committed and closed: nothing is left staged (release reaches the mount just after close).
+    let staging = env.cache.path().join("staging/datasets/local/w1/main");
+    let journaled = || {
+        std::fs::read_dir(&staging)
+            .unwrap()
+            .filter(|e| {
+                let n = e.as_ref().unwrap().file_name();
+                let n = n.to_string_lossy();
+                n.ends_with(".meta") || n.ends_with(".data")
+            })
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while journaled() > 0 {
+        assert!(Instant::now() < deadline, "staged copies of committed files were kept");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert_eq!(std::fs::read(root.join("data/train.bin")).unwrap(), big);
     // The hf-hub crate, a stock client, downloads the same bytes.
     let hf_cache = tempfile::tempdir().unwrap();

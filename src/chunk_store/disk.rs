@@ -182,7 +182,7 @@ mod tests {
     }
 
     fn wait_indexed(t: &DiskTier, k: &Key) {
-        for _ in 0..200 {
+        for _ in 0..1000 {
             if t.index.contains_key(k) {
                 return;
             }

@@ -477,11 +477,32 @@ impl VirtualFs {
         if let Err(e) = file.remove_writer() {
             tracing::error!(path = %file.repo_path(), error = %e, "could not journal a closed file");
         }
-        if let Some(w) = &self.writer
-            && file.is_dirty()
-        {
+        let Some(w) = &self.writer else { return };
+        if file.is_dirty() {
             w.kick.notify_one();
+            return;
         }
+        // Clean and closed: the mount's commit has this content, so the overlay entry (and, once
+        // the last handle goes, the staged copy and its journal entry) can go.
+        if file.writers() == 0
+            && let Some(path) = self.mount_path(&file.repo_path())
+        {
+            let mut o = w.overlay.lock();
+            if matches!(o.get(&path), Some(Entry::File(d)) if Arc::ptr_eq(d, file)) {
+                o.remove(&path);
+            }
+        }
+    }
+
+    /// The mount-relative path of a repo path (`None` outside a subfolder mount's folder).
+    fn mount_path(&self, repo_path: &str) -> Option<String> {
+        if self.subfolder.is_empty() {
+            return Some(repo_path.to_string());
+        }
+        repo_path
+            .strip_prefix(&self.subfolder)
+            .and_then(|p| p.strip_prefix('/'))
+            .map(str::to_string)
     }
 
     /// Wakes the committer for a background round (namespace change, truncate).

@@ -300,7 +300,8 @@ impl DirtyFile {
         let last = {
             let mut s = self.st.lock();
             s.writers = s.writers.saturating_sub(1);
-            s.writers == 0 && !s.discarded
+            // A clean file (committed, or never changed) has nothing to make durable.
+            s.writers == 0 && !s.discarded && s.generation > s.committed
         };
         if last { self.seal() } else { Ok(()) }
     }
