@@ -67,21 +67,7 @@ impl Reader {
         }
         let key = file.id.key();
         let (first, last) = (offset / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
-        let window = {
-            let mut st = state.lock();
-            // Kernel readahead sends several reads at once and they may arrive out of order: a read
-            // near where the last one ended still counts as sequential.
-            let sequential = offset.abs_diff(st.next) <= SEQUENTIAL_SLACK;
-            st.next = st.next.max(end);
-            if sequential {
-                st.window = (st.window * 2).min(MAX_WINDOW_BLOCKS);
-                Some(st.window)
-            } else {
-                st.next = end;
-                st.window = 1;
-                None
-            }
-        };
+        let window = classify(&mut state.lock(), offset, end);
 
         // Everything cached: serve it whatever the access pattern.
         let mut cached = Vec::new();
@@ -108,8 +94,7 @@ impl Reader {
 
     /// Starts background fetches of `count` blocks from `from` (those not cached or in flight).
     fn prefetch(&self, file: &FileMeta, commit: &str, key: &Arc<str>, from: u64, count: u64) {
-        let nblocks = file.size.div_ceil(BLOCK_SIZE);
-        for idx in from..(from + count).min(nblocks) {
+        for idx in prefetch_blocks(file.size, from, count) {
             let (this, file, commit, key) = (self.clone(), file.clone(), commit.to_string(), key.clone());
             tokio::spawn(async move {
                 if let Err(e) = this.block(&file, &commit, &key, idx).await {
@@ -118,6 +103,29 @@ impl Reader {
             });
         }
     }
+}
+
+/// Classifies a read of `[offset, end)` and advances the handle's state: `Some(window)` for a
+/// sequential read (prefetch `window` blocks past it), `None` for a seek (fetch exactly the range).
+/// Pure, so the policy is tested and benchmarked without I/O.
+pub fn classify(st: &mut ReadState, offset: u64, end: u64) -> Option<u64> {
+    // Kernel readahead sends several reads at once and they may arrive out of order: a read near
+    // where the last one ended still counts as sequential.
+    let sequential = offset.abs_diff(st.next) <= SEQUENTIAL_SLACK;
+    st.next = st.next.max(end);
+    if sequential {
+        st.window = (st.window * 2).min(MAX_WINDOW_BLOCKS);
+        Some(st.window)
+    } else {
+        st.next = end;
+        st.window = 1;
+        None
+    }
+}
+
+/// The blocks a prefetch of `count` blocks from block `from` covers in a file of `size` bytes.
+pub fn prefetch_blocks(size: u64, from: u64, count: u64) -> std::ops::Range<u64> {
+    from..(from + count).min(size.div_ceil(BLOCK_SIZE))
 }
 
 /// Length of block `idx` of a file of `size` bytes (the last one is short).
@@ -157,5 +165,25 @@ mod tests {
         assert_eq!(&out[..], &[1, 1, 1, 1, 1, 2, 2, 2]);
         let out = assemble(&[a], 100, 101, 103);
         assert_eq!(&out[..], &[1, 1]);
+    }
+
+    #[test]
+    fn sequential_reads_grow_the_window_and_a_seek_resets_it() {
+        let mut st = ReadState::default();
+        let mib = 1 << 20;
+        assert_eq!(classify(&mut st, 0, mib), Some(2));
+        assert_eq!(classify(&mut st, mib, 2 * mib), Some(4));
+        // Out of order but within the slack (kernel readahead): still sequential.
+        assert_eq!(classify(&mut st, 3 * mib, 4 * mib), Some(8));
+        assert_eq!(classify(&mut st, 2 * mib, 3 * mib), Some(MAX_WINDOW_BLOCKS));
+        assert_eq!(classify(&mut st, 100 * mib, 101 * mib), None, "a seek");
+        assert_eq!(
+            classify(&mut st, 101 * mib, 102 * mib),
+            Some(2),
+            "window restarts small"
+        );
+        // Prefetch stops at the last block of the file.
+        assert_eq!(prefetch_blocks(3 * BLOCK_SIZE + 1, 1, 8), 1..4);
+        assert_eq!(prefetch_blocks(BLOCK_SIZE, 1, 8), 1..1);
     }
 }
