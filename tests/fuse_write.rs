@@ -703,3 +703,81 @@ fn read_only_without_write_flag() {
     let m = env.mount_with("datasets/local/w6", VfsOptions::default());
     assert_eq!(errno_of(std::fs::File::create(m.mountpoint.join("x"))), libc::EROFS);
 }
+
+#[test]
+fn bad_names_get_clear_errors_and_create_nothing() {
+    let mut env = Env::new();
+    env.create_dataset("names");
+    let m = env.mount_rw("datasets/local/names");
+    let root = m.mountpoint.clone();
+    let commits_before = env.commit_count("names");
+    let create = |name: &std::ffi::OsStr| std::fs::File::create(root.join(name));
+    std::fs::write(root.join("src.txt"), b"source").unwrap();
+
+    // 255 bytes is the longest name: it works and lands under that name.
+    let longest = "é".repeat(127) + "x"; // 255 bytes of UTF-8
+    assert_eq!(longest.len(), 255);
+    std::fs::write(root.join(&longest), b"long").unwrap();
+    // 256 bytes: ENAMETOOLONG for every way of making or finding a name.
+    let too_long = "a".repeat(256);
+    assert_eq!(errno_of(create(too_long.as_ref())), libc::ENAMETOOLONG);
+    assert_eq!(errno_of(std::fs::create_dir(root.join(&too_long))), libc::ENAMETOOLONG);
+    assert_eq!(
+        errno_of(std::fs::rename(root.join("src.txt"), root.join(&too_long))),
+        libc::ENAMETOOLONG
+    );
+    assert_eq!(errno_of(std::fs::metadata(root.join(&too_long))), libc::ENAMETOOLONG);
+
+    // `.` and `..` are the kernel's: they never reach the Hub as names.
+    assert_eq!(errno_of(std::fs::create_dir(root.join("."))), libc::EEXIST);
+    assert_eq!(errno_of(std::fs::create_dir(root.join("sub/.."))), libc::ENOENT);
+    assert_eq!(errno_of(create(".".as_ref())), libc::EISDIR);
+    assert_eq!(errno_of(std::fs::remove_dir(root.join("."))), libc::EINVAL);
+
+    // Control characters: the Hub cannot store them, so EINVAL before anything is staged.
+    for bad in ["new\nline.txt", "tab\there", "bell\x07", "esc\x1b[0m"] {
+        assert_eq!(errno_of(create(bad.as_ref())), libc::EINVAL, "create {bad:?}");
+        assert_eq!(errno_of(std::fs::create_dir(root.join(bad))), libc::EINVAL, "mkdir {bad:?}");
+        assert_eq!(
+            errno_of(std::fs::rename(root.join("src.txt"), root.join(bad))),
+            libc::EINVAL,
+            "rename to {bad:?}"
+        );
+    }
+    // The Hub reserves `.git` at the repo root: EINVAL, not a file that can never be committed.
+    assert_eq!(errno_of(create(".git".as_ref())), libc::EINVAL);
+    assert_eq!(errno_of(std::fs::create_dir(root.join(".git"))), libc::EINVAL);
+    assert_eq!(
+        errno_of(std::fs::rename(root.join("src.txt"), root.join(".git"))),
+        libc::EINVAL
+    );
+    // Names that only look odd are fine.
+    for ok in [".github", "..data", "a b #?%&+=.txt", "ünï ♥.bin"] {
+        std::fs::write(root.join(ok), ok.as_bytes()).unwrap();
+    }
+
+    // Nothing half-created: the mount lists exactly the good names, nothing is left dirty or
+    // failing, and the Hub holds exactly those files.
+    let mut listed: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n != ".gitattributes")
+        .collect();
+    listed.sort();
+    let mut want = vec![
+        longest.clone(),
+        ".github".into(),
+        "..data".into(),
+        "a b #?%&+=.txt".into(),
+        "ünï ♥.bin".into(),
+        "src.txt".into(),
+    ];
+    want.sort();
+    assert_eq!(listed, want);
+    let status = m.vfs.status_report().unwrap();
+    assert!(status.dirty.is_empty(), "nothing dirty: {:?}", status.dirty);
+    assert!(status.last_error.is_none(), "no upload error: {:?}", status.last_error);
+    let hub: Vec<String> = env.hub_files("names").into_keys().collect();
+    assert_eq!(hub, want);
+    assert_eq!(env.commit_count("names"), commits_before + want.len(), "one commit per good file");
+}

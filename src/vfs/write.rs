@@ -54,6 +54,16 @@ fn check_name(name: &str) -> VfsResult<()> {
     Ok(())
 }
 
+/// Checks a new entry's full repo path against what the Hub refuses to store although every name in
+/// it is valid: the `.git` folder at the repo root. Refusing here keeps a doomed file from being
+/// staged and retried forever.
+fn check_repo_path(remote_path: &str) -> VfsResult<()> {
+    if remote_path == ".git" || remote_path.starts_with(".git/") {
+        return Err(VfsError::Invalid("the Hub reserves the .git folder"));
+    }
+    Ok(())
+}
+
 impl VirtualFs {
     fn writable(&self) -> VfsResult<()> {
         if self.writer.is_some() {
@@ -170,6 +180,7 @@ impl VirtualFs {
         let parent_path = self.path_of(parent)?;
         self.expect_dir(&commit, &parent_path).await?;
         let path = join(&parent_path, name);
+        check_repo_path(&self.remote_path(&path))?;
         let file = match self.find(&commit, &path).await? {
             Some(Found::Dir) if exclusive => return Err(VfsError::Exists),
             Some(Found::Dir) => return Err(VfsError::IsDir),
@@ -290,6 +301,7 @@ impl VirtualFs {
         if self.find(&commit, &path).await?.is_some() {
             return Err(VfsError::Exists);
         }
+        check_repo_path(&self.remote_path(&path))?;
         if let Some(w) = &self.writer {
             w.overlay.lock().set(&path, Entry::Dir);
         }
@@ -360,6 +372,7 @@ impl VirtualFs {
         let to_parent = self.path_of(new_parent)?;
         self.expect_dir(&commit, &to_parent).await?;
         let to = join(&to_parent, new_name);
+        check_repo_path(&self.remote_path(&to))?;
         let src = self.find(&commit, &from).await?.ok_or(VfsError::NotFound)?;
         if from == to {
             return Ok(());
@@ -498,5 +511,9 @@ mod tests {
         assert!(check_name(".").is_err());
         assert!(check_name("a\nb").is_err());
         assert!(check_name("é #?%.txt").is_ok());
+        assert!(check_repo_path(".git").is_err());
+        assert!(check_repo_path(".git/config").is_err());
+        assert!(check_repo_path("data/.git").is_ok());
+        assert!(check_repo_path(".github/workflows").is_ok());
     }
 }
