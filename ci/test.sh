@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
-# The project's single test command:  bash ci/test.sh [--quick]
+# The project's single test command:  bash ci/test.sh [--quick | --long]
 #
 #   1. system packages (fuse3, python3-venv, pkg-config, libnfs-utils, curl) if missing
 #   2. rustfmt / clippy components if missing
 #   3. CARGO_TARGET_DIR outside the clone (default /var/cache/hubfs-target), reused between runs
-#   4. cargo fmt --check, cargo clippy -D warnings, cargo build, cargo test
+#   4. cargo fmt --check, cargo clippy -D warnings, cargo build, cargo test (unit and integration tests,
+#      the VirtualFs model test, the fault matrix and the stress test in their short profiles)
 #   5. ci/nfs-smoke.sh (libnfs's nfs-ls / nfs-cat against `hubfs serve-nfs`)
 #      tests/conformance/run.sh (stock huggingface_hub against `hubfs local-hub`, xet and noxet modes)
 #      ci/write-smoke.sh (a writable mount driven by shell tools, checked with huggingface_hub; kill -9)
-#   6. final line `N passed, M failed` (cargo tests + conformance tests; a failed fmt/clippy/build step
+#      ci/posix.sh (pjdfstest and fsx on a writable mount; installs both with cargo install)
+#   6. final line `N passed, M failed` (cargo tests + the scripts' checks; a failed fmt/clippy/build step
 #      counts as one failure); exit status non-zero if any step failed.
 #
-#   --quick   skip the conformance suite (step 5)
+#   --quick   skip the conformance suite and the steps that need its venv or take minutes (step 5 but NFS)
+#   --long    the long profiles: fsx 1,000,000 operations with msync, a longer model test and stress run
 set -uo pipefail
 
 QUICK=0
 for arg in "$@"; do
   case "$arg" in
     --quick) QUICK=1 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    --long) export POSIX_LONG=1 HUBFS_MODEL_CASES="${HUBFS_MODEL_CASES:-256}" HUBFS_STRESS_SECS="${HUBFS_STRESS_SECS:-300}" ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "ci/test.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -134,82 +138,42 @@ else
 fi
 
 # ---------------------------------------------------------------------------------------------------------
-# 5. NFS smoke test with the libnfs tools, then conformance
+# 5. scripts that drive the real binary: each ends with `PREFIX: N passed, M failed`
 # ---------------------------------------------------------------------------------------------------------
-if [ "$BUILD_OK" != 1 ]; then
-  step_fail "nfs smoke (not run: cargo build failed)"
-else
-  say "nfs smoke (libnfs)"
-  bash ci/nfs-smoke.sh "$CARGO_TARGET_DIR/debug/hubfs" 2>&1 | tee "$LOGDIR/nfs-smoke.log"
-  nfs_rc=${PIPESTATUS[0]}
-  read -r nf_passed nf_failed < <(
-    sed -n 's/^nfs-smoke: \([0-9]\+\) passed, \([0-9]\+\) failed.*/\1 \2/p' "$LOGDIR/nfs-smoke.log" | tail -n1
-  )
-  nf_passed=${nf_passed:-0}
-  nf_failed=${nf_failed:-0}
-  if [ "$nfs_rc" -ne 0 ] && [ "$nf_failed" -eq 0 ]; then nf_failed=1; fi
-  PASSED=$((PASSED + nf_passed))
-  FAILED=$((FAILED + nf_failed))
-  if [ "$nfs_rc" -eq 0 ]; then
-    step_ok "nfs smoke ($nf_passed passed, $nf_failed failed)"
-  else
-    step_fail "nfs smoke ($nf_passed passed, $nf_failed failed, exit $nfs_rc)"
-  fi
-fi
+# script_step NAME PREFIX NEEDS_FULL COMMAND...: runs COMMAND after the build, adds its counts; a non-zero
+# exit with no failure counted counts as one failure. NEEDS_FULL=1 steps are skipped by --quick.
+script_step() {
+  local name="$1" prefix="$2" full="$3"; shift 3
+  if [ "$full" = 1 ] && [ "$QUICK" = 1 ]; then step_skip "$name (--quick)"; return; fi
+  if [ "$BUILD_OK" != 1 ]; then step_fail "$name (not run: cargo build failed)"; return; fi
+  say "$name"
+  local log="$LOGDIR/$prefix.log" rc sp sf
+  "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  read -r sp sf < <(sed -n "s/^$prefix: \([0-9]\+\) passed, \([0-9]\+\) failed.*/\1 \2/p" "$log" | tail -n1)
+  sp=${sp:-0}
+  sf=${sf:-0}
+  if [ "$rc" -ne 0 ] && [ "$sf" -eq 0 ]; then sf=1; fi
+  PASSED=$((PASSED + sp))
+  FAILED=$((FAILED + sf))
+  if [ "$rc" -eq 0 ]; then step_ok "$name ($sp passed, $sf failed)"
+  else step_fail "$name ($sp passed, $sf failed, exit $rc)"; fi
+}
 
-if [ "$QUICK" = 1 ]; then
-  step_skip "conformance (--quick)"
-elif [ "$BUILD_OK" != 1 ]; then
-  step_fail "conformance (not run: cargo build failed)"
-else
-  say "conformance suite"
-  HUBFS_BIN="$CARGO_TARGET_DIR/debug/hubfs" bash tests/conformance/run.sh 2>&1 | tee "$LOGDIR/conformance.log"
-  conf_rc=${PIPESTATUS[0]}
-  read -r cf_passed cf_failed < <(
-    sed -n 's/^conformance: \([0-9]\+\) passed, \([0-9]\+\) failed.*/\1 \2/p' "$LOGDIR/conformance.log" | tail -n1
-  )
-  cf_passed=${cf_passed:-0}
-  cf_failed=${cf_failed:-0}
-  if [ "$conf_rc" -ne 0 ] && [ "$cf_failed" -eq 0 ]; then cf_failed=1; fi
-  PASSED=$((PASSED + cf_passed))
-  FAILED=$((FAILED + cf_failed))
-  if [ "$conf_rc" -eq 0 ]; then
-    step_ok "conformance ($cf_passed passed, $cf_failed failed)"
-  else
-    step_fail "conformance ($cf_passed passed, $cf_failed failed, exit $conf_rc)"
-  fi
-fi
-
-if [ "$QUICK" = 1 ]; then
-  step_skip "write smoke (--quick: needs the conformance venv)"
-elif [ "$BUILD_OK" != 1 ]; then
-  step_fail "write smoke (not run: cargo build failed)"
-else
-  say "write smoke (shell tools + huggingface_hub)"
-  VENV_PY="${HUBFS_VENV:-${HOME:-/root}/.cache/hubfs/venv}/bin/python"
-  bash ci/write-smoke.sh "$CARGO_TARGET_DIR/debug/hubfs" "$VENV_PY" 2>&1 | tee "$LOGDIR/write-smoke.log"
-  ws_rc=${PIPESTATUS[0]}
-  read -r ws_passed ws_failed < <(
-    sed -n 's/^write-smoke: \([0-9]\+\) passed, \([0-9]\+\) failed.*/\1 \2/p' "$LOGDIR/write-smoke.log" | tail -n1
-  )
-  ws_passed=${ws_passed:-0}
-  ws_failed=${ws_failed:-0}
-  if [ "$ws_rc" -ne 0 ] && [ "$ws_failed" -eq 0 ]; then ws_failed=1; fi
-  PASSED=$((PASSED + ws_passed))
-  FAILED=$((FAILED + ws_failed))
-  if [ "$ws_rc" -eq 0 ]; then
-    step_ok "write smoke ($ws_passed passed, $ws_failed failed)"
-  else
-    step_fail "write smoke ($ws_passed passed, $ws_failed failed, exit $ws_rc)"
-  fi
-fi
+HUBFS_BIN="$CARGO_TARGET_DIR/debug/hubfs"
+VENV_PY="${HUBFS_VENV:-${HOME:-/root}/.cache/hubfs/venv}/bin/python"
+script_step "nfs smoke (libnfs)" nfs-smoke 0 bash ci/nfs-smoke.sh "$HUBFS_BIN"
+script_step "conformance" conformance 1 env HUBFS_BIN="$HUBFS_BIN" bash tests/conformance/run.sh
+# needs the conformance venv, hence skipped by --quick too
+script_step "write smoke (shell tools + huggingface_hub)" write-smoke 1 bash ci/write-smoke.sh "$HUBFS_BIN" "$VENV_PY"
+script_step "posix (pjdfstest + fsx)" posix 1 bash ci/posix.sh "$HUBFS_BIN" ${POSIX_LONG:+--long}
 
 # ---------------------------------------------------------------------------------------------------------
 # 6. summary
 # ---------------------------------------------------------------------------------------------------------
 # fmt / clippy / build / apt / rustup failures are not test failures of their own: count each once.
 for s in "${STEP_FAILURES[@]+"${STEP_FAILURES[@]}"}"; do
-  case "$s" in "cargo test"*|"conformance ("[0-9]*|"nfs smoke ("[0-9]*|"write smoke ("[0-9]*) ;; *) FAILED=$((FAILED + 1)) ;; esac
+  case "$s" in *" ("[0-9]*" passed, "*) ;; *) FAILED=$((FAILED + 1)) ;; esac
 done
 
 echo

@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# POSIX suites nobody here wrote, run on a writable FUSE mount of a local-Hub dataset:
+#   bash ci/posix.sh HUBFS_BIN [--long]
+#
+#   pjdfstest 0.2.2  every test except those in ci/pjdfstest-skip.txt (features the Hub cannot store,
+#                    each with its reason; docs/SEMANTICS.md lists them). Prints
+#                    `pjdfstest: N passed, M failed, K skipped` and fails when M > 0 or N is below the
+#                    floor recorded in ci/pjdfstest-skip.txt.
+#   fsx 0.3.2        100,000 operations (1,000,000 with --long) on one file in the mount, ending
+#                    "A-OK"; then unmount (which drains the commits), remount, and compare the file the
+#                    Hub holds with fsx's final image (the same seeded run on local disk).
+# Both tools are installed with `cargo install --locked` if missing. Ends with `posix: N passed, M failed`.
+set -uo pipefail
+
+BIN="${1:?usage: ci/posix.sh HUBFS_BIN [--long]}"
+LONG=0
+[ "${2:-}" = "--long" ] && LONG=1
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/hubfs-posix.XXXXXX")"
+MNT="$WORK/mnt"
+OTHER_FS="$WORK/other" # pjdfstest's second file system (EXDEV cases): any local directory
+PIDS=()
+MOUNT_PID=""
+cleanup() {
+  umount -l "$MNT" 2>/dev/null
+  for p in "${PIDS[@]+"${PIDS[@]}"}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+PASSED=0
+FAILED=0
+check() { # name, status (0 = ok)
+  if [ "$2" -eq 0 ]; then PASSED=$((PASSED + 1)); echo "  ok    $1"
+  else FAILED=$((FAILED + 1)); echo "  FAIL  $1"; fi
+}
+finish() {
+  echo "posix: $PASSED passed, $FAILED failed"
+  [ "$FAILED" -eq 0 ]
+  exit $?
+}
+
+# --- tools ---------------------------------------------------------------------------------------------
+install_tool() { # binary, crate, version
+  if command -v "$1" >/dev/null 2>&1 && "$1" --version 2>/dev/null | grep -q "$3"; then return 0; fi
+  [ -x "$HOME/.cargo/bin/$1" ] && "$HOME/.cargo/bin/$1" --version 2>/dev/null | grep -q "$3" && return 0
+  echo "installing $2 $3 (cargo install --locked)"
+  cargo install --quiet --locked "$2" --version "$3"
+}
+export PATH="$HOME/.cargo/bin:$PATH"
+install_tool pjdfstest pjdfstest 0.2.2
+check "pjdfstest 0.2.2 installed" $?
+install_tool fsx fsx 0.3.2
+check "fsx 0.3.2 installed" $?
+id nobody >/dev/null 2>&1 && getent group nogroup >/dev/null && id daemon >/dev/null 2>&1
+check "users nobody/nogroup and daemon exist (pjdfstest's dummy_auth)" $?
+
+# --- local Hub and a writable mount -------------------------------------------------------------------
+wait_line() { # file, prefix: waits up to 60 s, prints the rest of the line
+  local i
+  for i in $(seq 1 600); do
+    if grep -q "^$2" "$1" 2>/dev/null; then sed -n "s/^$2//p" "$1" | head -n1; return 0; fi
+    sleep 0.1
+  done
+  return 1
+}
+
+"$BIN" local-hub --data-dir "$WORK/hub" >"$WORK/hub.out" 2>"$WORK/hub.err" &
+PIDS+=($!)
+EP="$(wait_line "$WORK/hub.out" "endpoint: ")" || { echo "local hub did not start"; cat "$WORK/hub.err"; exit 1; }
+export HF_ENDPOINT="$EP" HF_TOKEN=hf_local_write HF_HOME="$WORK/hf-home"
+curl -sf -X POST "$EP/api/repos/create" -H "authorization: Bearer $HF_TOKEN" \
+  -H 'content-type: application/json' -d '{"name":"posix","organization":"local","type":"dataset"}' >/dev/null
+check "dataset local/posix created" $?
+
+mkdir -p "$MNT" "$OTHER_FS"
+start_mount() { # extra args...
+  "$BIN" mount --write datasets/local/posix "$MNT" --cache-dir "$WORK/cache" "$@" \
+    >"$WORK/mount.out" 2>>"$WORK/mount.err" &
+  MOUNT_PID=$!
+  PIDS+=($MOUNT_PID)
+  wait_line "$WORK/mount.out" "mounted " >/dev/null
+}
+stop_mount() {
+  kill -TERM "$MOUNT_PID" 2>/dev/null
+  wait "$MOUNT_PID" 2>/dev/null
+}
+
+start_mount
+check "hubfs mount --write is up" $? || finish
+
+# --- pjdfstest -------------------------------------------------------------------------------------------
+SKIP_FILE="$ROOT/ci/pjdfstest-skip.txt"
+FLOOR="$(sed -n 's/^# floor: *\([0-9]\+\).*/\1/p' "$SKIP_FILE" | head -n1)"
+FLOOR="${FLOOR:-0}"
+cat >"$WORK/pjdfstest.toml" <<'EOF'
+[features]
+utimensat = {}
+utime_now = {}
+
+[settings]
+# 0.001 gives spurious timestamp failures on this kernel (shared/test-tools.md)
+naptime = 0.02
+
+[dummy_auth]
+entries = [["nobody", "nogroup"], ["daemon", "daemon"]]
+EOF
+# Every test name, from a verbose run on a scratch directory (a second or two), minus the skip list.
+mkdir -p "$WORK/scratch"
+pjdfstest -c "$WORK/pjdfstest.toml" -p "$WORK/scratch" -v >"$WORK/pjd-names.log" 2>&1
+grep -oE '^[a-z_0-9]+::[A-Za-z_0-9:]+' "$WORK/pjd-names.log" | sort -u >"$WORK/all-tests.txt"
+sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^$/d' "$SKIP_FILE" | awk '{print $1}' | sort -u >"$WORK/skip.txt"
+comm -23 "$WORK/all-tests.txt" "$WORK/skip.txt" >"$WORK/run-tests.txt"
+EXCLUDED=$(comm -12 "$WORK/all-tests.txt" "$WORK/skip.txt" | wc -l)
+echo "pjdfstest: $(wc -l <"$WORK/all-tests.txt") tests, $EXCLUDED excluded by ci/pjdfstest-skip.txt"
+# Exact matching compares against the full test path, before pjdfstest trims its module prefix.
+mapfile -t RUN < <(sed 's/^/pjdfstest::tests::/' "$WORK/run-tests.txt")
+(cd "$MNT" && timeout 900 pjdfstest -c "$WORK/pjdfstest.toml" -p "$MNT" -s "$OTHER_FS" -e "${RUN[@]}") \
+  >"$WORK/pjdfstest.log" 2>&1
+pjd_rc=$?
+summary="$(grep -E '^Summary: ' "$WORK/pjdfstest.log" | tail -n1 | sed 's/\x1b\[[0-9;]*m//g')"
+p_failed=$(sed -n 's/.* \([0-9]\+\) failed.*/\1/p' <<<"$summary")
+p_skipped=$(sed -n 's/.* \([0-9]\+\) skipped.*/\1/p' <<<"$summary")
+p_passed=$(sed -n 's/.* \([0-9]\+\) passed.*/\1/p' <<<"$summary")
+if [ -z "$summary" ]; then
+  echo "pjdfstest printed no summary (exit $pjd_rc); its last lines:"
+  tail -n 30 "$WORK/pjdfstest.log"
+  p_failed=1 p_skipped=0 p_passed=0
+fi
+sed 's/\x1b\[[0-9;]*m//g' "$WORK/pjdfstest.log" | grep -E 'FAILED|panicked' | head -n 40
+echo "pjdfstest: $p_passed passed, $p_failed failed, $((p_skipped + EXCLUDED)) skipped (floor $FLOOR passed)"
+[ "$p_failed" -eq 0 ] && [ "$p_passed" -ge "$FLOOR" ]
+check "pjdfstest: no failure, at least $FLOOR passed" $?
+
+# --- fsx -----------------------------------------------------------------------------------------------
+OPS=100000
+[ "$LONG" = 1 ] && OPS=1000000
+# Every operation the mount supports. fsync, fdatasync and msync commit to the Hub (a commit takes
+# tens of milliseconds), and close commits too: those are rarer than the rest, and the CI profile
+# writes through mmap without msync (the kernel writes the pages back at munmap/close).
+MSYNC_OFF=true
+[ "$LONG" = 1 ] && MSYNC_OFF=false
+cat >"$WORK/fsx.toml" <<EOF
+flen = 262144
+nomsyncafterwrite = $MSYNC_OFF
+[weights]
+close_open = 0.2
+read = 10
+write = 10
+mapread = 4
+mapwrite = 4
+invalidate = 0.2
+truncate = 2
+fsync = 0.02
+fdatasync = 0.02
+posix_fallocate = 0
+punch_hole = 0
+copy_file_range = 0
+sendfile = 1
+EOF
+mkdir -p "$WORK/fsx-artifacts" "$MNT/fsx"
+start=$(date +%s)
+fsx -f "$WORK/fsx.toml" -N "$OPS" -S 7 -P "$WORK/fsx-artifacts" "$MNT/fsx/fsx.bin" >"$WORK/fsx.log" 2>&1
+fsx_rc=$?
+echo "fsx: $OPS operations in $(( $(date +%s) - start )) s, exit $fsx_rc: $(tail -n1 "$WORK/fsx.log")"
+grep -q "All operations completed A-OK" "$WORK/fsx.log" && [ "$fsx_rc" -eq 0 ]
+check "fsx: $OPS operations end A-OK" $? || tail -n 30 "$WORK/fsx.log"
+
+# fsx keeps its final image only in memory (it writes it out only on failure), and its operations
+# depend on nothing but the seed and the config: the same run on local disk gives the image the file
+# must end with.
+mkdir -p "$WORK/ref"
+fsx -f "$WORK/fsx.toml" -N "$OPS" -S 7 -P "$WORK/ref" "$WORK/ref/fsx.bin" >"$WORK/fsx-ref.log" 2>&1 &&
+  grep -q "A-OK" "$WORK/fsx-ref.log"
+check "fsx reference run on local disk" $?
+good="$WORK/ref/fsx.bin"
+
+# Unmount (drains every pending commit), mount again, and compare with fsx's final image.
+stop_mount
+check "unmount drains the commits" $?
+start_mount
+check "remount" $?
+[ -f "$good" ] && cmp "$good" "$MNT/fsx/fsx.bin"
+check "after a remount the Hub's fsx.bin equals fsx's final image ($(stat -c %s "$good" 2>/dev/null) bytes)" $?
+curl -sfL -H "authorization: Bearer $HF_TOKEN" "$EP/datasets/local/posix/resolve/main/fsx/fsx.bin" -o "$WORK/from-hub.bin" && cmp "$good" "$WORK/from-hub.bin"
+check "the file downloaded from the Hub equals fsx's final image" $?
+stop_mount
+
+finish
