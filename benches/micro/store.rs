@@ -104,13 +104,14 @@ pub fn bench_pool(c: &mut Criterion, ids: &mut Ids) {
             drop(black_box(buf.freeze()))
         })
     });
-    g.bench_function("fresh_fill_8mib", |b| {
+    g.bench_function("fresh_vec_fill_8mib", |b| {
         b.iter(|| {
             let mut buf: Vec<u8> = Vec::with_capacity(BLOCK);
             buf.extend_from_slice(&data);
             drop(black_box(Bytes::from(buf)))
         })
     });
+    g.bench_function("fresh_mmap_fill_8mib", |b| b.iter(|| fresh_mapping_fill(&data)));
     g.finish();
     let s = pool.stats();
     assert!(s.created <= 5, "the pool kept reusing its buffers: {s:?}");
@@ -127,9 +128,35 @@ pub fn bench_pool(c: &mut Criterion, ids: &mut Ids) {
         "pooled buffer filled with 8 MiB (prefaulted pages)",
     );
     ids.add(
-        "buffer_pool/fresh_fill_8mib",
-        "fresh Vec filled with 8 MiB (what the pool avoids)",
+        "buffer_pool/fresh_vec_fill_8mib",
+        "fresh Vec filled with 8 MiB (glibc reuses the freed heap here: no page faults)",
     );
+    ids.add(
+        "buffer_pool/fresh_mmap_fill_8mib",
+        "fresh 8 MiB mapping filled, then unmapped: every page faults (what the pool avoids)",
+    );
+}
+
+/// What a fresh 8 MiB allocation costs when it is a new mapping (glibc's large allocations are, until
+/// its dynamic threshold moves up, and again after `malloc_trim`): map, fill (every page faults),
+/// unmap.
+fn fresh_mapping_fill(data: &[u8]) {
+    // SAFETY: an anonymous private mapping of `data.len()` bytes, written only within its length
+    // and unmapped before returning; nothing else refers to it.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            data.len(),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        std::ptr::copy_nonoverlapping(data.as_ptr(), p.cast::<u8>(), data.len());
+        black_box(p);
+        assert_eq!(libc::munmap(p, data.len()), 0);
+    }
 }
 
 /// A disk-tier key (`kind:hex`, as content ids are).
@@ -180,6 +207,8 @@ pub fn bench_chunk_store(c: &mut Criterion, ids: &mut Ids) {
     disk.write(disk_key(0), &block);
 
     let mut g = c.benchmark_group("chunk_store");
+    // A disk put takes milliseconds: fewer samples keep the group within its measurement time.
+    g.sample_size(30);
     g.bench_function("mem_get_hit", |b| {
         b.iter_custom(|iters| {
             rt.block_on(async {
@@ -191,8 +220,9 @@ pub fn bench_chunk_store(c: &mut Criterion, ids: &mut Ids) {
             })
         })
     });
+    // New keys each iteration, across criterion's calls of the routine (a repeated key is a hit).
+    let mut next = 1_000u64;
     g.bench_function("mem_put", |b| {
-        let mut next = 1_000u64;
         b.iter_custom(|iters| {
             rt.block_on(async {
                 let t = Instant::now();
@@ -213,8 +243,9 @@ pub fn bench_chunk_store(c: &mut Criterion, ids: &mut Ids) {
             black_box(disk.read(&disk_key(i), len, &pool).unwrap())
         })
     });
+    // A key already on disk is skipped by `write`: every iteration writes a new one.
+    let mut next = 1_000u64;
     g.bench_function("disk_put", |b| {
-        let mut next = 1_000u64;
         b.iter(|| {
             next += 1;
             disk.write(disk_key(next), &block)
