@@ -262,26 +262,33 @@ pub struct FaultArgs {
     /// Requests per second allowed before answering 429 with a RateLimit header.
     #[arg(long = "rate-limit", value_name = "[CLASS=]RPS")]
     pub rate_limit: Vec<String>,
+    /// Probability of answering 429 with a RateLimit header (wait 1 s).
+    #[arg(long = "throttle-rate", value_name = "[CLASS=]P")]
+    pub throttle_rate: Vec<String>,
 }
 
 impl FaultArgs {
     /// Folds the flags into settings per class.
     pub fn to_settings(&self) -> anyhow::Result<Vec<(RouteClass, FaultSettings)>> {
-        let mut per: [FaultSettings; 4] = Default::default();
-        let knobs: [(&str, &Vec<String>, Apply); 6] = [
+        let mut per: [FaultSettings; RouteClass::EVERY.len()] = Default::default();
+        let knobs: [(&str, &Vec<String>, Apply); 7] = [
             ("--latency-ms", &self.latency_ms, |s, v| s.latency_ms = v as u64),
             ("--bandwidth-mbps", &self.bandwidth_mbps, |s, v| s.bandwidth_mbps = v),
             ("--error-rate", &self.error_rate, |s, v| s.error_rate = v),
             ("--stall-rate", &self.stall_rate, |s, v| s.stall_rate = v),
             ("--reset-rate", &self.reset_rate, |s, v| s.reset_rate = v),
             ("--rate-limit", &self.rate_limit, |s, v| s.rate_limit = v),
+            ("--throttle-rate", &self.throttle_rate, |s, v| s.throttle_rate = v),
         ];
         for (flag, values, apply) in knobs {
             for raw in values {
                 let (classes, v) = match raw.split_once('=') {
                     Some((c, v)) => {
                         let class = RouteClass::parse(c).ok_or_else(|| {
-                            anyhow::anyhow!("{flag} {raw}: unknown class {c:?}; use api, resolve, cas or commit")
+                            anyhow::anyhow!(
+                                "{flag} {raw}: unknown class {c:?}; use api, resolve, cas, commit, reconstruction, \
+                                 xorb-fetch, xorb-upload or shard-upload"
+                            )
                         })?;
                         (vec![class], v)
                     }
@@ -302,7 +309,10 @@ impl FaultArgs {
                 }
             }
         }
-        let out: Vec<_> = RouteClass::ALL.iter().map(|c| (*c, per[*c as usize].clone())).collect();
+        let out: Vec<_> = RouteClass::EVERY
+            .iter()
+            .map(|c| (*c, per[*c as usize].clone()))
+            .collect();
         for (c, s) in &out {
             s.validate()
                 .map_err(|e| anyhow::anyhow!("fault settings for {c:?}: {e}"))?;

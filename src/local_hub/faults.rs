@@ -1,9 +1,15 @@
-//! Fault injection and request accounting, per route class (api, resolve/blob, cas).
+//! Fault injection and request accounting, per route class.
 //!
 //! The knobs shape real network trouble: added latency, a per-connection bandwidth cap, 5xx
 //! errors, stalls (the request is accepted and never answered), connections reset mid-body and
-//! 429 rate limiting with the Hub's `RateLimit` header. They are set by CLI flags and at runtime
-//! through `/admin/faults`, and every class counts its requests and body bytes for benchmarks.
+//! 429s with the Hub's `RateLimit` header (at a probability, or past a request rate). They are set
+//! by CLI flags and at runtime through `/admin/faults`, and every class counts its requests and
+//! body bytes for benchmarks.
+//!
+//! Every request has one coarse class (api, commit, resolve, cas). A CAS request may also have a
+//! fine class naming its protocol step (reconstruction, xorb-fetch, xorb-upload, shard-upload), so
+//! a test can break one step of a Xet read or upload while the others keep working. Such a request
+//! obeys the knobs of both its classes and is counted in both.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -14,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
@@ -22,17 +28,40 @@ use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
 pub enum RouteClass {
+    /// The `/api/…` routes and the LFS batch API, except commits.
+    #[serde(rename = "api")]
     Api,
+    /// `/resolve/` downloads on the API origin and everything on the blob origin.
+    #[serde(rename = "resolve")]
     Resolve,
+    /// Every request to the Xet CAS origin.
+    #[serde(rename = "cas")]
     Cas,
     /// Write calls of the API: `…/commit/…` and `…/preupload/…` (a class of its own so a test can
     /// break commits while listings keep working).
+    #[serde(rename = "commit")]
     Commit,
+    /// CAS: `GET /v1|v2/reconstructions…` (which xorb ranges make up a file).
+    #[serde(rename = "reconstruction")]
+    Reconstruction,
+    /// CAS: presigned `fetch_term` and `get_xorb` reads of xorb bytes.
+    #[serde(rename = "xorb-fetch")]
+    XorbFetch,
+    /// CAS: xorb uploads (`/xorbs/…`, grants, grant commits and presigned grant uploads).
+    #[serde(rename = "xorb-upload")]
+    XorbUpload,
+    /// CAS: `POST /v1|v2/shards` (registers the uploaded files).
+    #[serde(rename = "shard-upload")]
+    ShardUpload,
 }
 
+/// Number of route classes (coarse and fine).
+const N: usize = 8;
+
 impl RouteClass {
+    /// The coarse classes: every request has exactly one of them, so summing their stats counts
+    /// each request once, and a knob without a class prefix applies to these.
     pub const ALL: [RouteClass; 4] = [
         RouteClass::Api,
         RouteClass::Resolve,
@@ -40,18 +69,51 @@ impl RouteClass {
         RouteClass::Commit,
     ];
 
+    /// The fine classes of the CAS protocol steps (each also counts as `cas`).
+    pub const CAS_STEPS: [RouteClass; 4] = [
+        RouteClass::Reconstruction,
+        RouteClass::XorbFetch,
+        RouteClass::XorbUpload,
+        RouteClass::ShardUpload,
+    ];
+
+    /// Coarse and fine classes.
+    pub const EVERY: [RouteClass; N] = [
+        RouteClass::Api,
+        RouteClass::Resolve,
+        RouteClass::Cas,
+        RouteClass::Commit,
+        RouteClass::Reconstruction,
+        RouteClass::XorbFetch,
+        RouteClass::XorbUpload,
+        RouteClass::ShardUpload,
+    ];
+
     fn idx(self) -> usize {
         self as usize
     }
 
-    pub fn parse(s: &str) -> Option<RouteClass> {
-        match s {
-            "api" => Some(RouteClass::Api),
-            "resolve" | "blob" => Some(RouteClass::Resolve),
-            "cas" => Some(RouteClass::Cas),
-            "commit" => Some(RouteClass::Commit),
-            _ => None,
+    /// The name used by the CLI flags, `/admin/faults` and `/admin/stats`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RouteClass::Api => "api",
+            RouteClass::Resolve => "resolve",
+            RouteClass::Cas => "cas",
+            RouteClass::Commit => "commit",
+            RouteClass::Reconstruction => "reconstruction",
+            RouteClass::XorbFetch => "xorb-fetch",
+            RouteClass::XorbUpload => "xorb-upload",
+            RouteClass::ShardUpload => "shard-upload",
         }
+    }
+
+    /// A class by name; `blob` is an alias of `resolve`, and `_` may stand for `-`.
+    pub fn parse(s: &str) -> Option<RouteClass> {
+        if s == "blob" {
+            return Some(RouteClass::Resolve);
+        }
+        let s = s.replace('_', "-");
+        RouteClass::EVERY.into_iter().find(|c| c.name() == s)
     }
 }
 
@@ -66,6 +128,8 @@ pub struct FaultSettings {
     pub stall_rate: f64,
     pub reset_rate: f64,
     pub rate_limit: f64,
+    /// Probability of answering 429 with a `RateLimit` header asking for a 1 s wait.
+    pub throttle_rate: f64,
 }
 
 impl FaultSettings {
@@ -74,6 +138,7 @@ impl FaultSettings {
             ("error_rate", self.error_rate),
             ("stall_rate", self.stall_rate),
             ("reset_rate", self.reset_rate),
+            ("throttle_rate", self.throttle_rate),
         ] {
             if !(0.0..=1.0).contains(&v) {
                 return Err(format!("{name} must be between 0 and 1, got {v}"));
@@ -108,10 +173,10 @@ pub struct ClassStatsSnapshot {
 
 /// Shared by every router of one local Hub.
 pub struct Faults {
-    settings: [RwLock<FaultSettings>; 4],
-    stats: [ClassStats; 4],
+    settings: [RwLock<FaultSettings>; N],
+    stats: [ClassStats; N],
     /// Token bucket per class for `rate_limit`: (tokens, last refill).
-    buckets: [Mutex<(f64, Instant)>; 4],
+    buckets: [Mutex<(f64, Instant)>; N],
     /// Released on shutdown so stalled requests end.
     pub shutdown: Arc<tokio::sync::Notify>,
 }
@@ -198,36 +263,79 @@ pub fn classify(path: &str) -> Option<RouteClass> {
     }
 }
 
-/// Axum middleware: apply the class's faults, then count the request and its body bytes.
+/// The protocol step of a request on the CAS origin, if it is one of the fine classes. API paths
+/// carry the data dir's prefix (`/cas/<id>/v1/…`); presigned ones do not (`/v1/fetch_term`,
+/// `/simulation/xorb-uploads/…`).
+pub fn cas_step(method: &Method, path: &str) -> Option<RouteClass> {
+    if path.starts_with("/simulation/xorb-uploads/") {
+        return Some(RouteClass::XorbUpload);
+    }
+    let at = path.find("/v1/").or_else(|| path.find("/v2/"))?;
+    let route = path[at + 4..].split('/').next().unwrap_or("");
+    match route {
+        "reconstructions" => Some(RouteClass::Reconstruction),
+        "fetch_term" | "get_xorb" => Some(RouteClass::XorbFetch),
+        "xorbs" | "xorb-grants" | "xorb-commits" => Some(RouteClass::XorbUpload),
+        "shards" if method == Method::POST => Some(RouteClass::ShardUpload),
+        _ => None,
+    }
+}
+
+/// A 429 as the Hub sends it: the `RateLimit` header names the wait (`t`, seconds) that clients
+/// honour before retrying.
+fn throttled(class: RouteClass, why: &str) -> Response {
+    let mut r = injected_error(StatusCode::TOO_MANY_REQUESTS, why);
+    let policy = if class == RouteClass::Resolve {
+        "\"resolvers\";r=0;t=1"
+    } else {
+        "\"api\";r=0;t=1"
+    };
+    r.headers_mut().insert("ratelimit", HeaderValue::from_static(policy));
+    r.headers_mut().insert("retry-after", HeaderValue::from_static("1"));
+    r
+}
+
+/// Axum middleware: apply the faults of the request's classes (its coarse class, then its CAS step
+/// if it has one), then count the request and its body bytes in each.
 pub async fn layer(
     State((faults, fixed)): State<(Arc<Faults>, Option<RouteClass>)>,
     req: Request,
     next: Next,
 ) -> Response {
-    let Some(class) = fixed.or_else(|| classify(req.uri().path())) else {
+    let Some(coarse) = fixed.or_else(|| classify(req.uri().path())) else {
         return next.run(req).await;
     };
-    let s = faults.get(class);
-    let stats = &faults.stats[class.idx()];
-    stats.requests.fetch_add(1, Ordering::Relaxed);
-    if s.latency_ms > 0 {
+    let fine = match coarse {
+        RouteClass::Cas => cas_step(req.method(), req.uri().path()),
+        _ => None,
+    };
+    let classes: Vec<RouteClass> = std::iter::once(coarse).chain(fine).collect();
+    let settings: Vec<(RouteClass, FaultSettings)> = classes.iter().map(|c| (*c, faults.get(*c))).collect();
+    let injected = |c: RouteClass| faults.stats[c.idx()].injected.fetch_add(1, Ordering::Relaxed);
+    for c in &classes {
+        faults.stats[c.idx()].requests.fetch_add(1, Ordering::Relaxed);
+    }
+    let latency_ms: u64 = settings.iter().map(|(_, s)| s.latency_ms).sum();
+    if latency_ms > 0 {
         // A stopping Hub ends injected waits at once, so no request outlives `stop()`.
         tokio::select! {
             _ = faults.shutdown.notified() => return injected_error(StatusCode::SERVICE_UNAVAILABLE, "shutting down"),
-            _ = tokio::time::sleep(Duration::from_millis(s.latency_ms)) => {}
+            _ = tokio::time::sleep(Duration::from_millis(latency_ms)) => {}
         }
     }
-    if s.rate_limit > 0.0 && !faults.take_token(class, s.rate_limit) {
-        stats.injected.fetch_add(1, Ordering::Relaxed);
-        let mut r = injected_error(StatusCode::TOO_MANY_REQUESTS, "Too many requests (injected rate limit)");
-        r.headers_mut()
-            .insert("ratelimit", HeaderValue::from_static("\"resolvers\";r=0;t=1"));
-        r.headers_mut().insert("retry-after", HeaderValue::from_static("1"));
-        return r;
+    for (c, s) in &settings {
+        if s.rate_limit > 0.0 && !faults.take_token(*c, s.rate_limit) {
+            injected(*c);
+            return throttled(*c, "Too many requests (injected rate limit)");
+        }
+        if chance(s.throttle_rate) {
+            injected(*c);
+            return throttled(*c, "Too many requests (injected 429)");
+        }
     }
-    if chance(s.stall_rate) {
-        stats.injected.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(?class, "injected stall");
+    if let Some((c, _)) = settings.iter().find(|(_, s)| chance(s.stall_rate)) {
+        injected(*c);
+        tracing::debug!(class = c.name(), "injected stall");
         // Never answer; give the task back only when the Hub shuts down (or after an hour).
         tokio::select! {
             _ = faults.shutdown.notified() => {}
@@ -235,15 +343,24 @@ pub async fn layer(
         }
         return injected_error(StatusCode::SERVICE_UNAVAILABLE, "stalled request released");
     }
-    if chance(s.error_rate) {
-        stats.injected.fetch_add(1, Ordering::Relaxed);
+    if let Some((c, _)) = settings.iter().find(|(_, s)| chance(s.error_rate)) {
+        injected(*c);
         return injected_error(StatusCode::INTERNAL_SERVER_ERROR, "Internal Error (injected)");
     }
     let resp = next.run(req).await;
-    let reset = chance(s.reset_rate);
-    if reset {
-        stats.injected.fetch_add(1, Ordering::Relaxed);
-    }
+    let reset = match settings.iter().find(|(_, s)| chance(s.reset_rate)) {
+        Some((c, _)) => {
+            injected(*c);
+            true
+        }
+        None => false,
+    };
+    // The tighter of the classes' bandwidth caps (0 = none).
+    let mbps = settings
+        .iter()
+        .map(|(_, s)| s.bandwidth_mbps)
+        .filter(|m| *m > 0.0)
+        .fold(0.0, |acc: f64, m| if acc == 0.0 { m } else { acc.min(m) });
     let len_hint = resp
         .headers()
         .get(axum::http::header::CONTENT_LENGTH)
@@ -253,8 +370,8 @@ pub async fn layer(
     let shaped = Shaped {
         inner: Box::pin(body.into_data_stream()),
         faults: faults.clone(),
-        class,
-        bytes_per_sec: s.bandwidth_mbps * 1_000_000.0 / 8.0,
+        classes,
+        bytes_per_sec: mbps * 1_000_000.0 / 8.0,
         started: Instant::now(),
         sent: 0,
         reset_after: reset.then(|| len_hint.unwrap_or(0) / 2),
@@ -271,7 +388,7 @@ type DataStream = Pin<Box<dyn Stream<Item = Result<Bytes, axum::Error>> + Send>>
 struct Shaped {
     inner: DataStream,
     faults: Arc<Faults>,
-    class: RouteClass,
+    classes: Vec<RouteClass>,
     bytes_per_sec: f64,
     started: Instant,
     sent: u64,
@@ -322,9 +439,11 @@ impl Stream for Shaped {
             self.pending = Some(chunk.split_off(take));
         }
         self.sent += chunk.len() as u64;
-        self.faults.stats[self.class.idx()]
-            .bytes_out
-            .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        for c in &self.classes {
+            self.faults.stats[c.idx()]
+                .bytes_out
+                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        }
         if self.bytes_per_sec > 0.0 {
             let due = Duration::try_from_secs_f64(self.sent as f64 / self.bytes_per_sec).unwrap_or(Duration::MAX);
             let elapsed = self.started.elapsed();
@@ -367,6 +486,57 @@ mod tests {
             .validate()
             .is_ok()
         );
+    }
+
+    #[test]
+    fn class_names_round_trip() {
+        for c in RouteClass::EVERY {
+            assert_eq!(RouteClass::parse(c.name()), Some(c));
+            let json = serde_json::to_string(&c).unwrap();
+            assert_eq!(json, format!("\"{}\"", c.name()));
+        }
+        assert_eq!(RouteClass::parse("blob"), Some(RouteClass::Resolve));
+        assert_eq!(RouteClass::parse("xorb_upload"), Some(RouteClass::XorbUpload));
+        assert_eq!(RouteClass::parse("xorbs"), None);
+    }
+
+    #[test]
+    fn cas_steps_by_path() {
+        let get = Method::GET;
+        let post = Method::POST;
+        let cases = [
+            (
+                &get,
+                "/cas/ab12/v1/reconstructions/0123",
+                Some(RouteClass::Reconstruction),
+            ),
+            (
+                &get,
+                "/cas/ab12/v2/reconstructions/0123",
+                Some(RouteClass::Reconstruction),
+            ),
+            (&get, "/v1/fetch_term", Some(RouteClass::XorbFetch)),
+            (&get, "/cas/ab12/v1/get_xorb/default/00/", Some(RouteClass::XorbFetch)),
+            (&post, "/cas/ab12/v1/xorbs/default/00", Some(RouteClass::XorbUpload)),
+            (
+                &post,
+                "/cas/ab12/v1/xorb-grants/default/00",
+                Some(RouteClass::XorbUpload),
+            ),
+            (
+                &Method::PUT,
+                "/simulation/xorb-uploads/g1",
+                Some(RouteClass::XorbUpload),
+            ),
+            (&post, "/cas/ab12/v1/shards", Some(RouteClass::ShardUpload)),
+            (&post, "/cas/ab12/v2/shards", Some(RouteClass::ShardUpload)),
+            (&get, "/cas/ab12/v1/chunks/default-merkledb/00", None),
+            (&post, "/cas/ab12/v1/telemetry", None),
+            (&get, "/health", None),
+        ];
+        for (m, path, want) in cases {
+            assert_eq!(cas_step(m, path), want, "{m} {path}");
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use xet_client::cas_client::{LocalServer, LocalServerConfig};
@@ -239,7 +239,7 @@ impl LocalHub {
     }
 
     pub fn clear_faults(&self) {
-        for c in RouteClass::ALL {
+        for c in RouteClass::EVERY {
             let _ = self.state.faults.set(c, FaultSettings::default());
         }
     }
@@ -330,8 +330,8 @@ async fn dispatch(state: &HubState, req: Request) -> HubResult<Response> {
     }
 }
 
-/// `GET /admin/faults` shows every class; `POST` takes `{"api": {...}, "cas": {...}}` (classes left
-/// out keep their settings). Needs a write token: faults affect everyone using this Hub.
+/// `GET /admin/faults` shows every class (coarse and CAS steps); `POST` takes `{"api": {...},
+/// "xorb-upload": {...}}` (classes left out keep their settings). Needs a write token: faults affect everyone using this Hub.
 async fn admin_faults(state: &HubState, req: Req) -> HubResult<Response> {
     if !req.caller.as_ref().is_some_and(|c| c.write) {
         return Err(HubError::Forbidden(
@@ -351,23 +351,21 @@ async fn admin_faults(state: &HubState, req: Req) -> HubResult<Response> {
             tracing::info!(?class, "fault settings changed");
         }
     }
-    let v = json!({
-        "api": state.faults.get(RouteClass::Api),
-        "resolve": state.faults.get(RouteClass::Resolve),
-        "cas": state.faults.get(RouteClass::Cas),
-        "commit": state.faults.get(RouteClass::Commit),
-    });
+    let v: serde_json::Map<String, Value> = RouteClass::EVERY
+        .iter()
+        .map(|c| Ok((c.name().to_string(), serde_json::to_value(state.faults.get(*c))?)))
+        .collect::<Result<_, serde_json::Error>>()
+        .map_err(|e| HubError::Internal(e.to_string()))?;
     Ok(json_response(StatusCode::OK, &v))
 }
 
 /// `GET /admin/stats[?reset=1]`: requests, body bytes and injected faults per class.
 async fn admin_stats(state: &HubState, req: Req) -> HubResult<Response> {
-    let v = json!({
-        "api": state.faults.stats(RouteClass::Api),
-        "resolve": state.faults.stats(RouteClass::Resolve),
-        "cas": state.faults.stats(RouteClass::Cas),
-        "commit": state.faults.stats(RouteClass::Commit),
-    });
+    let v: serde_json::Map<String, Value> = RouteClass::EVERY
+        .iter()
+        .map(|c| Ok((c.name().to_string(), serde_json::to_value(state.faults.stats(*c))?)))
+        .collect::<Result<_, serde_json::Error>>()
+        .map_err(|e| HubError::Internal(e.to_string()))?;
     if super::http_util::query_flag(&req.query, "reset") {
         state.faults.reset_stats();
     }

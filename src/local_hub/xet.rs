@@ -1,6 +1,6 @@
 //! Xet: the token endpoints of the Hub API, and the public CAS origin. The CAS itself is xet-client's
 //! `LocalServer` on an internal port; the public origin in front of it checks the tokens we issued,
-//! applies the `cas` fault class, and reads every uploaded shard to learn which sha256 each Xet file
+//! is where the `cas` fault class and its step classes apply (see `faults::cas_step`), and reads every uploaded shard to learn which sha256 each Xet file
 //! hash stands for (the commit only names the sha256).
 
 use std::io::Cursor;
