@@ -1,0 +1,222 @@
+//! fio jobs: one job per run, its JSON report parsed into the figures the suite reports.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+/// Where a job's files are: a FUSE mountpoint (psync, or io_uring for queue depths above 1) or an
+/// NFS server reached by fio's libnfs engine.
+#[derive(Clone, Debug)]
+pub enum Target {
+    Fuse(PathBuf),
+    Nfs(SocketAddr),
+}
+
+/// What one fio job did: bytes per second, operations per second, fio's own runtime
+/// and the wall time of the fio process (which includes opening and closing the files).
+#[derive(Clone, Debug, Default)]
+pub struct FioResult {
+    pub bw: f64,
+    pub iops: f64,
+    pub runtime: Duration,
+    pub wall: Duration,
+}
+
+/// One fio job, built up with the methods below and run by [`Fio::run`].
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub rw: &'static str,
+    pub bs: u64,
+    /// Paths relative to the target's root; several make one job over several files.
+    pub files: Vec<String>,
+    /// Size of each file (fio's nfs engine cannot stat; for writes it is what gets written).
+    pub file_size: u64,
+    pub iodepth: u32,
+    /// Time-based jobs run this long (random reads); others run once over the files.
+    pub runtime: Option<Duration>,
+}
+
+impl Job {
+    pub fn new(rw: &'static str, bs: u64, files: Vec<String>, file_size: u64) -> Job {
+        Job {
+            rw,
+            bs,
+            files,
+            file_size,
+            iodepth: 1,
+            runtime: None,
+        }
+    }
+
+    pub fn depth(mut self, d: u32) -> Job {
+        self.iodepth = d;
+        self
+    }
+
+    pub fn timed(mut self, d: Duration) -> Job {
+        self.runtime = Some(d);
+        self
+    }
+
+    fn is_write(&self) -> bool {
+        self.rw.contains("write")
+    }
+
+    fn args(&self, target: &Target) -> Vec<String> {
+        let mut a = vec![
+            "--name=job".to_string(),
+            "--output-format=json".to_string(),
+            "--thread".to_string(),
+            format!("--rw={}", self.rw),
+            format!("--bs={}", self.bs),
+            format!("--iodepth={}", self.iodepth),
+            format!("--filesize={}", self.file_size),
+            format!("--nrfiles={}", self.files.len()),
+            "--file_service_type=sequential".to_string(),
+            "--randrepeat=1".to_string(),
+            "--randseed=4242".to_string(),
+        ];
+        let names = match target {
+            Target::Fuse(dir) => {
+                let engine = if self.iodepth > 1 { "io_uring" } else { "psync" };
+                a.push(format!("--ioengine={engine}"));
+                // Names relative to the mountpoint keep a long file list under the kernel's
+                // 128 KiB limit for one argument.
+                a.push(format!("--directory={}", dir.display()));
+                join_names(&self.files)
+            }
+            Target::Nfs(addr) => {
+                let port = addr.port();
+                a.push("--ioengine=nfs".to_string());
+                a.push(format!(
+                    "--nfs_url=nfs://{}/?nfsport={port}&mountport={port}",
+                    addr.ip()
+                ));
+                join_names(&self.files)
+            }
+        };
+        a.push(format!("--filename={names}"));
+        if let Some(t) = self.runtime {
+            a.push(format!("--runtime={}ms", t.as_millis()));
+            a.push("--time_based".to_string());
+        }
+        if self.is_write() {
+            // Fresh pseudo-random bytes for every block, the same sequence for the same seed: an
+            // identical rewrite writes identical bytes, and nothing dedups inside one file.
+            a.push("--refill_buffers=1".to_string());
+            a.push("--create_on_open=1".to_string());
+            a.push("--openfiles=1".to_string());
+        }
+        a
+    }
+}
+
+/// fio separates file names with ':'; a name holding one escapes it.
+fn join_names(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|p| p.replace(':', "\\:"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// The fio binary (it must have the nfs engine for NFS targets) and how long one job may take.
+pub struct Fio {
+    pub bin: PathBuf,
+    pub timeout: Duration,
+}
+
+struct Output {
+    status: std::process::ExitStatus,
+    stderr: String,
+}
+
+/// SIGKILL to `pid` and every process whose parent it is (fio forks helpers that outlive it).
+fn kill_tree(pid: u32) {
+    let mut pids = vec![pid];
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            // Field 4 of /proc/PID/stat, after the parenthesised command name.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1));
+            if ppid == Some(pid.to_string().as_str())
+                && let Some(child) = e.file_name().to_str().and_then(|n| n.parse().ok())
+            {
+                pids.push(child);
+            }
+        }
+    }
+    for p in pids {
+        // SAFETY: kill(2) of fio, a child this process started, and of fio's own children.
+        unsafe { libc::kill(p as i32, libc::SIGKILL) };
+    }
+}
+
+impl Fio {
+    /// Runs `job` against `target`; an error when fio fails, reports a job error or moves no bytes.
+    pub fn run(&self, target: &Target, job: &Job) -> anyhow::Result<FioResult> {
+        let args = job.args(target);
+        // Report and errors go to files: a stuck helper process of fio then holds no pipe open,
+        // and libnfs's chatter cannot fill one.
+        let report = tempfile::NamedTempFile::new()?;
+        let errors = tempfile::NamedTempFile::new()?;
+        let t = Instant::now();
+        let mut child = Command::new(&self.bin)
+            .args(&args)
+            .arg(format!("--output={}", report.path().display()))
+            .stdout(Stdio::null())
+            .stderr(errors.reopen()?)
+            .spawn()
+            .with_context(|| format!("running {}", self.bin.display()))?;
+        let status = loop {
+            if let Some(st) = child.try_wait()? {
+                break st;
+            }
+            if t.elapsed() > self.timeout {
+                kill_tree(child.id());
+                let _ = child.wait();
+                bail!(
+                    "fio did not finish in {:?} (a request left unanswered?); args {args:?}",
+                    self.timeout
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let wall = t.elapsed();
+        let stderr = std::fs::read_to_string(errors.path()).unwrap_or_default();
+        let text = std::fs::read_to_string(report.path()).unwrap_or_default();
+        let out = Output { status, stderr };
+        let tail = || out.stderr.lines().rev().take(6).collect::<Vec<_>>().join(" | ");
+        // libnfs prints teardown chatter before the JSON on some runs.
+        let json = text.find("{\n").map_or("", |i| &text[i..]);
+        let v: serde_json::Value = serde_json::from_str(json)
+            .with_context(|| format!("fio printed no JSON report (exit {}): {}", out.status, tail()))?;
+        let j = &v["jobs"][0];
+        let part = if job.is_write() { &j["write"] } else { &j["read"] };
+        let err = j["error"].as_i64().unwrap_or(0);
+        let bytes = part["io_bytes"].as_u64().unwrap_or(0);
+        if !out.status.success() || err != 0 || bytes == 0 {
+            bail!(
+                "fio job failed (exit {}, job error {err}, {bytes} bytes): {}; args {args:?}",
+                out.status,
+                tail()
+            );
+        }
+        Ok(FioResult {
+            bw: part["bw_bytes"].as_f64().unwrap_or(0.0),
+            iops: part["iops"].as_f64().unwrap_or(0.0),
+            runtime: Duration::from_millis(part["runtime"].as_u64().unwrap_or(0)),
+            wall,
+        })
+    }
+}
+
+/// The page cache, dropped before cold and re-read passes so that the kernel does not answer.
+pub fn drop_caches() {
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+}
