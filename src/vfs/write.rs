@@ -13,7 +13,7 @@ use super::error::{VfsError, VfsResult};
 use super::read::ReadState;
 use super::remote::FileMeta;
 use super::{Attr, Found, Handle, Ino, Node, VirtualFs, join};
-use crate::write::overlay::Entry;
+use crate::write::overlay::{Entry, Overlay};
 use crate::write::staging::DirtyFile;
 
 /// How much of a remote file is copied into staging per read when it is opened for writing.
@@ -64,6 +64,19 @@ fn check_repo_path(remote_path: &str) -> VfsResult<()> {
     Ok(())
 }
 
+/// A Hub path is being deleted: its parent directories become local ones, because the Hub drops a
+/// directory with its last file and only rmdir may remove one from the mount. (Parents of a Hub
+/// path are Hub directories, so one that has an overlay entry already is hidden or local.)
+fn keep_parents(o: &mut Overlay, path: &str) {
+    let mut dir = path;
+    while let Some((parent, _)) = dir.rsplit_once('/') {
+        if o.get(parent).is_none() {
+            o.set(parent, Entry::Dir);
+        }
+        dir = parent;
+    }
+}
+
 impl VirtualFs {
     fn writable(&self) -> VfsResult<()> {
         if self.writer.is_some() {
@@ -95,6 +108,7 @@ impl VirtualFs {
         let mut o = w.overlay.lock();
         if remote {
             o.set(path, Entry::Gone);
+            keep_parents(&mut o, path);
         } else {
             o.remove(path);
         }
@@ -246,7 +260,10 @@ impl VirtualFs {
     }
 
     pub async fn setattr(&self, ino: Ino, req: SetAttr) -> VfsResult<Attr> {
-        let path = self.path_of(ino)?;
+        let path = match self.path_of(ino) {
+            Ok(p) => p,
+            Err(e) => return self.setattr_unlinked(ino, &req).unwrap_or(Err(e)),
+        };
         let commit = self.commit().await?;
         let found = self.find(&commit, &path).await?.ok_or(VfsError::NotFound)?;
         let current = self.found_attr(ino, &found);
@@ -291,6 +308,40 @@ impl VirtualFs {
         Ok(self.found_attr(ino, &found))
     }
 
+    /// ftruncate/futimens of a file unlinked (or renamed over) while open: it has no path any
+    /// more, but its handle still names it (`None`: no such handle).
+    fn setattr_unlinked(&self, ino: Ino, req: &SetAttr) -> Option<VfsResult<Attr>> {
+        let file = req
+            .fh
+            .and_then(|fh| match self.handles.lock().get(&fh).map(|h| h.as_ref()) {
+                Some(Handle::Local {
+                    ino: i,
+                    file,
+                    write: true,
+                }) if *i == ino => Some(file.clone()),
+                _ => None,
+            })?;
+        let current = self.found_attr(ino, &Found::Local(file.clone()));
+        if req.mode.is_some_and(|m| (m & 0o7777) as u16 != current.perm)
+            || req.uid.is_some_and(|u| u != current.uid)
+            || req.gid.is_some_and(|g| g != current.gid)
+        {
+            return Some(Err(VfsError::NotPermitted("the Hub stores no modes or owners")));
+        }
+        if let Some(size) = req.size
+            && let Err(e) = file.truncate(size)
+        {
+            return Some(Err(e.into()));
+        }
+        if let Some(t) = req.mtime {
+            file.set_mtime(t);
+        }
+        Some(Ok(Attr {
+            nlink: 0,
+            ..self.found_attr(ino, &Found::Local(file))
+        }))
+    }
+
     pub async fn mkdir(&self, parent: Ino, name: &str) -> VfsResult<Attr> {
         self.writable()?;
         check_name(name)?;
@@ -301,6 +352,7 @@ impl VirtualFs {
         if self.find(&commit, &path).await?.is_some() {
             return Err(VfsError::Exists);
         }
+        self.settle_whiteout(commit, &path).await?;
         check_repo_path(&self.remote_path(&path))?;
         if let Some(w) = &self.writer {
             w.overlay.lock().set(&path, Entry::Dir);
@@ -321,7 +373,9 @@ impl VirtualFs {
         }
         if self.remote_file(&commit, &path).await? {
             if let Some(w) = &self.writer {
-                w.overlay.lock().set(&path, Entry::Gone);
+                let mut o = w.overlay.lock();
+                o.set(&path, Entry::Gone);
+                keep_parents(&mut o, &path);
             }
             self.kick();
         } else if let Some(w) = &self.writer {
@@ -375,8 +429,13 @@ impl VirtualFs {
         check_repo_path(&self.remote_path(&to))?;
         let src = self.find(&commit, &from).await?.ok_or(VfsError::NotFound)?;
         if from == to {
-            return Ok(());
+            // Linux checks RENAME_NOREPLACE first: onto itself, too, it is EEXIST.
+            return if flags.noreplace { Err(VfsError::Exists) } else { Ok(()) };
         }
+        let commit = match src {
+            Found::Dir => self.settle_whiteout(commit, &to).await?,
+            _ => commit,
+        };
         let dst = self.find(&commit, &to).await?;
         if dst.is_some() && flags.noreplace {
             return Err(VfsError::Exists);
@@ -418,6 +477,21 @@ impl VirtualFs {
         self.inodes.rename(&from, &to);
         self.kick();
         Ok(())
+    }
+
+    /// Before a directory is laid over `path`: a deleted remote file there (a whiteout the
+    /// directory entry would replace) is committed first, else its deletion would be lost.
+    /// Returns the commit to work on from then on.
+    async fn settle_whiteout(&self, commit: String, path: &str) -> VfsResult<String> {
+        let whiteout = self
+            .writer
+            .as_ref()
+            .is_some_and(|w| matches!(w.overlay.lock().get(path), Some(Entry::Gone)));
+        if whiteout && self.remote_file(&commit, path).await? {
+            self.sync_all().await?;
+            return self.commit().await;
+        }
+        Ok(commit)
     }
 
     fn place(&self, path: &str, e: Entry) {

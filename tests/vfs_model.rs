@@ -1,0 +1,243 @@
+//! Model-based test of the writable VirtualFs, in process (no kernel): random operation sequences
+//! over a tiny name space are run against VirtualFs on the local Hub and against a reference model
+//! of Linux semantics (`vfs_model/model.rs`). Every answer, errno included, must agree; after every
+//! step the whole tree and every open handle are compared with the model; at the end of a case the
+//! Hub's files must equal the model's, by sha256.
+//!
+//! Profiles: `cargo test --test vfs_model` runs a short one; `HUBFS_MODEL_CASES=N` and
+//! `HUBFS_MODEL_OPS=M` make it longer, `HUBFS_MODEL_SEED=S` replays a run.
+
+#[path = "vfs_model/harness.rs"]
+mod harness;
+#[path = "vfs_model/model.rs"]
+mod model;
+
+use std::io::Write as _;
+use std::time::Instant;
+
+use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
+
+use harness::World;
+use model::{Op, Target};
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+#[test]
+fn random_sequences_agree_with_the_model() {
+    let cases = env_u64("HUBFS_MODEL_CASES", 48) as u32;
+    let max_ops = env_u64("HUBFS_MODEL_OPS", 48).max(2) as usize;
+    let seed = env_u64(
+        "HUBFS_MODEL_SEED",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+    );
+    let world = World::new();
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        rng_seed: RngSeed::Fixed(seed),
+        max_shrink_iters: 5000,
+        max_shrink_time: 60_000,
+        ..Config::default()
+    };
+    let started = Instant::now();
+    let mut runner = TestRunner::new(config);
+    let strategy = proptest::collection::vec(model::op(), max_ops / 2..=max_ops);
+    let result = runner.run(&strategy, |ops| world.run_case(&ops).map_err(TestCaseError::fail));
+    let s = world.stats.lock();
+    let _ = writeln!(
+        std::io::stderr(),
+        "vfs_model: seed {seed}, {} cases, {} ops ({} skipped: no open handle), {} remounts, {:.1} s; errnos: {}",
+        s.cases,
+        s.ops,
+        s.skipped,
+        s.remounts,
+        started.elapsed().as_secs_f64(),
+        s.errno_names()
+    );
+    if let Err(e) = result {
+        panic!("seed {seed}: {e}");
+    }
+    for errno in [libc::ENOENT, libc::EEXIST, libc::ENOTDIR, libc::EISDIR, libc::ENOTEMPTY] {
+        assert!(
+            s.errnos.contains_key(&errno) || cases < 8,
+            "the run never produced {}: the generator no longer covers it",
+            harness::errno_name(errno)
+        );
+    }
+}
+
+fn p(s: &str) -> String {
+    s.to_string()
+}
+
+/// Replays one sequence on a fresh world.
+fn replay(ops: Vec<Op>) {
+    let world = World::new();
+    if let Err(e) = world.run_case(&ops) {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn smoke_every_kind_of_operation() {
+    replay(vec![
+        Op::Mkdir { path: p("a") },
+        Op::Create {
+            path: p("a/b"),
+            exclusive: true,
+            truncate: false,
+        },
+        Op::Write {
+            h: 0,
+            offset: 5,
+            len: 10,
+            seed: 1,
+        },
+        Op::Read {
+            target: Target::Handle(0),
+            offset: 0,
+            len: 100,
+        },
+        Op::Fsync { h: 0 },
+        Op::Truncate {
+            target: Target::Handle(0),
+            size: 3,
+        },
+        Op::Close { h: 0 },
+        Op::Rename {
+            from: p("a"),
+            to: p("a/c"),
+            noreplace: false,
+            exchange: false,
+        },
+        Op::Rename {
+            from: p("a"),
+            to: p("c"),
+            noreplace: true,
+            exchange: false,
+        },
+        Op::Rmdir { path: p("c") },
+        Op::Unlink { path: p("c") },
+        Op::Remount,
+        Op::Readdir { path: p("c") },
+        Op::Stat { path: p("c/b") },
+    ]);
+}
+
+/// Bug found by the model: `mkdir` over the name of a just-deleted Hub file replaced the deletion's
+/// whiteout with a directory entry, so the deletion was never committed and the file came back
+/// after a remount.
+#[test]
+fn mkdir_over_a_deleted_hub_file_keeps_the_deletion() {
+    replay(vec![
+        Op::Create {
+            path: p("c"),
+            exclusive: false,
+            truncate: false,
+        },
+        Op::Close { h: 0 },
+        Op::Unlink { path: p("c") },
+        Op::Mkdir { path: p("c") },
+        Op::Remount,
+    ]);
+}
+
+/// The same through a directory renamed onto the deleted file's name.
+#[test]
+fn rename_of_a_directory_over_a_deleted_hub_file_keeps_the_deletion() {
+    replay(vec![
+        Op::Create {
+            path: p("c"),
+            exclusive: false,
+            truncate: false,
+        },
+        Op::Close { h: 0 },
+        Op::Mkdir { path: p("a") },
+        Op::Unlink { path: p("c") },
+        Op::Rename {
+            from: p("a"),
+            to: p("c"),
+            noreplace: false,
+            exchange: false,
+        },
+        Op::Remount,
+    ]);
+}
+
+/// Bug found by the model: ftruncate through the handle of a file unlinked while open failed with
+/// ENOENT (setattr looked the inode's path up first).
+#[test]
+fn ftruncate_of_a_file_unlinked_while_open() {
+    replay(vec![
+        Op::Create {
+            path: p("b"),
+            exclusive: false,
+            truncate: false,
+        },
+        Op::Write {
+            h: 0,
+            offset: 0,
+            len: 10,
+            seed: 3,
+        },
+        Op::Unlink { path: p("b") },
+        Op::Truncate {
+            target: Target::Handle(0),
+            size: 4,
+        },
+        Op::Read {
+            target: Target::Handle(0),
+            offset: 0,
+            len: 100,
+        },
+        Op::Close { h: 0 },
+    ]);
+}
+
+/// A Hub directory whose last file is deleted stays a directory in the mount after the deletion is
+/// committed (the Hub drops it; POSIX says only rmdir removes it).
+#[test]
+fn a_directory_outlives_the_commit_of_its_last_file_deletion() {
+    replay(vec![
+        Op::Mkdir { path: p("a") },
+        Op::Mkdir { path: p("a/b") },
+        Op::Create {
+            path: p("a/b/c"),
+            exclusive: false,
+            truncate: false,
+        },
+        Op::Close { h: 0 },
+        Op::Remount,
+        Op::Unlink { path: p("a/b/c") },
+        Op::Sync,
+        Op::Readdir { path: p("a") },
+        Op::Create {
+            path: p("c"),
+            exclusive: false,
+            truncate: false,
+        },
+        Op::Close { h: 0 },
+        Op::Mkdir { path: p("b") },
+        Op::Rename {
+            from: p("c"),
+            to: p("b/c"),
+            noreplace: false,
+            exchange: false,
+        },
+        Op::Sync,
+        Op::Remount,
+        Op::Rename {
+            from: p("b/c"),
+            to: p("c"),
+            noreplace: false,
+            exchange: false,
+        },
+        Op::Sync,
+        Op::Readdir { path: p("b") },
+    ]);
+}
