@@ -2,7 +2,7 @@
 //! content's hash (Xet hash, LFS sha256 or git blob oid) and the block index, so identical bytes in
 //! two revisions or two repos are held once. A bounded memory tier (moka, weighed in bytes) sits
 //! above an optional bounded disk tier; concurrent misses of one block share one fetch, and block
-//! buffers come from a prefaulted pool.
+//! buffers come from a pool of reused buffers.
 
 mod disk;
 

@@ -138,6 +138,27 @@ impl HubClient {
     }
 }
 
+/// What a reader that talks to other origins itself (the Xet CAS) shares with this client: the
+/// HTTP client, so one connection pool serves every origin, and the retry settings.
+#[derive(Clone)]
+pub struct Transport {
+    pub client: reqwest::Client,
+    /// Deadline of one attempt.
+    pub timeout: std::time::Duration,
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+}
+
+impl HubClient {
+    pub fn transport(&self) -> Transport {
+        Transport {
+            client: self.inner.http.client.clone(),
+            timeout: self.inner.http.timeout,
+            max_retries: self.inner.http.max_retries,
+        }
+    }
+}
+
 enum Ranged {
     Bytes(Bytes),
     Redirect(Url),

@@ -10,7 +10,8 @@ use super::error::VfsResult;
 use super::remote::{FileMeta, Remote};
 use crate::chunk_store::{BLOCK_SIZE, ChunkStore};
 
-/// Largest prefetch window, in blocks (8 × 8 MiB = 64 MiB ahead of the reader).
+/// Largest prefetch window, in blocks (8 × 8 MiB = 64 MiB ahead of the reader; twice that on a
+/// slow link, see `Remote::window_scale`).
 pub const MAX_WINDOW_BLOCKS: u64 = 8;
 
 /// How far from the previous read's end a read may start and still count as sequential.
@@ -92,8 +93,10 @@ impl Reader {
         Ok(assemble(&blocks, first * BLOCK_SIZE, offset, end))
     }
 
-    /// Starts background fetches of `count` blocks from `from` (those not cached or in flight).
+    /// Starts background fetches of `count` blocks from `from` (those not cached or in flight),
+    /// scaled up on a slow link.
     fn prefetch(&self, file: &FileMeta, commit: &str, key: &Arc<str>, from: u64, count: u64) {
+        let count = count * self.remote.window_scale();
         for idx in prefetch_blocks(file.size, from, count) {
             let (this, file, commit, key) = (self.clone(), file.clone(), commit.to_string(), key.clone());
             tokio::spawn(async move {

@@ -1,19 +1,20 @@
-//! Fetching file content from the Hub: Xet-stored files through the xet crates (reconstruction plus
-//! xorb ranges from the CAS), regular and plain-LFS files through HTTP Range on `/resolve/`.
+//! Fetching file content from the Hub: Xet-stored files from the CAS (a reconstruction, then xorb
+//! ranges, driven by `xet::Fetcher`), regular and plain-LFS files through HTTP Range on `/resolve/`.
 //! Every fetch has a deadline, so a stalled connection fails with EIO instead of wedging a reader.
+
+mod xet;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::try_join_all;
-use xet::xet_session::{XetDownloadStreamGroup, XetFileInfo, XetSession, XetSessionBuilder};
 
 use super::error::{VfsError, VfsResult};
 use crate::buffer_pool::BufferPool;
 use crate::hub_client::{HubClient, RepoRef};
 
-/// Ranges at least this long are assembled in a pooled (prefaulted) buffer.
+/// Ranges at least this long are assembled in a pooled (reused) buffer.
 const POOLED_MIN: u64 = 1 << 20;
 
 /// Smallest part a block is split into when the link is latency-bound.
@@ -42,6 +43,16 @@ impl Latency {
             old + (us - old) / 64
         };
         self.0.store(new, Ordering::Relaxed);
+    }
+
+    /// How many times the reader's usual prefetch window to keep in flight: a distant Hub needs
+    /// more bytes on the way to keep as many connections busy (two windows from 20 ms on).
+    fn window_scale(&self) -> u64 {
+        if self.0.load(std::sync::atomic::Ordering::Relaxed) >= 2 * LATENCY_PER_PART_US {
+            2
+        } else {
+            1
+        }
     }
 
     /// Size of each part of a block of `len` bytes.
@@ -89,94 +100,36 @@ pub struct FileMeta {
     pub sha256: Option<String>,
 }
 
-struct XetGroup {
-    group: XetDownloadStreamGroup,
-    /// Unix seconds after which the CAS token must be renewed.
-    renew_after: u64,
-}
-
-/// Lock order: `xet` (async mutex) is held only while building a download group.
 pub struct Remote {
     client: HubClient,
     repo: RepoRef,
     timeout: Duration,
-    session: XetSession,
-    xet: tokio::sync::Mutex<Option<Arc<XetGroup>>>,
+    xet: xet::Fetcher,
     pool: BufferPool,
     latency: Latency,
 }
 
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-/// The xet crates' defaults suit one big download to disk; a mount reads many ranges at once, each
-/// bounded by the reader's prefetch window. Start with enough parallel range requests to fill a
-/// window at once (the adaptive default starts at 4 and grows slowly), let every block of a window
-/// stream at the same time, and cap the crates' own buffering so memory stays bounded by hubfs's
-/// caches rather than by a fraction of the machine's RAM.
-fn xet_config() -> VfsResult<xet_runtime::config::XetConfig> {
-    let settings: [(&str, &str); 6] = [
-        ("client.ac_initial_download_concurrency", "32"),
-        ("client.ac_min_download_concurrency", "16"),
-        ("data.max_concurrent_file_downloads", "32"),
-        ("reconstruction.download_buffer_size", "32mb"),
-        ("reconstruction.download_buffer_perfile_size", "16mb"),
-        ("reconstruction.download_buffer_limit", "64mb"),
-    ];
-    let mut cfg = xet_runtime::config::XetConfig::new();
-    for (path, value) in settings {
-        cfg = cfg
-            .with_config(path, value)
-            .map_err(|e| VfsError::Xet(format!("xet setting {path}: {e}")))?;
-    }
-    Ok(cfg)
-}
-
 impl Remote {
     pub fn new(client: HubClient, repo: RepoRef, timeout: Duration, pool: BufferPool) -> VfsResult<Remote> {
-        let session = XetSessionBuilder::new_with_config(xet_config()?)
-            .with_tokio_handle(tokio::runtime::Handle::current())
-            .build()
-            .map_err(|e| VfsError::Xet(e.to_string()))?;
+        let t = client.transport();
         Ok(Remote {
+            xet: xet::Fetcher {
+                client: t.client,
+                attempt_timeout: t.timeout,
+                max_retries: t.max_retries,
+                pool: pool.clone(),
+            },
             client,
             repo,
             timeout,
-            session,
-            xet: tokio::sync::Mutex::new(None),
             pool,
             latency: Latency::default(),
         })
     }
 
-    /// The download group, rebuilt with a fresh CAS token a minute before the old one expires.
-    async fn xet_group(&self, commit: &str) -> VfsResult<Arc<XetGroup>> {
-        let mut g = self.xet.lock().await;
-        if let Some(x) = g.as_ref()
-            && x.renew_after > unix_now()
-        {
-            return Ok(x.clone());
-        }
-        let token = self.client.xet_read_token(&self.repo, commit).await?;
-        let group = self
-            .session
-            .new_download_stream_group()
-            .map_err(|e| VfsError::Xet(e.to_string()))?
-            .with_endpoint(token.cas_url.clone())
-            .with_token_info(token.access_token.clone(), token.exp)
-            .build()
-            .await
-            .map_err(|e| VfsError::Xet(e.to_string()))?;
-        let x = Arc::new(XetGroup {
-            group,
-            renew_after: token.exp.saturating_sub(60),
-        });
-        *g = Some(x.clone());
-        Ok(x)
+    /// Multiplier of the reader's prefetch window for the measured link (see `Latency`).
+    pub fn window_scale(&self) -> u64 {
+        self.latency.window_scale()
     }
 
     /// Exactly the bytes `[start, start + len)` of `file` (clamped to its size), for one random
@@ -190,12 +143,17 @@ impl Remote {
         Ok(self.gather(pieces, len))
     }
 
-    /// A whole cache block, fetched in parallel parts sized by the measured latency (see `Latency`),
-    /// gathered with one copy into a pooled buffer.
+    /// A whole cache block in parallel parts sized by the measured latency (see `Latency`): for a
+    /// Xet file one reconstruction and its xorb ranges, decoded into one pooled buffer; otherwise
+    /// HTTP ranges gathered with one copy into a pooled buffer.
     pub async fn fetch_block(&self, file: &FileMeta, commit: &str, start: u64, len: u64) -> VfsResult<Bytes> {
         let len = len.min(file.size.saturating_sub(start));
         if len == 0 {
             return Ok(Bytes::new());
+        }
+        if let ContentId::Xet(_) = file.id {
+            let pieces = self.pieces(file, commit, start, len, false).await?;
+            return Ok(self.gather(pieces, len));
         }
         let end = start + len;
         let part = self.latency.part_size(len);
@@ -210,7 +168,7 @@ impl Remote {
     async fn pieces(&self, file: &FileMeta, commit: &str, start: u64, len: u64, http: bool) -> VfsResult<Vec<Bytes>> {
         let work = async {
             match &file.id {
-                ContentId::Xet(hash) if !http => self.xet_pieces(hash, file.size, commit, start, len).await,
+                ContentId::Xet(hash) if !http => self.xet_pieces(hash, commit, start, len).await,
                 ContentId::Xet(_) | ContentId::Lfs(_) | ContentId::Git(_) => {
                     let t = std::time::Instant::now();
                     let b = self
@@ -239,7 +197,7 @@ impl Remote {
     }
 
     /// One `Bytes` out of pieces totalling `len`: a lone small piece as it is, anything else copied
-    /// once into a pooled (prefaulted) buffer.
+    /// once into a pooled (reused) buffer.
     fn gather(&self, mut pieces: Vec<Bytes>, len: u64) -> Bytes {
         if pieces.len() == 1 && len < POOLED_MIN {
             return pieces.pop().unwrap_or_default();
@@ -251,23 +209,18 @@ impl Remote {
         buf.freeze()
     }
 
-    async fn xet_pieces(&self, hash: &str, size: u64, commit: &str, start: u64, len: u64) -> VfsResult<Vec<Bytes>> {
-        let x = self.xet_group(commit).await?;
-        let info = XetFileInfo::new(hash.to_string(), size);
-        let t = std::time::Instant::now();
-        let mut stream = x
-            .group
-            .download_stream(info, Some(start..start + len))
+    /// `[start, start + len)` of a Xet file as one buffer: a reconstruction of exactly that range,
+    /// its xorb ranges fetched in parts sized by the measured latency.
+    async fn xet_pieces(&self, hash: &str, commit: &str, start: u64, len: u64) -> VfsResult<Vec<Bytes>> {
+        let token = self.client.xet_read_token(&self.repo, commit).await?;
+        let cas = xet::Cas {
+            url: token.cas_url,
+            token: token.access_token,
+        };
+        let part = self.latency.part_size(len);
+        self.xet
+            .range(&cas, hash, start, len, part, len, &|d| self.latency.record(d))
             .await
-            .map_err(|e| VfsError::Xet(e.to_string()))?;
-        let mut pieces = Vec::new();
-        while let Some(piece) = stream.next().await.map_err(|e| VfsError::Xet(e.to_string()))? {
-            if pieces.is_empty() {
-                self.latency.record(t.elapsed());
-            }
-            pieces.push(piece);
-        }
-        Ok(pieces)
     }
 }
 
@@ -298,5 +251,9 @@ mod tests {
             l.record(Duration::from_millis(40));
         }
         assert_eq!(l.part_size(8 << 20), 8 << 20, "queueing spikes do not hide a fast link");
+        assert_eq!(l.window_scale(), 1);
+        let l = Latency::default();
+        l.record(Duration::from_millis(30));
+        assert_eq!(l.window_scale(), 2, "30 ms per request: twice the window");
     }
 }
