@@ -137,6 +137,9 @@ else
   [ "$ct_failed" -eq 0 ] && FAILED=$((FAILED + 1))
 fi
 
+# Every criterion micro-benchmark once, in the dev profile: proves they build and their checks hold.
+run_step "micro-benchmarks smoke (cargo test --bench micro)" cargo test --bench micro
+
 # ---------------------------------------------------------------------------------------------------------
 # 5. scripts that drive the real binary: each ends with `PREFIX: N passed, M failed`
 # ---------------------------------------------------------------------------------------------------------
