@@ -17,7 +17,7 @@ mod common;
 use std::collections::HashMap;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use common::{drop_caches, median, requests, upload_xet_file};
@@ -216,7 +216,7 @@ fn warm_files(dir: &Path) {
 
 /// One measured cold sequential pass over `file` (page cache dropped; with `hub_data`, the local
 /// Hub's files read back into it first): GB/s and CPU.
-fn measured_seq(file: &PathBuf, hub_data: Option<&Path>) -> (f64, CpuUse) {
+fn measured_seq(file: &Path, hub_data: Option<&Path>) -> (f64, CpuUse) {
     drop_caches();
     if let Some(d) = hub_data {
         warm_files(d);

@@ -219,7 +219,7 @@ impl Remote {
         };
         let part = self.latency.part_size(len);
         self.xet
-            .range(&cas, hash, start, len, part, len, &|d| self.latency.record(d))
+            .range(&cas, hash, start..start + len, part, len, &|d| self.latency.record(d))
             .await
     }
 }

@@ -68,19 +68,19 @@ pub struct Fetcher {
 }
 
 impl Fetcher {
-    /// Bytes `[start, start + len)` of Xet file `hash` (clamped to the file) as consecutive
+    /// Bytes `span` of Xet file `hash` (clamped to the file) as consecutive
     /// buffers of `piece` bytes (the last one shorter), xorb ranges fetched in parts of about
     /// `part` bytes. `on_first_byte` gets each request's time to first byte.
     pub async fn range(
         &self,
         cas: &Cas,
         hash: &str,
-        start: u64,
-        len: u64,
+        span: std::ops::Range<u64>,
         part: u64,
         piece: u64,
         on_first_byte: &(dyn Fn(Duration) + Sync),
     ) -> VfsResult<Vec<Bytes>> {
+        let (start, len) = (span.start, span.end.saturating_sub(span.start));
         // A presigned URL may expire between the reconstruction and the fetch: one fresh try.
         for _ in 0..2 {
             match self.try_range(cas, hash, start, len, part, piece, on_first_byte).await {
