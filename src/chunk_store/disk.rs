@@ -19,6 +19,9 @@ use crate::buffer_pool::BufferPool;
 
 type Key = (Arc<str>, u64);
 
+/// A temporary block file older than this is a crash's leftover; a younger one may be mid-write.
+const TMP_STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
+
 #[derive(Clone)]
 pub struct DiskTier {
     root: PathBuf,
@@ -91,8 +94,17 @@ impl DiskTier {
                     let name = f.file_name().to_string_lossy().into_owned();
                     let path = f.path();
                     if name.starts_with(".tmp") {
-                        // Left by a crash mid-write.
-                        let _ = std::fs::remove_file(&path);
+                        // Left by a crash mid-write, unless it is young: then a live writer (this
+                        // process, or another mount sharing the cache dir) is about to rename it.
+                        let stale = f
+                            .metadata()
+                            .and_then(|m| m.modified())
+                            .ok()
+                            .and_then(|t| t.elapsed().ok())
+                            .is_some_and(|age| age > TMP_STALE_AFTER);
+                        if stale {
+                            let _ = std::fs::remove_file(&path);
+                        }
                         continue;
                     }
                     match (parse_path(&kind_name, &name), f.metadata()) {
@@ -211,6 +223,42 @@ mod tests {
         let path = t.root.join(rel_path(&k.0, k.1).unwrap());
         std::fs::write(&path, b"").unwrap();
         assert!(t.read(&k, 11, &pool).is_none());
+    }
+
+    #[test]
+    fn the_start_scan_removes_only_stale_temporary_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = key("xet:0123456789abcdef", 1);
+        let block_dir = {
+            let t = DiskTier::open(dir.path(), 1 << 20).unwrap();
+            t.write(k.clone(), b"block");
+            t.root
+                .join(rel_path(&k.0, k.1).unwrap())
+                .parent()
+                .unwrap()
+                .to_path_buf()
+        };
+        let (young, old) = (block_dir.join(".tmp.1.young"), block_dir.join(".tmp.1.old"));
+        std::fs::write(&young, b"being written").unwrap();
+        std::fs::write(&old, b"left by a crash").unwrap();
+        let long_ago = std::time::SystemTime::now() - TMP_STALE_AFTER - std::time::Duration::from_secs(60);
+        std::fs::File::options()
+            .write(true)
+            .open(&old)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        let t = DiskTier::open(dir.path(), 1 << 20).unwrap();
+        wait_indexed(&t, &k);
+        // The scan runs in the background: wait for it to reach the leftover.
+        for _ in 0..1000 {
+            if !old.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(!old.exists(), "a crash's leftover is removed");
+        assert!(young.exists(), "a write in flight keeps its temporary file");
     }
 
     #[test]
