@@ -58,6 +58,12 @@ if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
   . "$HOME/.cargo/env"
 fi
 
+# What was measured: the commit, and whether the working tree had changes on top of it.
+REV="commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+if ! git diff --quiet HEAD -- src Cargo.toml 2>/dev/null; then
+  REV="$REV with uncommitted changes in src/"
+fi
+
 if [ "$MODE" = smoke ]; then
   # The debug build CI already has (cargo test builds examples too): no second full build.
   echo "==> cargo build (debug) --bin hubfs --example bench_suite"
@@ -65,13 +71,13 @@ if [ "$MODE" = smoke ]; then
   BIN="$CARGO_TARGET_DIR/debug"
   OUT="$(mktemp -d "${TMPDIR:-/tmp}/hubfs-bench.XXXXXX")"
   trap 'rm -rf "$OUT"' EXIT
-  EXTRA=(--smoke --build debug --chart "$OUT/suite.png")
+  EXTRA=(--smoke --build "debug, $REV" --chart "$OUT/suite.png")
 else
   echo "==> cargo build --release --bin hubfs --example bench_suite"
   cargo build --release --bin hubfs --example bench_suite
   BIN="$CARGO_TARGET_DIR/release"
   mkdir -p "$ROOT/docs/bench"
-  EXTRA=(--full --build release --doc "$ROOT/docs/BENCHMARKS.md" --chart "$ROOT/docs/bench/suite.png"
+  EXTRA=(--full --build "release, $REV" --doc "$ROOT/docs/BENCHMARKS.md" --chart "$ROOT/docs/bench/suite.png"
     --chart-link bench/suite.png)
 fi
 

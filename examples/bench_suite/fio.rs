@@ -32,6 +32,9 @@ pub struct Job {
     pub bs: u64,
     /// Paths relative to the target's root; several make one job over several files.
     pub files: Vec<String>,
+    /// fio's `filename_format` (`$filenum` counts from 0) naming `files` instead of a list: fio
+    /// takes at most 4096 characters of file names in one option.
+    pub format: Option<String>,
     /// Size of each file (fio's nfs engine cannot stat; for writes it is what gets written).
     pub file_size: u64,
     pub iodepth: u32,
@@ -45,9 +48,19 @@ impl Job {
             rw,
             bs,
             files,
+            format: None,
             file_size,
             iodepth: 1,
             runtime: None,
+        }
+    }
+
+    /// A job over `count` files named by `format`, where `$filenum` stands for 0, 1, 2…
+    pub fn many(rw: &'static str, bs: u64, format: &str, count: usize, file_size: u64) -> Job {
+        let files = (0..count).map(|i| format.replace("$filenum", &i.to_string())).collect();
+        Job {
+            format: Some(format.to_string()),
+            ..Job::new(rw, bs, files, file_size)
         }
     }
 
@@ -98,7 +111,10 @@ impl Job {
                 join_names(&self.files)
             }
         };
-        a.push(format!("--filename={names}"));
+        match &self.format {
+            Some(f) => a.push(format!("--filename_format={f}")),
+            None => a.push(format!("--filename={names}")),
+        }
         if let Some(t) = self.runtime {
             a.push(format!("--runtime={}ms", t.as_millis()));
             a.push("--time_based".to_string());

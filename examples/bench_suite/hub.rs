@@ -69,12 +69,12 @@ pub fn counters(hub: &LocalHub) -> (u64, u64) {
 pub struct ReadRepo {
     pub id: String,
     pub five: Vec<String>,
-    pub small: Vec<String>,
     pub small_size: u64,
 }
 
 /// Creates model repo `local/bench-read` through the hf-hub crate (Xet uploads, as a stock client):
-/// `big.bin`, `huge.bin`, five files under `five/` and many small ones under `small/`.
+/// `big.bin`, `huge.bin`, five files under `five/` and many small ones, `small/s0.bin`,
+/// `small/s1.bin`… (fio's `filename_format` names them by number).
 pub async fn seed_read_repo(
     ep: &str,
     big: u64,
@@ -97,7 +97,7 @@ pub async fn seed_read_repo(
         .await?;
     let small_size = 4096u64;
     let five: Vec<String> = (0..5).map(|i| format!("five/f{i}.bin")).collect();
-    let small: Vec<String> = (0..small_count).map(|i| format!("small/s{i:05}.bin")).collect();
+    let small: Vec<String> = (0..small_count).map(|i| format!("small/s{i}.bin")).collect();
     let add = |path: &str, len: u64, seed: u64| CommitOperation::Add {
         path_in_repo: path.into(),
         source: AddSource::Bytes(demo_bytes(len as usize, seed).into()),
@@ -119,7 +119,6 @@ pub async fn seed_read_repo(
     Ok(ReadRepo {
         id: "local/bench-read".into(),
         five,
-        small,
         small_size,
     })
 }

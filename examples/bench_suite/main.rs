@@ -145,7 +145,13 @@ fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let started = std::time::Instant::now();
-    let report = jobs::run(&args, &rt)?;
+    let report = match jobs::run(&args, &rt) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("bench_suite: {e:#}");
+            std::process::exit(1);
+        }
+    };
     let md = report.markdown();
     println!("\n{md}");
     if let Some(png) = &args.chart {

@@ -201,6 +201,8 @@ impl Hubfs {
         if let Some(dir) = self.mountpoint.take() {
             let _ = std::fs::remove_dir(&dir);
         }
+        // Content cache and staging of a finished process: gigabytes in a full run.
+        let _ = std::fs::remove_dir_all(&self.cache_dir);
         match status {
             None => bail!("hubfs did not exit within {STOP_LIMIT:?} of SIGTERM (killed)"),
             Some(st) if !st.success() => bail!("hubfs exited with {st}"),
