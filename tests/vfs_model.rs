@@ -241,3 +241,40 @@ fn a_directory_outlives_the_commit_of_its_last_file_deletion() {
         Op::Readdir { path: p("b") },
     ]);
 }
+
+/// Bug found by the model: a commit that deletes a directory's last file and puts a file at the
+/// directory's name was refused by the Hub ("is a directory in this revision"), because the
+/// deletion came after the addition; fsync failed and the round was retried forever.
+#[test]
+fn a_file_takes_the_name_of_a_directory_emptied_in_the_same_commit() {
+    replay(vec![
+        Op::Mkdir { path: p("a") },
+        Op::Create {
+            path: p("a/a"),
+            exclusive: false,
+            truncate: false,
+        },
+        Op::Close { h: 0 },
+        Op::Create {
+            path: p("c"),
+            exclusive: false,
+            truncate: false,
+        },
+        Op::Write {
+            h: 0,
+            offset: 0,
+            len: 5,
+            seed: 1,
+        },
+        Op::Unlink { path: p("a/a") },
+        Op::Rmdir { path: p("a") },
+        Op::Rename {
+            from: p("c"),
+            to: p("a"),
+            noreplace: false,
+            exchange: false,
+        },
+        Op::Fsync { h: 0 },
+        Op::Remount,
+    ]);
+}

@@ -686,6 +686,9 @@ impl VirtualFs {
                 });
             }
         }
+        // The Hub applies operations in order: deletions first, so that a file may take the name
+        // of a directory whose last file this commit deletes (and the other way round).
+        ops.sort_by_key(|o| !matches!(o, CommitOp::DeleteFile { .. }));
         Ok((ops, staged))
     }
 
