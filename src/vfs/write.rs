@@ -440,6 +440,11 @@ impl VirtualFs {
         if dst.is_some() && flags.noreplace {
             return Err(VfsError::Exists);
         }
+        if from.starts_with(&format!("{to}/")) {
+            // The target is an ancestor of the source, so not empty: Linux says so before any
+            // check of the types (a file onto its own parent is ENOTEMPTY, not EISDIR).
+            return Err(VfsError::NotEmpty);
+        }
         match (&src, &dst) {
             (Found::Dir, _) if to.starts_with(&format!("{from}/")) => {
                 return Err(VfsError::Invalid("cannot move a directory into itself"));

@@ -172,6 +172,8 @@ struct Case<'w> {
     model: Model,
     /// (fh, ino) per open handle, in the model's slot order; each holds one lookup of its inode.
     handles: Vec<(u64, Ino)>,
+    /// Whether each handle was opened for writing.
+    writable: Vec<bool>,
     /// Lookups made by the current operation, forgotten when it ends (as the kernel would).
     lookups: Vec<Ino>,
     ops: u64,
@@ -189,6 +191,7 @@ impl<'w> Case<'w> {
             vfs: None,
             model: Model::default(),
             handles: Vec::new(),
+            writable: Vec::new(),
             lookups: Vec::new(),
             ops: 0,
             skipped: 0,
@@ -332,6 +335,7 @@ impl<'w> Case<'w> {
                 };
                 if let Some((attr, fh)) = self.agree("create", &expected, actual)? {
                     self.handles.push((fh, attr.ino));
+                    self.writable.push(true);
                     let want = self.model.content(*expected.as_ref().unwrap()).len() as u64;
                     if attr.size != want {
                         return Err(format!("create: size {} , model {want}", attr.size));
@@ -358,6 +362,24 @@ impl<'w> Case<'w> {
                     let pos = self.lookups.iter().rposition(|i| *i == ino).unwrap();
                     self.lookups.remove(pos);
                     self.handles.push((fh, ino));
+                    self.writable.push(true);
+                }
+            }
+            Op::OpenRead { path } => {
+                self.make_room()?;
+                let expected = self.model.open_read(path);
+                let actual = match self.resolve(path) {
+                    Ok(a) => self
+                        .call(vfs.open_with(a.ino, OpenMode::default()))?
+                        .map(|(fh, _)| (fh, a.ino))
+                        .map_err(|e| e.errno()),
+                    Err(e) => Err(e),
+                };
+                if let Some((fh, ino)) = self.agree("open for reading", &expected, actual)? {
+                    let pos = self.lookups.iter().rposition(|i| *i == ino).unwrap();
+                    self.lookups.remove(pos);
+                    self.handles.push((fh, ino));
+                    self.writable.push(false);
                 }
             }
             Op::Write { h, offset, len, seed } => {
@@ -366,6 +388,11 @@ impl<'w> Case<'w> {
                     return Ok(());
                 };
                 let data = payload(*len, *seed);
+                if !self.writable[s] {
+                    let r = vfs.write(self.handles[s].0, *offset, &data).map_err(|e| e.errno());
+                    self.agree("write to a read-only handle", &Err::<(), _>(libc::EBADF), r)?;
+                    return Ok(());
+                }
                 let n = vfs
                     .write(self.handles[s].0, *offset, &data)
                     .map_err(|e| format!("write: {e}"))?;
@@ -472,6 +499,7 @@ impl<'w> Case<'w> {
     fn close(&mut self, slot: usize) -> Result<(), String> {
         let vfs = self.vfs();
         let (fh, ino) = self.handles.remove(slot);
+        self.writable.remove(slot);
         let flushed = self.call(vfs.flush(fh))?;
         vfs.release(fh);
         vfs.forget(ino, 1);
@@ -487,6 +515,11 @@ impl<'w> Case<'w> {
                     self.skipped += 1;
                     return Ok(());
                 };
+                if !self.writable[s] {
+                    // ftruncate of a read-only descriptor never reaches the filesystem.
+                    self.skipped += 1;
+                    return Ok(());
+                }
                 let (fh, ino) = self.handles[s];
                 let req = SetAttr {
                     size: Some(size),

@@ -36,6 +36,10 @@ pub enum Op {
         path: String,
         truncate: bool,
     },
+    /// open(O_RDONLY) of an existing path; keeps the handle (writes through it are EBADF).
+    OpenRead {
+        path: String,
+    },
     Write {
         h: usize,
         offset: u64,
@@ -210,6 +214,12 @@ impl Model {
         if truncate {
             self.files.insert(id, Vec::new());
         }
+        self.handles.push(id);
+        Ok(id)
+    }
+
+    pub fn open_read(&mut self, path: &str) -> Res<FileId> {
+        let id = self.file_at(path)?;
         self.handles.push(id);
         Ok(id)
     }
