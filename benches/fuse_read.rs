@@ -9,7 +9,7 @@
 //! mount (runtime `mnt-*` and the FUSE session threads) and the reading thread (`reader`).
 //!
 //! `cargo bench --bench fuse_read`. HUBFS_BENCH_MIB sets the file size (default 1024),
-//! HUBFS_BENCH_ONLY a comma list of parts to run (ceiling, seq, random, slow; default all),
+//! HUBFS_BENCH_ONLY a comma list of parts to run (ceiling, seq, floor, random, slow; default all),
 //! HUBFS_BENCH_RUNS the number of cold+warm sequential passes (default 3).
 
 mod common;
@@ -175,6 +175,77 @@ fn per_gib(u: CpuUse, bytes: u64) -> String {
         u.reader / g,
         u.total / g
     )
+}
+
+/// Reads `local/bench/weights.bin` the way a Xet client does (read token, one reconstruction, xorb
+/// ranges in `part`-byte requests, `depth` in flight) and drops the bytes; returns the byte count
+/// of the file's terms.
+async fn drain_xet_file(ep: &str, part: u64, depth: usize) -> u64 {
+    use futures::StreamExt;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let head = http
+        .head(format!("{ep}/local/bench/resolve/main/weights.bin"))
+        .bearer_auth(DEFAULT_WRITE_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    let hash = head.headers()["x-xet-hash"].to_str().unwrap().to_string();
+    let tok: serde_json::Value = http
+        .get(format!("{ep}/api/models/local/bench/xet-read-token/main"))
+        .bearer_auth(DEFAULT_WRITE_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let (cas, token) = (tok["casUrl"].as_str().unwrap(), tok["accessToken"].as_str().unwrap());
+    let recon: xet_client::cas_types::QueryReconstructionResponseV2 = http
+        .get(format!("{cas}/v2/reconstructions/{hash}"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut ranges = Vec::new();
+    for fetches in recon.xorbs.values() {
+        for f in fetches {
+            for d in &f.ranges {
+                let mut a = d.bytes.start;
+                while a <= d.bytes.end {
+                    let b = (a + part - 1).min(d.bytes.end);
+                    ranges.push((f.url.clone(), a, b));
+                    a = b + 1;
+                }
+            }
+        }
+    }
+    futures::stream::iter(ranges)
+        .map(|(url, a, b)| {
+            let http = http.clone();
+            async move {
+                let mut r = http
+                    .get(url)
+                    .header("range", format!("bytes={a}-{b}"))
+                    .send()
+                    .await
+                    .unwrap();
+                let mut n = 0u64;
+                while let Some(c) = r.chunk().await.unwrap() {
+                    n += c.len() as u64;
+                }
+                assert_eq!(n, b - a + 1);
+            }
+        })
+        .buffer_unordered(depth)
+        .collect::<Vec<()>>()
+        .await;
+    recon.terms.iter().map(|t| t.unpacked_length as u64).sum()
 }
 
 struct Bench {
@@ -351,6 +422,25 @@ fn main() {
             "| Hub requests for one cold sequential read | {cold_reqs} | {:.0} per GiB, {:.1} MiB per request |",
             cold_reqs as f64 * 1024.0 / mib as f64,
             mib as f64 / cold_reqs.max(1) as f64
+        ));
+    }
+
+    // The floor: the local Hub serving the same xorb ranges to a client that only counts the bytes
+    // (8 MiB ranges, 8 in flight), the Hub's files in its page cache. Whatever hubfs does, a cold
+    // Xet read costs at least this Hub CPU on the machine's two shared cores.
+    if part("floor") {
+        drop_caches();
+        warm_files(hub_dir.path());
+        let span = CpuSpan::begin();
+        let t = Instant::now();
+        let got = b.rt.block_on(drain_xet_file(&ep, 8 << 20, 8));
+        let secs = t.elapsed().as_secs_f64();
+        let cpu = span.end();
+        assert_eq!(got, size, "the floor client read the whole file");
+        rows.push(format!(
+            "| floor: the local Hub serving the xorb ranges to a client that discards them | {:.2} GB/s | {} (the client counts as mount) |",
+            got as f64 / secs / 1e9,
+            per_gib(cpu, size)
         ));
     }
 

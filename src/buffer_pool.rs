@@ -4,9 +4,11 @@
 //! the kernel on free; on a read path that fills one block after another this costs more than the
 //! copy itself (the page-fault profile of a peer's read path). Blocks are therefore filled into
 //! buffers that are reused: a buffer goes back to the pool when the last `Bytes` slice of its block
-//! is dropped (evicted from the cache, reply sent). A new buffer asks for transparent huge pages,
-//! so its first fill takes four faults instead of two thousand, and is not written before use (a
-//! fill pass would cost as much as the copy it is meant to speed up).
+//! is dropped (evicted from the cache, reply sent). A new buffer is not written before use: a fill
+//! pass costs the same faults plus a pass over the memory, so the first copy into it faults its
+//! pages instead. (Transparent huge pages were tried: fewer faults on an idle machine, but with the
+//! page cache full the kernel compacts memory on every huge fault and the mount's CPU per GiB
+//! doubled.)
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -68,9 +70,7 @@ impl BufferPool {
 
     fn fresh(&self) -> Vec<u8> {
         self.inner.created.fetch_add(1, Ordering::Relaxed);
-        let b = Vec::with_capacity(self.inner.buf_size);
-        advise_huge_pages(&b);
-        b
+        Vec::with_capacity(self.inner.buf_size)
     }
 
     /// An empty buffer with room for `len` bytes. Requests larger than the pool's size get a
@@ -102,22 +102,6 @@ impl BufferPool {
             reused: self.inner.reused.load(Ordering::Relaxed),
             free: self.inner.free.lock().len(),
         }
-    }
-}
-
-/// Asks the kernel to back a large buffer with transparent huge pages (where THP is in `madvise`
-/// mode, as on Debian); a hint only, so failure is ignored.
-fn advise_huge_pages(b: &Vec<u8>) {
-    const HUGE: usize = 2 << 20;
-    const PAGE: usize = 4096;
-    if b.capacity() < HUGE {
-        return;
-    }
-    let start = (b.as_ptr() as usize).next_multiple_of(PAGE);
-    let end = (b.as_ptr() as usize + b.capacity()) / PAGE * PAGE;
-    if end > start {
-        // SAFETY: the range lies inside the allocation `b` owns; MADV_HUGEPAGE changes no contents.
-        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
     }
 }
 

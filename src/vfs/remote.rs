@@ -28,14 +28,20 @@ const LATENCY_PER_PART_US: u64 = 10_000;
 /// until measured). A minimum, because queueing on a busy machine inflates many samples but not
 /// all, while a distant Hub makes every sample slow. It decides how many parallel parts a block is
 /// fetched in: on a fast link one request per block is cheapest, on a slow one more connections for
-/// the same bytes in flight is what raises throughput.
+/// the same bytes in flight is what raises throughput. The lowest sample ever seen (`floor`)
+/// decides whether the prefetch window grows: more memory in flight only when the Hub has never
+/// answered fast, so a mount that queues its own requests on a busy machine does not grow it.
 #[derive(Default)]
-struct Latency(std::sync::atomic::AtomicU64);
+struct Latency(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64);
 
 impl Latency {
     fn record(&self, d: Duration) {
         use std::sync::atomic::Ordering;
         let us = d.as_micros().min(u64::MAX as u128) as u64;
+        let floor = self.1.load(Ordering::Relaxed);
+        if floor == 0 || us < floor {
+            self.1.store(us.max(1), Ordering::Relaxed);
+        }
         let old = self.0.load(Ordering::Relaxed);
         let new = if old == 0 || us < old {
             us.max(1)
@@ -48,7 +54,7 @@ impl Latency {
     /// How many times the reader's usual prefetch window to keep in flight: a distant Hub needs
     /// more bytes on the way to keep as many connections busy (two windows from 20 ms on).
     fn window_scale(&self) -> u64 {
-        if self.0.load(std::sync::atomic::Ordering::Relaxed) >= 2 * LATENCY_PER_PART_US {
+        if self.1.load(std::sync::atomic::Ordering::Relaxed) >= 2 * LATENCY_PER_PART_US {
             2
         } else {
             1
@@ -105,9 +111,18 @@ pub struct Remote {
     repo: RepoRef,
     timeout: Duration,
     xet: xet::Fetcher,
+    /// KiB of Xet ranges being downloaded at once, by all readers of the mount: a bound on memory
+    /// whatever the number of readers. A distant Hub needs more bytes on the way for the same
+    /// throughput, so it gets the larger budget (chosen as the prefetch window is, see `Latency`).
+    budget_fast: tokio::sync::Semaphore,
+    budget_slow: tokio::sync::Semaphore,
     pool: BufferPool,
     latency: Latency,
 }
+
+/// Download budget on a fast link (48 MiB) and on a slow one (128 MiB), in KiB.
+const BUDGET_FAST_KIB: u32 = 48 << 10;
+const BUDGET_SLOW_KIB: u32 = 128 << 10;
 
 impl Remote {
     pub fn new(client: HubClient, repo: RepoRef, timeout: Duration, pool: BufferPool) -> VfsResult<Remote> {
@@ -119,6 +134,8 @@ impl Remote {
                 max_retries: t.max_retries,
                 pool: pool.clone(),
             },
+            budget_fast: tokio::sync::Semaphore::new(BUDGET_FAST_KIB as usize),
+            budget_slow: tokio::sync::Semaphore::new(BUDGET_SLOW_KIB as usize),
             client,
             repo,
             timeout,
@@ -217,6 +234,16 @@ impl Remote {
             url: token.cas_url,
             token: token.access_token,
         };
+        let (budget, cap) = if self.latency.window_scale() > 1 {
+            (&self.budget_slow, BUDGET_SLOW_KIB)
+        } else {
+            (&self.budget_fast, BUDGET_FAST_KIB)
+        };
+        let kib = len.div_ceil(1024).min(cap as u64) as u32;
+        let _held = budget
+            .acquire_many(kib)
+            .await
+            .map_err(|_| VfsError::Xet("download budget closed".to_string()))?;
         let part = self.latency.part_size(len);
         self.xet
             .range(&cas, hash, start..start + len, part, len, &|d| self.latency.record(d))
@@ -251,7 +278,15 @@ mod tests {
             l.record(Duration::from_millis(40));
         }
         assert_eq!(l.part_size(8 << 20), 8 << 20, "queueing spikes do not hide a fast link");
-        assert_eq!(l.window_scale(), 1);
+        for _ in 0..1000 {
+            l.record(Duration::from_millis(50));
+        }
+        assert_eq!(l.part_size(8 << 20), MIN_PART, "a lasting change is followed");
+        assert_eq!(
+            l.window_scale(),
+            1,
+            "but the window grows only if the Hub was never fast"
+        );
         let l = Latency::default();
         l.record(Duration::from_millis(30));
         assert_eq!(l.window_scale(), 2, "30 ms per request: twice the window");

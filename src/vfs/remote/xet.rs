@@ -21,7 +21,7 @@ use xet_core_structures::xorb_object::{CompressionScheme, XORB_CHUNK_HEADER_LENG
 use crate::buffer_pool::BufferPool;
 use crate::vfs::error::{VfsError, VfsResult};
 
-/// Outputs at least this long are assembled in pooled (prefaulted) buffers.
+/// Outputs at least this long are assembled in pooled buffers.
 const POOLED_MIN: u64 = 1 << 20;
 
 /// Where and how to reach the CAS.
