@@ -38,6 +38,9 @@ pub struct Job {
     /// Size of each file (fio's nfs engine cannot stat; for writes it is what gets written).
     pub file_size: u64,
     pub iodepth: u32,
+    /// fio's random seed: it decides the bytes a write job writes. Jobs that must not share
+    /// content (and so dedup against each other's uploads) get different seeds.
+    pub seed: u64,
     /// Time-based jobs run this long (random reads); others run once over the files.
     pub runtime: Option<Duration>,
 }
@@ -51,6 +54,7 @@ impl Job {
             format: None,
             file_size,
             iodepth: 1,
+            seed: 4242,
             runtime: None,
         }
     }
@@ -62,6 +66,11 @@ impl Job {
             format: Some(format.to_string()),
             ..Job::new(rw, bs, files, file_size)
         }
+    }
+
+    pub fn seeded(mut self, seed: u64) -> Job {
+        self.seed = seed;
+        self
     }
 
     pub fn depth(mut self, d: u32) -> Job {
@@ -90,7 +99,7 @@ impl Job {
             format!("--nrfiles={}", self.files.len()),
             "--file_service_type=sequential".to_string(),
             "--randrepeat=1".to_string(),
-            "--randseed=4242".to_string(),
+            format!("--randseed={}", self.seed),
         ];
         let names = match target {
             Target::Fuse(dir) => {

@@ -564,7 +564,9 @@ impl Ctx<'_> {
         let Some((name, p)) = self.start_writable(sec, front, &seq_job, false) else {
             return;
         };
-        let job = Job::new("write", MIB, vec!["seq.bin".into()], s.write);
+        // Content of its own (the serial is new for every process): the CAS dedups across repos.
+        let seed = 100_000 + u64::from(self.serial.get());
+        let job = Job::new("write", MIB, vec!["seq.bin".into()], s.write).seeded(seed);
         let seq_sha = match self.expected_sha(&job) {
             Ok(h) => h,
             Err(e) => return self.fail(sec, front, &seq_job, DISK, e),
@@ -593,7 +595,7 @@ impl Ctx<'_> {
             let close_job = format!("close → committed, {ws}");
             self.record(sec, front, &p, &close_job, "", Unit::Secs, None, || match &p.target {
                 Target::Fuse(dir) => {
-                    let (secs, sha) = timed_close(&dir.join("close.bin"), s.write)?;
+                    let (secs, sha) = timed_close(&dir.join("close.bin"), s.write, seed)?;
                     on_hub("seq.bin", &seq_sha)?;
                     on_hub("close.bin", &sha)?;
                     Ok((secs, "close()".into()))
@@ -641,7 +643,8 @@ impl Ctx<'_> {
             Some(self.disk_files),
             || {
                 let before = self.rt.block_on(hub::commit_count(&self.ep, &name))?;
-                let job = Job::many("write", 4 * KIB, "f$filenum", s.write_files, 4 * KIB);
+                let job = Job::many("write", 4 * KIB, "f$filenum", s.write_files, 4 * KIB)
+                    .seeded(200_000 + u64::from(self.serial.get()));
                 let names = job.files.clone();
                 let t = Instant::now();
                 let r = self.fio.run(&p.target, &job)?;
@@ -712,7 +715,7 @@ struct Step {
 
 /// Writes `len` pseudo-random bytes to a new file in 1 MiB writes; returns the seconds close() took
 /// and the sha256 of what was written.
-fn timed_close(path: &Path, len: u64) -> anyhow::Result<(f64, String)> {
+fn timed_close(path: &Path, len: u64, seed: u64) -> anyhow::Result<(f64, String)> {
     use sha2::{Digest, Sha256};
     use std::io::Write;
     let mut h = Sha256::new();
@@ -722,7 +725,7 @@ fn timed_close(path: &Path, len: u64) -> anyhow::Result<(f64, String)> {
     while left > 0 {
         let n = left.min(MIB) as usize;
         // Fresh pseudo-random bytes for every MiB: nothing dedups inside the file.
-        let block = hubfs::local_hub::seed::demo_bytes(n, 1000 + i);
+        let block = hubfs::local_hub::seed::demo_bytes(n, (seed << 32) + i);
         h.update(&block);
         f.write_all(&block)?;
         left -= n as u64;
