@@ -483,14 +483,25 @@ impl VirtualFs {
             return;
         }
         // Clean and closed: the mount's commit has this content, so the overlay entry (and, once
-        // the last handle goes, the staged copy and its journal entry) can go.
-        if file.writers() == 0
-            && let Some(path) = self.mount_path(&file.repo_path())
-        {
+        // the last handle goes, the staged copy and its journal entry) can go. The writer count is
+        // read under the overlay lock: see `writer_opened`.
+        if let Some(path) = self.mount_path(&file.repo_path()) {
             let mut o = w.overlay.lock();
-            if matches!(o.get(&path), Some(Entry::File(d)) if Arc::ptr_eq(d, file)) {
+            if file.writers() == 0 && matches!(o.get(&path), Some(Entry::File(d)) if Arc::ptr_eq(d, file)) {
                 o.remove(&path);
             }
+        }
+    }
+
+    /// After a writer was added to `file`, found at `path`: the release of an earlier handle may
+    /// have dropped the clean file from the overlay in between (the kernel sends RELEASE after
+    /// close(2) returns, so it can arrive after the next open). Put it back, else its new content
+    /// would never be committed and close() would wait forever.
+    pub(crate) fn writer_opened(&self, path: &str, file: &Arc<DirtyFile>) {
+        let Some(w) = &self.writer else { return };
+        let mut o = w.overlay.lock();
+        if o.get(path).is_none() && !file.is_discarded() {
+            o.set(path, Entry::File(file.clone()));
         }
     }
 

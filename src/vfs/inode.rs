@@ -176,7 +176,7 @@ impl InodeTable {
 
     /// `from` (and everything below it) is now called `to`: the numbers the kernel holds keep
     /// pointing at the same files. A counted entry already at `to` (replaced by the rename) loses
-    /// its path and is dropped; the kernel forgets it in due course.
+    /// its path and is dropped once the kernel forgets it.
     pub fn rename(&self, from: &str, to: &str) {
         let mut g = self.inner.lock();
         let prefix = format!("{from}/");
@@ -195,7 +195,12 @@ impl InodeTable {
             .collect();
         for (p, ino) in replaced {
             g.by_path.remove(&p);
-            g.by_ino.remove(&ino);
+            // As in `detach`: the kernel may still hold the number (an open file, a lookup not yet
+            // forgotten). Keeping it, pathless, until `forget` stops a new path from reusing it and
+            // keeps open handles answering.
+            if let Some(e) = g.by_ino.get_mut(&ino) {
+                e.path = format!("\0removed/{ino}");
+            }
         }
         for (old, ino) in moved {
             let new = format!("{to}{}", &old[from.len()..]);
@@ -282,7 +287,12 @@ mod tests {
         t.rename("d", "e");
         assert_eq!(t.path(d).as_deref(), Some("e"));
         assert_eq!(t.path(f).as_deref(), Some("e/f"));
-        assert!(t.path(other).is_none(), "the replaced target is dropped");
+        assert!(
+            t.path(other).is_some_and(|p| p.starts_with('\0')),
+            "the replaced target names no path while the kernel holds it"
+        );
+        t.forget(other, 1);
+        assert!(t.path(other).is_none(), "and is dropped once forgotten");
         assert_eq!(t.ino_for("e/f", 0), f);
         let r = t.remember("x/y");
         t.rename("x", "z");

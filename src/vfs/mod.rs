@@ -406,6 +406,17 @@ impl VirtualFs {
                 Some(Entry::Gone) => return Ok(None),
                 None => {}
             }
+            // The committer moves the mount's commit first and then drops the overlay entries that
+            // commit carried: a caller holding the previous commit would find a just-committed file
+            // in neither (ENOENT) and a just-deleted one in both. The overlay missed, so the commit
+            // shown now is the one to look in.
+            let now = self.revision.lock().await.commit.clone();
+            if now != commit {
+                return Ok(self.node_at(&now, path).await?.map(|n| match n {
+                    Node::Dir => Found::Dir,
+                    Node::File(m) => Found::Remote(m),
+                }));
+            }
         }
         Ok(self.node_at(commit, path).await?.map(|n| match n {
             Node::Dir => Found::Dir,
@@ -536,6 +547,25 @@ impl VirtualFs {
     /// The entries of a directory in the mount's view, sorted by name: the commit's listing (if the
     /// directory exists there) merged with the overlay's children.
     pub(crate) async fn merged_listing(&self, commit: &str, path: &str) -> VfsResult<Vec<(String, Found)>> {
+        let mut commit = commit.to_string();
+        for _ in 0..4 {
+            let out = self.merged_listing_at(&commit, path).await?;
+            if self.writer.is_none() {
+                return Ok(out);
+            }
+            // As in `find`: the overlay read above may already lack entries the commit shown now
+            // carries (a file just deleted would reappear from an older commit's listing). If the
+            // mount's commit did not move since that read, the two agree.
+            let now = self.revision.lock().await.commit.clone();
+            if now == commit {
+                return Ok(out);
+            }
+            commit = now;
+        }
+        self.merged_listing_at(&commit, path).await
+    }
+
+    async fn merged_listing_at(&self, commit: &str, path: &str) -> VfsResult<Vec<(String, Found)>> {
         let remote_dir = match &self.writer {
             None => true,
             Some(_) => matches!(self.node_at(commit, path).await?, Some(Node::Dir)),

@@ -181,6 +181,7 @@ impl VirtualFs {
         let commit = self.commit().await?;
         let file = self.stage(&commit, &path, truncate).await?;
         file.add_writer()?;
+        self.writer_opened(&path, &file);
         self.inodes.opened(ino);
         let fh = self.add_handle(Handle::Local { ino, file, write: true });
         Ok((fh, false))
@@ -210,6 +211,7 @@ impl VirtualFs {
             }
         };
         file.add_writer()?;
+        self.writer_opened(&path, &file);
         let ino = self.inodes.ino_for(&path, 1);
         self.inodes.opened(ino);
         let attr = self.found_attr(ino, &Found::Local(file.clone()));
