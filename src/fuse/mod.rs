@@ -423,18 +423,25 @@ impl Filesystem for FuseAdapter {
             (Err(e), _) | (_, Err(e)) => return reply.error(errno(&e)),
         };
         for (i, e) in entries.iter().enumerate().skip(offset as usize) {
-            if reply.add(
-                INodeNo(e.attr.ino),
-                i as u64 + 1,
-                &e.name,
-                &self.ttl,
-                &to_fuse(&e.attr),
-                Generation(0),
-            ) {
+            let dots = e.name == "." || e.name == "..";
+            // The snapshot is from opendir: on a writable mount the name may have been renamed
+            // over or recreated since. Send the number the name has now (the one counted below);
+            // if that is not the snapshot's, with no TTL, so the kernel looks it up again instead
+            // of tying the name to another file's number and attributes.
+            let mut attr = to_fuse(&e.attr);
+            let mut ttl = self.ttl;
+            if !dots {
+                let now = self.vfs.entry_ino(&dir, &e.name);
+                if now != e.attr.ino {
+                    attr.ino = INodeNo(now);
+                    ttl = Duration::ZERO;
+                }
+            }
+            if reply.add(attr.ino, i as u64 + 1, &e.name, &ttl, &attr, Generation(0)) {
                 break;
             }
             // Every entry readdirplus returns (but . and ..) counts as a lookup for the kernel.
-            if e.name != "." && e.name != ".." {
+            if !dots {
                 self.vfs.note_entry_lookup(&dir, &e.name);
             }
         }

@@ -101,12 +101,17 @@ impl VirtualFs {
 
     /// Puts a whiteout at `path` when the commit's tree has something there, else clears it.
     async fn hide(&self, commit: &str, path: &str) -> VfsResult<()> {
-        let remote = self.node_at(commit, path).await?.is_some();
+        // The commit shown now, not the caller's: a round may have landed `path` meanwhile.
+        let now = self.revision.lock().await.commit.clone();
+        let remote = self.node_at(&now, path).await?.is_some() || self.node_at(commit, path).await?.is_some();
         let Some(w) = &self.writer else {
             return Err(VfsError::ReadOnly);
         };
         let mut o = w.overlay.lock();
-        if remote {
+        if remote || matches!(o.get(path), Some(Entry::File(_) | Entry::Moved(_))) {
+            // A local file or move may be in a round being committed right now: if that lands,
+            // the whiteout deletes the path in the next round; if not, the next round drops it
+            // (nothing there to delete).
             o.set(path, Entry::Gone);
             keep_parents(&mut o, path);
         } else {
@@ -373,16 +378,8 @@ impl VirtualFs {
             Some(Found::Local(d)) => d.discard(),
             Some(Found::Remote(_)) => {}
         }
-        if self.remote_file(&commit, &path).await? {
-            if let Some(w) = &self.writer {
-                let mut o = w.overlay.lock();
-                o.set(&path, Entry::Gone);
-                keep_parents(&mut o, &path);
-            }
-            self.kick();
-        } else if let Some(w) = &self.writer {
-            w.overlay.lock().remove(&path);
-        }
+        self.hide(&commit, &path).await?;
+        self.kick();
         self.inodes.detach(&path);
         Ok(())
     }
@@ -470,8 +467,12 @@ impl VirtualFs {
                 self.hide(&commit, &from).await?;
             }
             Found::Remote(m) => {
-                if m.remote_path == self.remote_path(&to) {
-                    // Back where the commit has it: nothing to record.
+                // Back where the commit shown now has it: nothing to record. (Not the caller's
+                // commit: a round may just have committed the move away from `to`.)
+                let now = self.revision.lock().await.commit.clone();
+                let home = m.remote_path == self.remote_path(&to)
+                    && matches!(self.node_at(&now, &to).await?, Some(Node::File(ref h)) if h.id == m.id);
+                if home {
                     if let Some(w) = &self.writer {
                         w.overlay.lock().remove(&to);
                     }
