@@ -150,6 +150,12 @@ pub struct Transport {
 }
 
 impl HubClient {
+    /// How long an answer asks the client to wait before retrying (`RateLimit` `t=`, else
+    /// `Retry-After`), for readers that retry requests to other origins themselves.
+    pub fn retry_wait(headers: &HeaderMap) -> Option<std::time::Duration> {
+        super::http::retry_hint(headers)
+    }
+
     pub fn transport(&self) -> Transport {
         Transport {
             client: self.inner.http.client.clone(),

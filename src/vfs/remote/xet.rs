@@ -19,6 +19,7 @@ use xet_client::cas_types::QueryReconstructionResponseV2;
 use xet_core_structures::xorb_object::{CompressionScheme, XORB_CHUNK_HEADER_LENGTH, parse_chunk_header};
 
 use crate::buffer_pool::BufferPool;
+use crate::hub_client::{HubClient, MAX_RETRY_WAIT};
 use crate::vfs::error::{VfsError, VfsResult};
 
 /// Outputs at least this long are assembled in pooled buffers.
@@ -186,7 +187,8 @@ impl Fetcher {
         Ok(pieces)
     }
 
-    /// A GET with a Range header, retried on transport errors, timeouts, 429 and 5xx; the status
+    /// A GET with a Range header, retried on transport errors, timeouts, 429 and 5xx (waiting as
+    /// long as a 429 asks); the status
     /// and the body (at most `cap` bytes) in the pieces it arrived in. 401/403 mean the URL or the
     /// token went stale.
     async fn get(
@@ -213,6 +215,7 @@ impl Fetcher {
                 let mut resp = rb.send().await?;
                 on_first_byte(t.elapsed());
                 let status = resp.status().as_u16();
+                let wait = HubClient::retry_wait(resp.headers());
                 let mut pieces = Vec::new();
                 let mut got = 0u64;
                 while let Some(c) = resp.chunk().await? {
@@ -222,19 +225,19 @@ impl Fetcher {
                         break;
                     }
                 }
-                Ok::<_, reqwest::Error>((status, pieces))
+                Ok::<_, reqwest::Error>((status, wait, pieces))
             };
-            let why = match tokio::time::timeout(self.attempt_timeout, once).await {
-                Ok(Ok((s, body))) if s < 400 || s == 416 => return Ok((s, body)),
-                Ok(Ok((401 | 403, _))) => return Err(FetchError::Expired),
-                Ok(Ok((s, body))) if s != 429 && s < 500 => {
+            let (why, wait) = match tokio::time::timeout(self.attempt_timeout, once).await {
+                Ok(Ok((s, _, body))) if s < 400 || s == 416 => return Ok((s, body)),
+                Ok(Ok((401 | 403, _, _))) => return Err(FetchError::Expired),
+                Ok(Ok((s, _, body))) if s != 429 && s < 500 => {
                     let text =
                         String::from_utf8_lossy(body.first().map_or(&[][..], |b| &b[..b.len().min(200)])).into_owned();
                     return Err(FetchError::Fatal(VfsError::Xet(format!("CAS answered {s}: {text}"))));
                 }
-                Ok(Ok((s, _))) => format!("status {s}"),
-                Ok(Err(e)) => format!("network error: {e}"),
-                Err(_) => format!("timed out after {:?}", self.attempt_timeout),
+                Ok(Ok((s, wait, _))) => (format!("status {s}"), wait),
+                Ok(Err(e)) => (format!("network error: {e}"), None),
+                Err(_) => (format!("timed out after {:?}", self.attempt_timeout), None),
             };
             if attempt > self.max_retries {
                 return Err(FetchError::Fatal(VfsError::Xet(format!(
@@ -242,7 +245,9 @@ impl Fetcher {
                 ))));
             }
             tracing::debug!(attempt, error = %why, "CAS request failed, retrying");
-            tokio::time::sleep(Duration::from_millis(100 << attempt.min(5))).await;
+            // The server's own wait (429 with `RateLimit`/`Retry-After`) wins over the backoff.
+            let backoff = Duration::from_millis(100 << attempt.min(5));
+            tokio::time::sleep(wait.map_or(backoff, |w| w.min(MAX_RETRY_WAIT))).await;
         }
     }
 }
