@@ -530,4 +530,62 @@ mod tests {
         decode(&pieces, &step, &mut out).unwrap();
         assert!(matches!(out.finish(0), Err(VfsError::ShortRead { got: 10, .. })));
     }
+
+    #[test]
+    fn compressed_chunks_are_decompressed() {
+        let data: Vec<u8> = (0..5000u32).map(|i| (i % 7) as u8).collect();
+        let mut raw = Vec::new();
+        let n = xet_core_structures::xorb_object::serialize_chunk(&data, &mut raw, CompressionScheme::LZ4).unwrap();
+        assert!(n < data.len(), "the test data must really compress");
+        let pieces: Vec<Bytes> = raw.chunks(100).map(Bytes::copy_from_slice).collect();
+        let pool = BufferPool::new(1 << 20, 1);
+        let mut out = Output::new(&pool, 0, 5000, 1 << 20);
+        let step = Step {
+            fetch: 0,
+            skip: 0,
+            take: 1,
+            unpacked: 5000,
+        };
+        decode(&pieces, &step, &mut out).unwrap();
+        assert_eq!(&out.finish(0).unwrap()[0][..], &data[..]);
+    }
+
+    #[test]
+    fn terms_sharing_a_xorb_range_fetch_it_once() {
+        let hash = "a".repeat(64);
+        let r: QueryReconstructionResponseV2 = serde_json::from_value(serde_json::json!({
+            "offset_into_first_range": 5,
+            "terms": [
+                {"hash": hash, "unpacked_length": 300, "range": {"start": 0, "end": 3}},
+                {"hash": hash, "unpacked_length": 100, "range": {"start": 1, "end": 2}},
+            ],
+            "xorbs": {
+                hash.clone(): [{"url": "http://cas/x", "ranges": [
+                    {"chunks": {"start": 0, "end": 3}, "bytes": {"start": 0, "end": 323}}
+                ]}]
+            }
+        }))
+        .unwrap();
+        let (fetches, steps) = plan(&r).map_err(|_| "plan").unwrap();
+        assert_eq!(fetches.len(), 1);
+        assert_eq!((fetches[0].start, fetches[0].end), (0, 323));
+        assert_eq!((steps[1].fetch, steps[1].skip, steps[1].take), (0, 1, 1));
+        // Three chunks of 100 bytes: the file is chunks 0..3 then chunk 1 again, from byte 5 on.
+        let mut raw = Vec::new();
+        for i in 0..3u8 {
+            raw.extend(chunk(&[i; 100]));
+        }
+        let pieces = vec![Bytes::from(raw)];
+        let pool = BufferPool::new(1 << 20, 1);
+        let mut out = Output::new(&pool, 5, 395, 1 << 20);
+        for s in &steps {
+            decode(&pieces, s, &mut out).unwrap();
+        }
+        let got = out.finish(0).unwrap();
+        let mut want = vec![0u8; 95];
+        want.extend([1u8; 100]);
+        want.extend([2u8; 100]);
+        want.extend([1u8; 100]);
+        assert_eq!(&got[0][..], &want[..]);
+    }
 }
