@@ -126,7 +126,15 @@ fn worker(i: usize, sh: Arc<Shared>, seed: u64) -> BTreeMap<String, Vec<u8>> {
                     Ok(()) => {
                         model.insert(name, data);
                     }
-                    Err(e) => sh.fail(format!("write {dir}/{name}: {e}")),
+                    Err(e) => {
+                        // What the mount shows for the path right after, for the report.
+                        let stat = std::fs::metadata(own.join(&name)).map(|m| m.len());
+                        let listed = list(&own).map(|l| l.contains(&name));
+                        sh.fail(format!(
+                            "write {dir}/{name}: {e} (stat then: {stat:?}; listed: {listed:?}; model has it: {})",
+                            model.contains_key(&name)
+                        ))
+                    }
                 }
             }
             Kind::Overwrite => {

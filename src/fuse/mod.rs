@@ -424,12 +424,17 @@ impl Filesystem for FuseAdapter {
         };
         for (i, e) in entries.iter().enumerate().skip(offset as usize) {
             let dots = e.name == "." || e.name == "..";
-            // The snapshot is from opendir: on a writable mount the name may have been renamed
-            // over or recreated since. Send the number the name has now (the one counted below);
-            // if that is not the snapshot's, with no TTL, so the kernel looks it up again instead
-            // of tying the name to another file's number and attributes.
+            // The snapshot is from opendir: on a writable mount the name may have been deleted,
+            // renamed over or recreated since, and a cached entry would tie the name to a file
+            // that is gone or to another file's number. There, entries are sent with no TTL (the
+            // kernel looks each name up again when it is used) under the number the name has now
+            // (the one counted below).
             let mut attr = to_fuse(&e.attr);
-            let mut ttl = self.ttl;
+            let mut ttl = if self.vfs.is_writable() {
+                Duration::ZERO
+            } else {
+                self.ttl
+            };
             if !dots {
                 let now = self.vfs.entry_ino(&dir, &e.name);
                 if now != e.attr.ino {
