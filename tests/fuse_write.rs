@@ -737,7 +737,11 @@ fn bad_names_get_clear_errors_and_create_nothing() {
     // Control characters: the Hub cannot store them, so EINVAL before anything is staged.
     for bad in ["new\nline.txt", "tab\there", "bell\x07", "esc\x1b[0m"] {
         assert_eq!(errno_of(create(bad.as_ref())), libc::EINVAL, "create {bad:?}");
-        assert_eq!(errno_of(std::fs::create_dir(root.join(bad))), libc::EINVAL, "mkdir {bad:?}");
+        assert_eq!(
+            errno_of(std::fs::create_dir(root.join(bad))),
+            libc::EINVAL,
+            "mkdir {bad:?}"
+        );
         assert_eq!(
             errno_of(std::fs::rename(root.join("src.txt"), root.join(bad))),
             libc::EINVAL,
@@ -779,5 +783,9 @@ fn bad_names_get_clear_errors_and_create_nothing() {
     assert!(status.last_error.is_none(), "no upload error: {:?}", status.last_error);
     let hub: Vec<String> = env.hub_files("names").into_keys().collect();
     assert_eq!(hub, want);
-    assert_eq!(env.commit_count("names"), commits_before + want.len(), "one commit per good file");
+    assert_eq!(
+        env.commit_count("names"),
+        commits_before + want.len(),
+        "one commit per good file"
+    );
 }
