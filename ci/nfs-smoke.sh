@@ -16,26 +16,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-PASSED=0
-FAILED=0
-check() { # name, condition result (0 = ok)
-  if [ "$2" -eq 0 ]; then PASSED=$((PASSED + 1)); echo "  ok    $1"
-  else FAILED=$((FAILED + 1)); echo "  FAIL  $1"; fi
-}
+# shellcheck source=ci/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# Waits up to 60 s for a line starting with $2 in file $1; prints the rest of that line.
-wait_line() {
-  local i
-  for i in $(seq 1 600); do
-    if grep -q "^$2" "$1" 2>/dev/null; then sed -n "s/^$2//p" "$1" | head -n1; return 0; fi
-    sleep 0.1
-  done
-  return 1
-}
-
-"$BIN" local-hub --data-dir "$WORK/hub" --seed-demo >"$WORK/hub.out" 2>"$WORK/hub.err" &
-PIDS+=($!)
-EP="$(wait_line "$WORK/hub.out" "endpoint: ")" || { echo "local hub did not start"; cat "$WORK/hub.err"; exit 1; }
+start_local_hub --seed-demo
 
 HF_ENDPOINT="$EP" HF_TOKEN=hf_local_read "$BIN" serve-nfs demo/tiny-model --nfs-addr 127.0.0.1:0 \
   --cache-dir "$WORK/cache" >"$WORK/nfs.out" 2>"$WORK/nfs.err" &

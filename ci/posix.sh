@@ -29,12 +29,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-PASSED=0
-FAILED=0
-check() { # name, status (0 = ok)
-  if [ "$2" -eq 0 ]; then PASSED=$((PASSED + 1)); echo "  ok    $1"
-  else FAILED=$((FAILED + 1)); echo "  FAIL  $1"; fi
-}
+# shellcheck source=ci/lib.sh
+. "$ROOT/ci/lib.sh"
 finish() {
   echo "posix: $PASSED passed, $FAILED failed"
   [ "$FAILED" -eq 0 ]
@@ -57,18 +53,7 @@ id nobody >/dev/null 2>&1 && getent group nogroup >/dev/null && id daemon >/dev/
 check "users nobody/nogroup and daemon exist (pjdfstest's dummy_auth)" $?
 
 # --- local Hub and a writable mount -------------------------------------------------------------------
-wait_line() { # file, prefix: waits up to 60 s, prints the rest of the line
-  local i
-  for i in $(seq 1 600); do
-    if grep -q "^$2" "$1" 2>/dev/null; then sed -n "s/^$2//p" "$1" | head -n1; return 0; fi
-    sleep 0.1
-  done
-  return 1
-}
-
-"$BIN" local-hub --data-dir "$WORK/hub" >"$WORK/hub.out" 2>"$WORK/hub.err" &
-PIDS+=($!)
-EP="$(wait_line "$WORK/hub.out" "endpoint: ")" || { echo "local hub did not start"; cat "$WORK/hub.err"; exit 1; }
+start_local_hub
 export HF_ENDPOINT="$EP" HF_TOKEN=hf_local_write HF_HOME="$WORK/hf-home"
 curl -sf -X POST "$EP/api/repos/create" -H "authorization: Bearer $HF_TOKEN" \
   -H 'content-type: application/json' -d '{"name":"posix","organization":"local","type":"dataset"}' >/dev/null

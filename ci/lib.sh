@@ -1,0 +1,28 @@
+# Helpers shared by the CI scripts that drive the real binary (sourced, not run).
+# Callers set WORK (a scratch dir), BIN (the hubfs binary) and a PIDS array that their cleanup kills.
+
+PASSED=0
+FAILED=0
+# check NAME STATUS: counts a check (STATUS 0 = ok) and prints it.
+check() {
+  if [ "$2" -eq 0 ]; then PASSED=$((PASSED + 1)); echo "  ok    $1"
+  else FAILED=$((FAILED + 1)); echo "  FAIL  $1"; fi
+}
+
+# wait_line FILE PREFIX: waits up to 60 s for a line starting with PREFIX; prints the rest of it.
+wait_line() {
+  local i
+  for i in $(seq 1 600); do
+    if grep -q "^$2" "$1" 2>/dev/null; then sed -n "s/^$2//p" "$1" | head -n1; return 0; fi
+    sleep 0.1
+  done
+  return 1
+}
+
+# start_local_hub [ARGS...]: starts `hubfs local-hub` on a fresh data dir under WORK and sets EP to its
+# endpoint; exits the script if it does not come up.
+start_local_hub() {
+  "$BIN" local-hub --data-dir "$WORK/hub" "$@" >"$WORK/hub.out" 2>"$WORK/hub.err" &
+  PIDS+=($!)
+  EP="$(wait_line "$WORK/hub.out" "endpoint: ")" || { echo "local hub did not start"; cat "$WORK/hub.err"; exit 1; }
+}
