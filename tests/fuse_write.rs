@@ -789,3 +789,41 @@ fn bad_names_get_clear_errors_and_create_nothing() {
         "one commit per good file"
     );
 }
+
+/// The kernel keeps a file's cached pages at open only when nothing but the content it opens
+/// could have filled them. A handle on the old content that stays open across an overwrite
+/// fills the page cache with old bytes after the next open invalidated it; a later open of the
+/// (unchanged) new content must not keep those pages.
+#[test]
+fn an_old_handle_does_not_leave_stale_pages_behind() {
+    let mut env = Env::new();
+    env.create_dataset("stale");
+    let m = env.mount_rw("datasets/local/stale");
+    let path = m.mountpoint.join("f.bin");
+    let old = pseudo(256 << 10, 1);
+    std::fs::write(&path, &old).unwrap();
+    let mut new = old.clone();
+    new[..4096].copy_from_slice(&pseudo(4096, 2));
+
+    let mut h1 = std::fs::File::open(&path).unwrap();
+    {
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(&new[..4096], 0).unwrap();
+    }
+    assert_eq!(env.hub_files("stale")["f.bin"].1, sha(&new), "the overwrite landed");
+    // Opens the new content (the kernel drops its cached pages), then reads through the handle on
+    // the old content: its pages fill the cache again.
+    let h2 = std::fs::File::open(&path).unwrap();
+    let mut through_old = Vec::new();
+    h1.read_to_end(&mut through_old).unwrap();
+    drop((h1, h2));
+
+    let again = std::fs::read(&path).unwrap();
+    assert_eq!(sha(&through_old), sha(&old), "the old handle reads the old content");
+    assert_eq!(
+        sha(&again),
+        sha(&new),
+        "the new content, not pages of the old handle (old content: {})",
+        sha(&old)
+    );
+}

@@ -80,6 +80,12 @@ impl Shared {
         eprintln!("stress failure: {msg}");
         self.failures.lock().push(msg);
     }
+
+    /// A failure with the thread's last operations (oldest first) for the report.
+    fn fail_after(&self, recent: &std::collections::VecDeque<String>, msg: String) {
+        let ops: Vec<&str> = recent.iter().map(String::as_str).collect();
+        self.fail(format!("{msg}\n    after: {}", ops.join("; ")))
+    }
 }
 
 /// Content of a new file: small text (inline in the commit), a mid-size binary or a larger binary
@@ -100,13 +106,23 @@ fn content(rng: &mut rand::rngs::StdRng) -> Vec<u8> {
     b
 }
 
+/// What a thread leaves: the expected content of its files, and every sha256 each name held over
+/// the run, oldest first (a wrong read at the end says which earlier version it served).
+struct Outcome {
+    model: BTreeMap<String, Vec<u8>>,
+    history: BTreeMap<String, Vec<String>>,
+}
+
 /// One thread's loop: its own folder `t{i}`, whose expected content it keeps in `model`.
-fn worker(i: usize, sh: Arc<Shared>, seed: u64) -> BTreeMap<String, Vec<u8>> {
+fn worker(i: usize, sh: Arc<Shared>, seed: u64) -> Outcome {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let dir = format!("t{i:02}");
     let own = sh.root.join(&dir);
     let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut history: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut held = |name: &str, data: &[u8]| history.entry(name.to_string()).or_default().push(sha(data));
     let doing = |what: String| *sh.doing[i].lock() = what;
+    let mut recent: std::collections::VecDeque<String> = std::collections::VecDeque::new();
     while !sh.stop.load(Ordering::Relaxed) {
         let kind = match rng.random_range(0..100) {
             0..=29 => Kind::Write,
@@ -124,16 +140,20 @@ fn worker(i: usize, sh: Arc<Shared>, seed: u64) -> BTreeMap<String, Vec<u8>> {
                 doing(format!("write {dir}/{name} ({} bytes)", data.len()));
                 match write_file(&own.join(&name), &data) {
                     Ok(()) => {
+                        held(&name, &data);
                         model.insert(name, data);
                     }
                     Err(e) => {
                         // What the mount shows for the path right after, for the report.
                         let stat = std::fs::metadata(own.join(&name)).map(|m| m.len());
                         let listed = list(&own).map(|l| l.contains(&name));
-                        sh.fail(format!(
-                            "write {dir}/{name}: {e} (stat then: {stat:?}; listed: {listed:?}; model has it: {})",
-                            model.contains_key(&name)
-                        ))
+                        sh.fail_after(
+                            &recent,
+                            format!(
+                                "write {dir}/{name}: {e} (stat then: {stat:?}; listed: {listed:?}; model has it: {})",
+                                model.contains_key(&name)
+                            ),
+                        )
                     }
                 }
             }
@@ -150,8 +170,9 @@ fn worker(i: usize, sh: Arc<Shared>, seed: u64) -> BTreeMap<String, Vec<u8>> {
                             cur.resize(end, 0);
                         }
                         cur[off as usize..end].copy_from_slice(&patch);
+                        held(&name, cur);
                     }
-                    Err(e) => sh.fail(format!("overwrite {dir}/{name}: {e}")),
+                    Err(e) => sh.fail_after(&recent, format!("overwrite {dir}/{name}: {e}")),
                 }
             }
             Kind::Rename => {
@@ -164,9 +185,10 @@ fn worker(i: usize, sh: Arc<Shared>, seed: u64) -> BTreeMap<String, Vec<u8>> {
                 match std::fs::rename(own.join(&from), own.join(&to)) {
                     Ok(()) => {
                         let data = model.remove(&from).unwrap();
+                        held(&to, &data);
                         model.insert(to, data);
                     }
-                    Err(e) => sh.fail(format!("rename {dir}/{from} -> {to}: {e}")),
+                    Err(e) => sh.fail_after(&recent, format!("rename {dir}/{from} -> {to}: {e}")),
                 }
             }
             Kind::Delete => {
@@ -176,7 +198,7 @@ fn worker(i: usize, sh: Arc<Shared>, seed: u64) -> BTreeMap<String, Vec<u8>> {
                     Ok(()) => {
                         model.remove(&name);
                     }
-                    Err(e) => sh.fail(format!("unlink {dir}/{name}: {e}")),
+                    Err(e) => sh.fail_after(&recent, format!("unlink {dir}/{name}: {e}")),
                 }
             }
             Kind::Read => {
@@ -188,17 +210,20 @@ fn worker(i: usize, sh: Arc<Shared>, seed: u64) -> BTreeMap<String, Vec<u8>> {
                     Ok(got) if other == i => {
                         // Our own file: read-your-writes, byte for byte.
                         if model.get(&name).map(|m| sha(m)) != Some(sha(&got)) {
-                            sh.fail(format!("read {dir}/{name}: {} bytes, not what was written", got.len()));
+                            sh.fail_after(
+                                &recent,
+                                format!("read {dir}/{name}: {} bytes, not what was written", got.len()),
+                            );
                         }
                     }
                     Ok(_) => {}
                     Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                         if other == i && model.contains_key(&name) {
-                            sh.fail(format!("read {dir}/{name}: ENOENT for a file we own"));
+                            sh.fail_after(&recent, format!("read {dir}/{name}: ENOENT for a file we own"));
                         }
                         sh.races.fetch_add(1, Ordering::Relaxed);
                     }
-                    Err(e) => sh.fail(format!("read t{other:02}/{name}: {e}")),
+                    Err(e) => sh.fail_after(&recent, format!("read t{other:02}/{name}: {e}")),
                 }
             }
             Kind::List => {
@@ -214,21 +239,25 @@ fn worker(i: usize, sh: Arc<Shared>, seed: u64) -> BTreeMap<String, Vec<u8>> {
                         let want: Vec<&String> = model.keys().collect();
                         let got: Vec<&String> = names.iter().collect();
                         if want != got {
-                            sh.fail(format!("list {dir}: {got:?}, want {want:?}"));
+                            sh.fail_after(&recent, format!("list {dir}: {got:?}, want {want:?}"));
                         }
                     }
                     Ok(_) => {}
                     Err(e) if e.raw_os_error() == Some(libc::ENOENT) && other != i => {
                         sh.races.fetch_add(1, Ordering::Relaxed);
                     }
-                    Err(e) => sh.fail(format!("list {}: {e}", path.display())),
+                    Err(e) => sh.fail_after(&recent, format!("list {}: {e}", path.display())),
                 }
             }
         }
         sh.done(kind);
+        if recent.len() == 24 {
+            recent.pop_front();
+        }
+        recent.push_back(sh.doing[i].lock().clone());
     }
     doing("finished".into());
-    model
+    Outcome { model, history }
 }
 
 fn pick(model: &BTreeMap<String, Vec<u8>>, rng: &mut rand::rngs::StdRng) -> Option<String> {
@@ -397,12 +426,16 @@ fn thirty_two_threads_on_one_writable_mount() {
     std::thread::sleep(Duration::from_secs(secs));
     sh.stop.store(true, Ordering::Relaxed);
     let mut expected: BTreeMap<String, String> = BTreeMap::new();
+    let mut history: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut panics = Vec::new();
     for (i, w) in workers.into_iter().enumerate() {
         match w.join() {
-            Ok(model) => {
-                for (name, data) in model {
+            Ok(out) => {
+                for (name, data) in out.model {
                     expected.insert(format!("t{i:02}/{name}"), sha(&data));
+                }
+                for (name, shas) in out.history {
+                    history.insert(format!("t{i:02}/{name}"), shas);
                 }
             }
             Err(e) => panics.push(format!("thread {i} panicked: {e:?}")),
@@ -472,7 +505,18 @@ fn thirty_two_threads_on_one_writable_mount() {
             .unwrap()
             .read_to_end(&mut b)
             .unwrap();
-        assert_eq!(&sha(&b), s, "{p} through the mount");
+        let got = sha(&b);
+        let seen = history.get(p).map(Vec::as_slice).unwrap_or_default();
+        let which = match seen.iter().rposition(|h| *h == got) {
+            Some(k) => format!("version {} of the {} this path held", k + 1, seen.len()),
+            None => "no version this path held".into(),
+        };
+        assert_eq!(
+            &got,
+            s,
+            "{p} through the mount ({} bytes read; that is {which})",
+            b.len()
+        );
     }
     m.unmount().unwrap();
     rt.block_on(hub.stop());

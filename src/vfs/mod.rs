@@ -162,7 +162,8 @@ pub struct VirtualFs {
     listings: moka::future::Cache<(String, String), Arc<Listing>>,
     points: moka::future::Cache<(String, String), Option<Node>>,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
-    /// Content each inode had when last opened: keep the kernel's page cache only if unchanged.
+    /// The Hub content the kernel's cached pages of an inode can only have come from (see
+    /// `add_handle_keep`); no entry: unknown, the next open drops them.
     last_content: Mutex<HashMap<Ino, ContentId>>,
     next_fh: AtomicU64,
     reader: Reader,
@@ -612,9 +613,44 @@ impl VirtualFs {
     }
 
     fn add_handle(&self, h: Handle) -> u64 {
+        self.add_handle_keep(h).0
+    }
+
+    /// Adds a handle; for a file, also says whether the kernel may keep the pages it has cached for
+    /// the inode (FOPEN_KEEP_CACHE). Those pages may come from any handle open on the inode since
+    /// the last open that dropped them, not only from the previous open: a handle on older content
+    /// (a read begun before an overwrite landed) or on a staged copy (reads, and writes through the
+    /// cache) keeps filling them after a newer open. So the content is recorded as the cache's
+    /// only while every handle open on the inode shows that same Hub content, and kept only when it
+    /// is the recorded one; a staged handle, or handles on different contents, clear the record
+    /// (the next open drops the pages). Checked and inserted under the handles lock, so two opens
+    /// cannot miss each other.
+    fn add_handle_keep(&self, h: Handle) -> (u64, bool) {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles.lock().insert(fh, Arc::new(h));
-        fh
+        let mut handles = self.handles.lock();
+        let keep = match &h {
+            Handle::Dir(_) => false,
+            Handle::Local { ino, .. } => {
+                self.last_content.lock().remove(ino);
+                false
+            }
+            Handle::File { ino, meta, .. } => {
+                let mixed = handles.values().any(|o| match o.as_ref() {
+                    Handle::File { ino: i, meta: m, .. } => i == ino && m.id != meta.id,
+                    Handle::Local { ino: i, .. } => i == ino,
+                    Handle::Dir(_) => false,
+                });
+                let mut last = self.last_content.lock();
+                if mixed {
+                    last.remove(ino);
+                    false
+                } else {
+                    last.insert(*ino, meta.id.clone()).as_ref() == Some(&meta.id)
+                }
+            }
+        };
+        handles.insert(fh, Arc::new(h));
+        (fh, keep)
     }
 
     /// The snapshot of an open directory; entry `i` has readdir offset `i + 1`.
@@ -699,12 +735,6 @@ impl VirtualFs {
             Some(Found::Dir) => return Err(VfsError::IsDir),
             None => return Err(VfsError::NotFound),
         };
-        let keep_cache = {
-            let mut last = self.last_content.lock();
-            let same = last.get(&ino) == Some(&meta.id);
-            last.insert(ino, meta.id.clone());
-            same
-        };
         self.inodes.opened(ino);
         let h = Handle::File {
             ino,
@@ -712,7 +742,7 @@ impl VirtualFs {
             commit,
             state: Mutex::new(ReadState::default()),
         };
-        Ok((self.add_handle(h), keep_cache))
+        Ok(self.add_handle_keep(h))
     }
 
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> VfsResult<Bytes> {
