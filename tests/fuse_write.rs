@@ -827,3 +827,34 @@ fn an_old_handle_does_not_leave_stale_pages_behind() {
         sha(&old)
     );
 }
+
+/// A file renamed away and straight back while the commit of the first rename is in flight: that
+/// commit deletes the original path, so the file must end up there again, not in neither place.
+#[test]
+fn renamed_back_while_the_move_away_is_being_committed() {
+    let mut env = Env::new();
+    env.create_dataset("back");
+    let m = env.mount_rw("datasets/local/back");
+    let root = m.mountpoint.clone();
+    std::fs::write(root.join("a.txt"), b"stays\n").unwrap();
+    env.fault(RouteClass::Commit, |f| f.latency_ms = 1500);
+    std::fs::rename(root.join("a.txt"), root.join("b.txt")).unwrap();
+    // The background round starts after the quiet period (200 ms) and waits on the slow commit.
+    std::thread::sleep(Duration::from_millis(700));
+    std::fs::rename(root.join("b.txt"), root.join("a.txt")).unwrap();
+    env.fault(RouteClass::Commit, |_| {});
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let _ = env.rt.block_on(m.vfs.sync_all());
+        let st = m.vfs.status_report().unwrap();
+        if st.dirty.is_empty() && st.pending_namespace_changes == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never settled: {st:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(std::fs::read(root.join("a.txt")).unwrap(), b"stays\n");
+    assert!(!root.join("b.txt").exists());
+    let hub: Vec<String> = env.hub_files("back").into_keys().collect();
+    assert_eq!(hub, vec!["a.txt".to_string()]);
+}

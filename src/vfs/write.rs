@@ -415,6 +415,20 @@ impl VirtualFs {
         new_name: &str,
         flags: RenameFlags,
     ) -> VfsResult<()> {
+        self.rename_at(parent, name, new_parent, new_name, flags, true).await
+    }
+
+    /// `rename`; `settle_home`: a file moved back where the Hub has it while the deletion there is
+    /// still pending is first committed where it is (see the `home` case), then moved.
+    async fn rename_at(
+        &self,
+        parent: Ino,
+        name: &str,
+        new_parent: Ino,
+        new_name: &str,
+        flags: RenameFlags,
+        settle_home: bool,
+    ) -> VfsResult<()> {
         self.writable()?;
         if flags.exchange {
             return Err(VfsError::Invalid("RENAME_EXCHANGE is not supported"));
@@ -472,6 +486,18 @@ impl VirtualFs {
                 let now = self.revision.lock().await.commit.clone();
                 let home = m.remote_path == self.remote_path(&to)
                     && matches!(self.node_at(&now, &to).await?, Some(Node::File(ref h)) if h.id == m.id);
+                // The whiteout at `to` (left by the move away) may be in a round being committed
+                // right now: dropping it would not stop that round from deleting `to`, and the
+                // file would be in neither place. Let that move land, then move the file from
+                // where the commit has it.
+                let pending = self
+                    .writer
+                    .as_ref()
+                    .is_some_and(|w| matches!(w.overlay.lock().get(&to), Some(Entry::Gone)));
+                if home && pending && settle_home {
+                    self.sync_all().await?;
+                    return Box::pin(self.rename_at(parent, name, new_parent, new_name, flags, false)).await;
+                }
                 if home {
                     if let Some(w) = &self.writer {
                         w.overlay.lock().remove(&to);
