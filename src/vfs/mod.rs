@@ -286,7 +286,7 @@ impl VirtualFs {
         join(&self.subfolder, path)
     }
 
-    fn node_from_entry(&self, e: &TreeEntry) -> (String, Node) {
+    fn node_from_entry(&self, commit: &str, e: &TreeEntry) -> (String, Node) {
         match e {
             TreeEntry::Dir { path, .. } => (basename(path).to_string(), Node::Dir),
             TreeEntry::File {
@@ -304,6 +304,7 @@ impl VirtualFs {
                 };
                 let meta = FileMeta {
                     remote_path: path.clone(),
+                    commit: commit.into(),
                     size: *size,
                     id,
                     sha256: lfs_sha256.clone(),
@@ -321,7 +322,7 @@ impl VirtualFs {
                 .client
                 .list_dir(&self.repo, commit, &self.remote_path(path))
                 .await?;
-            let mut entries: Vec<(String, Node)> = entries.iter().map(|e| self.node_from_entry(e)).collect();
+            let mut entries: Vec<(String, Node)> = entries.iter().map(|e| self.node_from_entry(commit, e)).collect();
             entries.sort_by(|a, b| a.0.cmp(&b.0));
             entries.dedup_by(|a, b| a.0 == b.0);
             Ok::<_, VfsError>(Arc::new(Listing { entries }))
@@ -353,7 +354,7 @@ impl VirtualFs {
                 found
                     .iter()
                     .find(|e| entry_path(e) == remote)
-                    .map(|e| self.node_from_entry(e).1),
+                    .map(|e| self.node_from_entry(commit, e).1),
             )
         };
         self.points.try_get_with(key, fetch).await.map_err(VfsError::Shared)
@@ -388,6 +389,7 @@ impl VirtualFs {
                     ino,
                     &Node::File(FileMeta {
                         remote_path: String::new(),
+                        commit: Arc::from(""),
                         size: 0,
                         id: ContentId::Git(String::new()),
                         sha256: None,

@@ -100,6 +100,10 @@ impl ContentId {
 pub struct FileMeta {
     /// Path in the repo (subfolder mounts included).
     pub remote_path: String,
+    /// The commit this entry was listed at. Bytes fetched by path are fetched at this commit, never
+    /// at a later one: after a move or delete of `remote_path` has landed, a later commit may hold
+    /// nothing or other bytes there, while this one is immutable.
+    pub commit: Arc<str>,
     pub size: u64,
     pub id: ContentId,
     /// sha256 of the content, known for LFS and Xet files (lets a rename re-commit it by reference).
@@ -190,7 +194,7 @@ impl Remote {
                     let t = std::time::Instant::now();
                     let b = self
                         .client
-                        .read_range(&self.repo, commit, &file.remote_path, start, len)
+                        .read_range(&self.repo, &file.commit, &file.remote_path, start, len)
                         .await?;
                     if len <= LATENCY_PROBE_MAX {
                         self.latency.record(t.elapsed());

@@ -562,7 +562,7 @@ impl VirtualFs {
                 continue;
             }
             let new = join(to, rel);
-            let (_, node) = self.node_from_entry(e);
+            let (_, node) = self.node_from_entry(commit, e);
             sets.push((
                 new,
                 match node {
