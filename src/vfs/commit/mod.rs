@@ -1,0 +1,334 @@
+//! The committer of a writable mount: group commits of staged files and namespace changes.
+//!
+//! One task runs commit rounds. A round takes every change that is ready (closed dirty files, files
+//! someone is waiting on, moves and deletions), uploads what needs uploading, and sends one commit
+//! with `parentCommit` set to the commit the mount shows. Closes that arrive while a round is in
+//! flight wait for the next one, so a `cp -r` of many files makes a handful of commits.
+//!
+//! A 412 (the branch moved) is re-based: if no touched path changed on the Hub since our parent,
+//! the commit is retried on the new head; if every touched path already holds our content, our
+//! own earlier attempt landed; otherwise the conflicting files fail with an error and stay staged
+//! (held) until they are written again. Other failures are retried in the background with backoff,
+//! and the callers waiting in close()/fsync() get the error at once.
+//!
+//! This file holds the `Writer` (staging, overlay, committer state) and how the write path hands it
+//! work and waits for it; `round` is one commit round, `schedule` decides when rounds run, and
+//! `status` is what `hubfs status` shows.
+
+mod round;
+mod schedule;
+mod status;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::{Notify, oneshot};
+
+use super::VirtualFs;
+use super::error::{VfsError, VfsResult};
+use crate::hub_client::{HubClient, RepoRef};
+use crate::write::overlay::{Entry, Overlay};
+use crate::write::staging::{DirtyFile, Phase, StagingArea};
+use crate::write::upload::Uploader;
+pub use status::{Counters, DirtyReport, StatusReport};
+
+/// Settings of a writable mount.
+#[derive(Debug, Clone)]
+pub struct WriteOptions {
+    /// Root of staging directories (one per repo and branch below it).
+    pub staging_root: PathBuf,
+    /// Commit title; `{summary}` is replaced by what the commit does, `{count}` by its size.
+    pub commit_message: String,
+    /// Base deadline of one upload session (plus time for the bytes at a slow rate).
+    pub upload_timeout: Duration,
+    /// A background commit starts once no new close (or namespace change) arrived for this long…
+    pub quiet_period: Duration,
+    /// …or once the oldest pending change has waited this long, whichever comes first.
+    pub max_batch_delay: Duration,
+    /// Where this mount writes its status file for `hubfs status` (`None`: no file).
+    pub status_dir: Option<PathBuf>,
+    /// close() waits for the commit (true), or returns once the content is durable in the local
+    /// journal and leaves the commit to the next group round (false: bulk copies, few commits).
+    pub close_waits: bool,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions {
+            staging_root: super::default_cache_dir().join("staging"),
+            commit_message: "hubfs: {summary}".into(),
+            upload_timeout: Duration::from_secs(120),
+            quiet_period: Duration::from_millis(500),
+            max_batch_delay: Duration::from_secs(5),
+            status_dir: None,
+            close_waits: true,
+        }
+    }
+}
+
+type Reply = Result<(), Arc<VfsError>>;
+
+/// Someone in close()/fsync() waiting for a file (or, with `file: None`, for the next round).
+struct Waiter {
+    file: Option<Arc<DirtyFile>>,
+    generation: u64,
+    tx: oneshot::Sender<Reply>,
+}
+
+/// Lock order: `overlay` → (DirtyFile state, a leaf); `waiters` and `status` are leaves and never
+/// held together with the overlay.
+pub(crate) struct Writer {
+    pub staging: StagingArea,
+    pub overlay: Mutex<Overlay>,
+    pub uploader: Uploader,
+    pub branch: String,
+    opts: WriteOptions,
+    kick: Arc<Notify>,
+    waiters: Mutex<Vec<Waiter>>,
+    last_commit: Mutex<Option<String>>,
+    last_error: Mutex<Option<String>>,
+    counters: Mutex<Counters>,
+    /// Files whose commit conflicted with a change on the Hub: kept staged until written again.
+    held: Mutex<HashSet<u64>>,
+    pub mountpoint: Mutex<Option<PathBuf>>,
+    repo_id: String,
+}
+
+/// `kind/ns/name/branch`, each part made safe as one directory name.
+fn staging_dir(root: &Path, repo: &RepoRef, branch: &str) -> PathBuf {
+    let safe = |s: &str| crate::urlenc::encode_segment(s);
+    root.join(repo.kind.plural())
+        .join(safe(&repo.namespace))
+        .join(safe(&repo.name))
+        .join(safe(branch))
+}
+
+impl Writer {
+    pub fn open(
+        client: &HubClient,
+        repo: &RepoRef,
+        revision: &str,
+        subfolder: Option<&str>,
+        opts: &WriteOptions,
+    ) -> VfsResult<Writer> {
+        if super::is_commit_id(revision) {
+            return Err(VfsError::Invalid(
+                "a writable mount needs a branch (a commit id cannot move): mount @main or another branch",
+            ));
+        }
+        let dir = staging_dir(&opts.staging_root, repo, revision);
+        let staging = StagingArea::open(&dir).map_err(|e| {
+            VfsError::Cache(format!(
+                "cannot use staging dir {}: {e} (pass --cache-dir DIR on a writable disk)",
+                dir.display()
+            ))
+        })?;
+        let uploader = Uploader::new(client.clone(), repo.clone(), revision.to_string(), opts.upload_timeout)
+            .map_err(|e| VfsError::Xet(e.to_string()))?;
+        let w = Writer {
+            overlay: Mutex::new(Overlay::default()),
+            uploader,
+            branch: revision.to_string(),
+            opts: opts.clone(),
+            kick: Arc::new(Notify::new()),
+            waiters: Mutex::new(Vec::new()),
+            last_commit: Mutex::new(None),
+            last_error: Mutex::new(None),
+            counters: Mutex::new(Counters::default()),
+            held: Mutex::new(HashSet::new()),
+            mountpoint: Mutex::new(None),
+            repo_id: repo.to_string(),
+            staging,
+        };
+        w.recover(subfolder.unwrap_or("").trim_matches('/'))?;
+        Ok(w)
+    }
+
+    /// Staged files of an earlier run: closed ones go back into the overlay (the committer uploads
+    /// them); ones that were still open are moved to `recovered/` and left for a person to check.
+    fn recover(&self, subfolder: &str) -> VfsResult<()> {
+        let found = self.staging.recover()?;
+        let mut overlay = self.overlay.lock();
+        for r in found {
+            let repo_path = r.file.repo_path();
+            let rel = if subfolder.is_empty() {
+                Some(repo_path.as_str())
+            } else {
+                repo_path.strip_prefix(subfolder).and_then(|p| p.strip_prefix('/'))
+            };
+            match (r.phase, rel) {
+                (Phase::Closed, Some(rel)) => {
+                    tracing::info!(path = %repo_path, size = r.file.size(), "recovered a closed file; it will be committed");
+                    overlay.set(rel, Entry::File(Arc::new(r.file)));
+                }
+                (Phase::Closed, None) => {
+                    tracing::warn!(path = %repo_path, "staged file outside the mounted folder left for a mount of its folder");
+                    std::mem::forget(r.file);
+                }
+                (Phase::Open, _) => {
+                    let dest = self.staging.dir().join("recovered").join(&repo_path);
+                    if let Some(parent) = dest.parent() {
+                        std::fs::create_dir_all(parent)?;
+                    }
+                    std::fs::rename(r.file.data_path(), &dest)?;
+                    r.file.discard();
+                    tracing::warn!(
+                        path = %repo_path,
+                        saved = %dest.display(),
+                        "a file was still open when hubfs stopped; its bytes are saved, not uploaded"
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a background round has something to do.
+    fn has_ready_work(&self) -> bool {
+        let held = self.held.lock().clone();
+        self.overlay.lock().all().iter().any(|(_, e)| match e {
+            Entry::File(d) => d.is_dirty() && d.writers() == 0 && !held.contains(&d.id()),
+            Entry::Moved(_) | Entry::Gone => true,
+            Entry::Dir => false,
+        })
+    }
+}
+
+impl VirtualFs {
+    /// Asks for `file`'s current content to be committed and waits for the answer.
+    pub(crate) async fn commit_file(&self, file: &Arc<DirtyFile>) -> VfsResult<()> {
+        let Some(w) = &self.writer else {
+            return Err(VfsError::ReadOnly);
+        };
+        if !file.is_dirty() {
+            return Ok(());
+        }
+        if let Some(e) = file.error()
+            && w.held.lock().contains(&file.id())
+        {
+            return Err(VfsError::Commit {
+                msg: e,
+                errno: libc::EIO,
+            });
+        }
+        let (tx, rx) = oneshot::channel();
+        w.waiters.lock().push(Waiter {
+            file: Some(file.clone()),
+            generation: file.generation(),
+            tx,
+        });
+        w.kick.notify_one();
+        match rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(VfsError::Shared(e)),
+            Err(_) => Err(VfsError::Io("the committer stopped".into())),
+        }
+    }
+
+    /// Commits everything that is ready now and waits for that round (unmount, `sync`).
+    pub async fn sync_all(&self) -> VfsResult<()> {
+        let Some(w) = &self.writer else { return Ok(()) };
+        let (tx, rx) = oneshot::channel();
+        w.waiters.lock().push(Waiter {
+            file: None,
+            generation: 0,
+            tx,
+        });
+        w.kick.notify_one();
+        match rx.await {
+            Ok(r) => r.map_err(VfsError::Shared),
+            Err(_) => Err(VfsError::Io("the committer stopped".into())),
+        }
+    }
+
+    /// Commits what is pending, for at most `limit` (unmount, SIGTERM). Whatever is left stays
+    /// staged for the next mount. Returns the number of files still dirty.
+    pub async fn drain(&self, limit: Duration) -> usize {
+        let Some(w) = &self.writer else { return 0 };
+        let deadline = Instant::now() + limit;
+        while w.has_ready_work() && Instant::now() < deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, self.sync_all()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "commit during shutdown failed; data stays staged");
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        let left = self.status().dirty.len();
+        if left > 0 {
+            tracing::warn!(files = left, dir = %w.staging.dir().display(), "files left staged for the next mount");
+        }
+        left
+    }
+
+    /// A held (conflicting) file was written again: its new content may be committed.
+    pub(crate) fn unhold(&self, file: &DirtyFile) {
+        if let Some(w) = &self.writer
+            && w.held.lock().remove(&file.id())
+        {
+            file.set_error(None);
+        }
+    }
+
+    /// Whether close() waits for the commit.
+    pub(crate) fn close_waits(&self) -> bool {
+        self.writer.as_ref().is_some_and(|w| w.opts.close_waits)
+    }
+
+    /// A write handle closed: commit in the background whatever its flush did not.
+    pub(crate) fn writer_closed(&self, file: &Arc<DirtyFile>) {
+        if let Err(e) = file.remove_writer() {
+            tracing::error!(path = %file.repo_path(), error = %e, "could not journal a closed file");
+        }
+        let Some(w) = &self.writer else { return };
+        if file.is_dirty() {
+            w.kick.notify_one();
+            return;
+        }
+        // Clean and closed: the mount's commit has this content, so the overlay entry (and, once
+        // the last handle goes, the staged copy and its journal entry) can go. The writer count is
+        // read under the overlay lock: see `writer_opened`.
+        if let Some(path) = self.mount_path(&file.repo_path()) {
+            let mut o = w.overlay.lock();
+            if file.writers() == 0 && matches!(o.get(&path), Some(Entry::File(d)) if Arc::ptr_eq(d, file)) {
+                o.remove(&path);
+            }
+        }
+    }
+
+    /// After a writer was added to `file`, found at `path`: the release of an earlier handle may
+    /// have dropped the clean file from the overlay in between (the kernel sends RELEASE after
+    /// close(2) returns, so it can arrive after the next open). Put it back, else its new content
+    /// would never be committed and close() would wait forever.
+    pub(crate) fn writer_opened(&self, path: &str, file: &Arc<DirtyFile>) {
+        let Some(w) = &self.writer else { return };
+        let mut o = w.overlay.lock();
+        if o.get(path).is_none() && !file.is_discarded() {
+            o.set(path, Entry::File(file.clone()));
+        }
+    }
+
+    /// The mount-relative path of a repo path (`None` outside a subfolder mount's folder).
+    fn mount_path(&self, repo_path: &str) -> Option<String> {
+        if self.subfolder.is_empty() {
+            return Some(repo_path.to_string());
+        }
+        repo_path
+            .strip_prefix(&self.subfolder)
+            .and_then(|p| p.strip_prefix('/'))
+            .map(str::to_string)
+    }
+
+    /// Wakes the committer for a background round (namespace change, truncate).
+    pub(crate) fn kick(&self) {
+        if let Some(w) = &self.writer {
+            w.kick.notify_one();
+        }
+    }
+}

@@ -1,0 +1,394 @@
+//! One commit round: what it takes from the overlay, the operations it builds (uploading content),
+//! the commit it sends (re-based on a moved branch, conflicts held), and the overlay entries it
+//! settles once the commit landed.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use sha1::Digest as _;
+
+use super::{Waiter, Writer};
+use crate::hub_client::{CommitOp, CommitRequest, HubClientError, TreeEntry};
+use crate::vfs::error::{VfsError, VfsResult};
+use crate::vfs::read::ReadState;
+use crate::vfs::{Node, VirtualFs};
+use crate::write::overlay::Entry;
+use crate::write::staging::DirtyFile;
+use crate::write::upload::Staged;
+
+impl Writer {
+    fn summary(&self, ops: &[CommitOp]) -> (String, String) {
+        let mut added = Vec::new();
+        let mut deleted = Vec::new();
+        for op in ops {
+            match op {
+                CommitOp::DeleteFile { path } => deleted.push(path.as_str()),
+                other => added.push(other.path()),
+            }
+        }
+        let mut parts = Vec::new();
+        let list = |v: &[&str]| match v.len() {
+            1..=3 => v.join(", "),
+            n => format!("{}, {} and {} more", v[0], v[1], n - 2),
+        };
+        if !added.is_empty() {
+            parts.push(format!("update {}", list(&added)));
+        }
+        if !deleted.is_empty() {
+            parts.push(format!("delete {}", list(&deleted)));
+        }
+        let summary = parts.join("; ");
+        let title = self
+            .opts
+            .commit_message
+            .replace("{summary}", &summary)
+            .replace("{count}", &ops.len().to_string());
+        let mut description = String::new();
+        for p in &added {
+            description.push_str(&format!("add {p}\n"));
+        }
+        for p in &deleted {
+            description.push_str(&format!("delete {p}\n"));
+        }
+        (title, description)
+    }
+}
+
+/// What a round found to commit.
+#[derive(Default)]
+struct Batch {
+    uploads: Vec<(String, Arc<DirtyFile>)>,
+    moves: Vec<(String, crate::vfs::remote::FileMeta)>,
+    gones: Vec<String>,
+}
+
+/// A commit failure as the errno a caller of close() can act on.
+fn commit_error(e: &VfsError) -> VfsError {
+    let errno = match e {
+        VfsError::Remote(HubClientError::Unauthorized { .. } | HubClientError::Forbidden { .. }) => libc::EACCES,
+        VfsError::Remote(HubClientError::BadInput { ctx }) if ctx.status == Some(413) => libc::ENOSPC,
+        VfsError::NoSpace(_) => libc::ENOSPC,
+        _ => libc::EIO,
+    };
+    VfsError::Commit {
+        msg: e.to_string(),
+        errno,
+    }
+}
+
+fn git_blob_oid(content: &[u8]) -> String {
+    let mut h = sha1::Sha1::new();
+    h.update(format!("blob {}\0", content.len()).as_bytes());
+    h.update(content);
+    hex::encode(h.finalize())
+}
+
+/// Whether `entry` (a path at the branch head) already holds what `op` would put there.
+fn op_landed(op: &CommitOp, entry: Option<&TreeEntry>) -> bool {
+    match (op, entry) {
+        (CommitOp::DeleteFile { .. }, None) => true,
+        (CommitOp::Lfs { sha256, .. }, Some(TreeEntry::File { lfs_sha256, .. })) => {
+            lfs_sha256.as_deref() == Some(sha256.as_str())
+        }
+        (CommitOp::Inline { content, .. }, Some(TreeEntry::File { oid, .. })) => *oid == git_blob_oid(content),
+        _ => false,
+    }
+}
+
+/// What a round did, for the committer loop (see `schedule`).
+pub(super) enum RoundOutcome {
+    Committed,
+    Idle,
+    Failed,
+}
+
+impl VirtualFs {
+    /// One commit round. Answers every waiter it took.
+    pub(super) async fn round(&self) -> RoundOutcome {
+        let Some(w) = &self.writer else {
+            return RoundOutcome::Idle;
+        };
+        let waiters: Vec<Waiter> = std::mem::take(&mut *w.waiters.lock());
+        let result = self.commit_ready(w, &waiters).await;
+        let outcome = match &result {
+            Ok(true) => RoundOutcome::Committed,
+            Ok(false) => RoundOutcome::Idle,
+            Err(_) => RoundOutcome::Failed,
+        };
+        let shared: Result<(), Arc<VfsError>> = result.map(|_| ()).map_err(Arc::new);
+        let mut again = Vec::new();
+        for wt in waiters {
+            let reply = match &wt.file {
+                None => shared.clone(),
+                Some(f) if f.committed_generation() >= wt.generation || f.is_discarded() => Ok(()),
+                Some(f) if w.held.lock().contains(&f.id()) => Err(Arc::new(VfsError::Commit {
+                    msg: f.error().unwrap_or_else(|| "conflict with a change on the Hub".into()),
+                    errno: libc::EIO,
+                })),
+                Some(_) if shared.is_err() => shared.clone(),
+                // Not in this round (written again meanwhile): wait for the next one.
+                Some(_) => {
+                    again.push(wt);
+                    continue;
+                }
+            };
+            let _ = wt.tx.send(reply);
+        }
+        if !again.is_empty() {
+            w.waiters.lock().extend(again);
+            w.kick.notify_one();
+        }
+        self.write_status();
+        outcome
+    }
+
+    /// Gathers, uploads and commits what is ready. `Ok(false)`: nothing to do.
+    async fn commit_ready(&self, w: &Writer, waiters: &[Waiter]) -> VfsResult<bool> {
+        let requested: HashSet<u64> = waiters
+            .iter()
+            .filter_map(|wt| wt.file.as_ref().map(|f| f.id()))
+            .collect();
+        let flush_all = waiters.iter().any(|wt| wt.file.is_none());
+        let held = w.held.lock().clone();
+        let mut batch = Batch::default();
+        for (path, e) in w.overlay.lock().all() {
+            match e {
+                Entry::File(d)
+                    if d.is_dirty()
+                        && !held.contains(&d.id())
+                        && (d.writers() == 0 || requested.contains(&d.id()) || flush_all) =>
+                {
+                    batch.uploads.push((path, d))
+                }
+                Entry::Moved(m) => batch.moves.push((path, m)),
+                Entry::Gone => batch.gones.push(path),
+                _ => {}
+            }
+        }
+        if batch.uploads.is_empty() && batch.moves.is_empty() && batch.gones.is_empty() {
+            return Ok(false);
+        }
+        let base = self.commit().await?;
+        let (ops, staged) = match self.build_ops(w, &base, &batch).await {
+            Ok(x) => x,
+            Err(e) => {
+                self.fail(w, &batch, &e);
+                return Err(commit_error(&e));
+            }
+        };
+        if ops.is_empty() {
+            self.settle(w, &batch, &staged, &base).await;
+            return Ok(false);
+        }
+        match self.send_commit(w, &base, ops, &staged).await {
+            Ok(new_commit) => {
+                {
+                    let mut rev = self.revision.lock().await;
+                    rev.commit = new_commit.clone();
+                    rev.checked = Instant::now();
+                }
+                self.settle(w, &batch, &staged, &new_commit).await;
+                *w.last_commit.lock() = Some(new_commit);
+                *w.last_error.lock() = None;
+                let mut c = w.counters.lock();
+                c.commits += 1;
+                c.files_committed += staged.len() as u64;
+                Ok(true)
+            }
+            Err(e) => {
+                self.fail(w, &batch, &e);
+                Err(commit_error(&e))
+            }
+        }
+    }
+
+    fn fail(&self, w: &Writer, batch: &Batch, e: &VfsError) {
+        tracing::warn!(error = %e, files = batch.uploads.len(), "commit failed; data stays staged");
+        let held = w.held.lock().clone();
+        for (_, d) in &batch.uploads {
+            // A conflict's own message says more than the round's.
+            if !held.contains(&d.id()) {
+                d.set_error(Some(e.to_string()));
+            }
+        }
+        *w.last_error.lock() = Some(e.to_string());
+        w.counters.lock().failed_rounds += 1;
+    }
+
+    /// Commit operations for a batch, uploading content as needed. Returns the ops and the
+    /// generation of each staged file they carry.
+    async fn build_ops(
+        &self,
+        w: &Writer,
+        base: &str,
+        batch: &Batch,
+    ) -> VfsResult<(Vec<CommitOp>, Vec<(Staged, String)>)> {
+        let mut staged = Vec::with_capacity(batch.uploads.len());
+        for (path, d) in &batch.uploads {
+            let file = d.clone();
+            let snap = tokio::task::spawn_blocking(move || file.snapshot())
+                .await
+                .map_err(|e| VfsError::Io(e.to_string()))??;
+            staged.push((
+                Staged {
+                    repo_path: self.remote_path(path),
+                    file: d.clone(),
+                    snap,
+                },
+                path.clone(),
+            ));
+        }
+        let files: Vec<Staged> = staged
+            .iter()
+            .map(|(s, _)| Staged {
+                repo_path: s.repo_path.clone(),
+                file: s.file.clone(),
+                snap: s.snap.clone(),
+            })
+            .collect();
+        let mut ops = w.uploader.prepare(&files).await.map_err(|e| match e {
+            crate::write::upload::UploadError::Hub(h) => VfsError::Remote(h),
+            other => VfsError::Upload(other.to_string()),
+        })?;
+        for (path, meta) in &batch.moves {
+            let repo_path = self.remote_path(path);
+            match &meta.sha256 {
+                Some(sha) => ops.push(CommitOp::Lfs {
+                    path: repo_path,
+                    sha256: sha.clone(),
+                    size: meta.size,
+                }),
+                None => {
+                    let content = self
+                        .reader
+                        .read(meta, base, &Mutex::new(ReadState::default()), 0, meta.size as u32)
+                        .await?;
+                    ops.push(CommitOp::Inline {
+                        path: repo_path,
+                        content,
+                    });
+                }
+            }
+        }
+        for path in &batch.gones {
+            if let Some(Node::File(_)) = self.node_at(base, path).await? {
+                ops.push(CommitOp::DeleteFile {
+                    path: self.remote_path(path),
+                });
+            }
+        }
+        // The Hub applies operations in order: deletions first, so that a file may take the name
+        // of a directory whose last file this commit deletes (and the other way round).
+        ops.sort_by_key(|o| !matches!(o, CommitOp::DeleteFile { .. }));
+        Ok((ops, staged))
+    }
+
+    /// Sends the commit, re-basing on a moved branch when the touched paths allow it.
+    async fn send_commit(
+        &self,
+        w: &Writer,
+        base: &str,
+        mut ops: Vec<CommitOp>,
+        staged: &[(Staged, String)],
+    ) -> VfsResult<String> {
+        let mut parent = base.to_string();
+        for _ in 0..4 {
+            let (summary, description) = w.summary(&ops);
+            let req = CommitRequest {
+                summary,
+                description,
+                parent: Some(parent.clone()),
+                ops: ops.clone(),
+            };
+            match self.client.commit(&self.repo, &w.branch, &req).await {
+                Ok(c) => return Ok(c),
+                Err(HubClientError::Conflict { .. }) => {}
+                Err(e) => return Err(VfsError::Remote(e)),
+            }
+            let head = self.client.repo_info(&self.repo, &w.branch).await?.sha;
+            let touched: Vec<String> = ops.iter().map(|o| o.path().to_string()).collect();
+            let at = |commit: String| {
+                let touched = touched.clone();
+                async move {
+                    let found = self.client.paths_info(&self.repo, &commit, &touched).await?;
+                    Ok::<HashMap<String, TreeEntry>, VfsError>(
+                        found.into_iter().map(|e| (e.path().to_string(), e)).collect(),
+                    )
+                }
+            };
+            let before = at(parent.clone()).await?;
+            let now = at(head.clone()).await?;
+            if ops.iter().all(|o| op_landed(o, now.get(o.path()))) {
+                tracing::info!(commit = %head, "our commit had landed before its answer was lost");
+                return Ok(head);
+            }
+            let changed = |p: &str| before.get(p).map(TreeEntry::oid) != now.get(p).map(TreeEntry::oid);
+            let (conflicting, rest): (Vec<CommitOp>, Vec<CommitOp>) = ops.into_iter().partition(|o| changed(o.path()));
+            for op in &conflicting {
+                if let Some((s, _)) = staged.iter().find(|(s, _)| s.repo_path == op.path()) {
+                    let msg = format!(
+                        "{} changed on the Hub since this mount read it; the local version stays staged in {}",
+                        op.path(),
+                        w.staging.dir().display()
+                    );
+                    tracing::warn!("{msg}");
+                    s.file.set_error(Some(msg));
+                    w.held.lock().insert(s.file.id());
+                }
+            }
+            if rest.is_empty() {
+                // Show the Hub's head from now on; the conflicting files keep their local
+                // version in the overlay, and a new write of one of them commits it over the head.
+                let mut rev = self.revision.lock().await;
+                rev.commit = head;
+                rev.checked = Instant::now();
+                return Err(VfsError::Commit {
+                    msg: "every change conflicts with a newer commit on the Hub".into(),
+                    errno: libc::EIO,
+                });
+            }
+            tracing::info!(from = %parent, to = %head, "branch moved; re-basing the commit");
+            ops = rest;
+            parent = head;
+        }
+        Err(VfsError::Commit {
+            msg: "the branch kept moving; giving up for now".into(),
+            errno: libc::EIO,
+        })
+    }
+
+    /// After a commit (or a round with nothing to send): drops the overlay entries the commit made
+    /// redundant, so the new commit's tree shows them.
+    async fn settle(&self, w: &Writer, batch: &Batch, staged: &[(Staged, String)], commit: &str) {
+        let held = w.held.lock().clone();
+        let mut stale_gones = Vec::new();
+        for path in &batch.gones {
+            if self.node_at(commit, path).await.ok().flatten().is_none() {
+                stale_gones.push(path.clone());
+            }
+        }
+        let mut overlay = w.overlay.lock();
+        for (s, path) in staged {
+            if held.contains(&s.file.id()) {
+                continue;
+            }
+            let clean = s.file.committed(s.snap.generation);
+            let same = matches!(overlay.get(path), Some(Entry::File(d)) if Arc::ptr_eq(d, &s.file));
+            if clean && s.file.writers() == 0 && same {
+                overlay.remove(path);
+            }
+        }
+        for (path, meta) in &batch.moves {
+            if matches!(overlay.get(path), Some(Entry::Moved(m)) if m == meta) {
+                overlay.remove(path);
+            }
+        }
+        for path in stale_gones {
+            if matches!(overlay.get(&path), Some(Entry::Gone)) {
+                overlay.remove(&path);
+            }
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! When commit rounds run: the committer task, its debounce of background work and its backoff
+//! after a failure.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::round::RoundOutcome;
+use crate::vfs::VirtualFs;
+
+impl VirtualFs {
+    /// Starts the committer of a writable mount (no-op on a read-only one). It holds the core
+    /// weakly: dropping the last frontend's reference stops it.
+    pub fn start_committer(self: &Arc<Self>, rt: &tokio::runtime::Handle) {
+        let Some(w) = &self.writer else { return };
+        let kick = w.kick.clone();
+        let weak = Arc::downgrade(self);
+        rt.spawn(committer_loop(weak, kick));
+        self.write_status();
+    }
+}
+
+/// Runs rounds: at once when someone waits, after the quiet period for background work, with
+/// backoff (1 s doubling to 60 s) after a failure.
+async fn committer_loop(weak: Weak<VirtualFs>, kick: Arc<Notify>) {
+    let mut backoff = Duration::from_secs(1);
+    let mut failed = false;
+    loop {
+        let notified = kick.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let (urgent, ready, quiet, max_delay) = {
+            let Some(vfs) = weak.upgrade() else { return };
+            let Some(w) = &vfs.writer else { return };
+            (
+                !w.waiters.lock().is_empty(),
+                w.has_ready_work(),
+                w.opts.quiet_period,
+                w.opts.max_batch_delay,
+            )
+        };
+        if !urgent {
+            if !ready {
+                notified.await;
+                continue;
+            }
+            // Debounce: each new change pushes the round back by the quiet period, up to the
+            // maximum delay, so a stream of closes (a `cp -r`) makes few, large commits. After a
+            // failure the backoff applies instead. A waiter arriving meanwhile starts it at once.
+            let start = tokio::time::Instant::now();
+            let latest = start + if failed { backoff } else { max_delay.max(quiet) };
+            let mut deadline = start + if failed { backoff } else { quiet };
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(deadline) => break,
+                    _ = &mut notified => {
+                        let urgent = match weak.upgrade() {
+                            Some(v) => v.writer.as_ref().is_some_and(|w| !w.waiters.lock().is_empty()),
+                            None => return,
+                        };
+                        if urgent { break; }
+                        if !failed {
+                            deadline = (tokio::time::Instant::now() + quiet).min(latest);
+                        }
+                        notified.set(kick.notified());
+                        notified.as_mut().enable();
+                    }
+                }
+            }
+        }
+        let Some(vfs) = weak.upgrade() else { return };
+        match vfs.round().await {
+            RoundOutcome::Failed => {
+                if failed {
+                    backoff = (backoff * 2).min(Duration::from_secs(60));
+                }
+                failed = true;
+            }
+            RoundOutcome::Committed => {
+                failed = false;
+                backoff = Duration::from_secs(1);
+            }
+            RoundOutcome::Idle => {
+                failed = false;
+                // Nothing could be sent (e.g. only whiteouts of directories): wait for news.
+                drop(vfs);
+                notified.await;
+            }
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! What a path is and the attributes it shows: tree lookups at a commit (the listing and point
+//! caches, keyed by commit), the overlay laid over them on a writable mount, and merged listings.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::error::{VfsError, VfsResult};
+use super::remote::{ContentId, FileMeta};
+use super::{Attr, Found, Ino, Kind, Node, VirtualFs};
+use crate::hub_client::TreeEntry;
+use crate::write::overlay::Entry;
+
+/// A directory listing at one commit, sorted by name.
+#[derive(Debug)]
+pub(super) struct Listing {
+    pub(super) entries: Vec<(String, Node)>,
+}
+
+impl Listing {
+    fn find(&self, name: &str) -> Option<&Node> {
+        self.entries
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.entries[i].1)
+    }
+}
+
+impl VirtualFs {
+    pub(super) fn node_from_entry(&self, commit: &str, e: &TreeEntry) -> (String, Node) {
+        match e {
+            TreeEntry::Dir { path, .. } => (basename(path).to_string(), Node::Dir),
+            TreeEntry::File {
+                path,
+                size,
+                oid,
+                lfs_sha256,
+                xet_hash,
+                ..
+            } => {
+                let id = match (xet_hash, lfs_sha256) {
+                    (Some(x), _) => ContentId::Xet(x.clone()),
+                    (None, Some(s)) => ContentId::Lfs(s.clone()),
+                    (None, None) => ContentId::Git(oid.clone()),
+                };
+                let meta = FileMeta {
+                    remote_path: path.clone(),
+                    commit: commit.into(),
+                    size: *size,
+                    id,
+                    sha256: lfs_sha256.clone(),
+                };
+                (basename(path).to_string(), Node::File(meta))
+            }
+        }
+    }
+
+    /// The listing of a directory (mount-relative path) at `commit`; one fetch however many wait.
+    async fn listing(&self, commit: &str, path: &str) -> VfsResult<Arc<Listing>> {
+        let key = (commit.to_string(), path.to_string());
+        let fetch = async {
+            let entries = self
+                .client
+                .list_dir(&self.repo, commit, &self.remote_path(path))
+                .await?;
+            let mut entries: Vec<(String, Node)> = entries.iter().map(|e| self.node_from_entry(commit, e)).collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            entries.dedup_by(|a, b| a.0 == b.0);
+            Ok::<_, VfsError>(Arc::new(Listing { entries }))
+        };
+        self.listings.try_get_with(key, fetch).await.map_err(VfsError::Shared)
+    }
+
+    /// What `path` is at `commit`: from the parent's cached listing when there is one, else by a
+    /// point lookup (one paths-info request, not a listing of every parent).
+    pub(super) async fn node_at(&self, commit: &str, path: &str) -> VfsResult<Option<Node>> {
+        if path.is_empty() {
+            if self.subfolder.is_empty() {
+                return Ok(Some(Node::Dir));
+            }
+        } else {
+            let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+            if let Some(l) = self.listings.get(&(commit.to_string(), parent.to_string())).await {
+                return Ok(l.find(name).cloned());
+            }
+        }
+        let key = (commit.to_string(), path.to_string());
+        let fetch = async {
+            let remote = self.remote_path(path);
+            let found = self
+                .client
+                .paths_info(&self.repo, commit, std::slice::from_ref(&remote))
+                .await?;
+            Ok::<_, VfsError>(
+                found
+                    .iter()
+                    .find(|e| entry_path(e) == remote)
+                    .map(|e| self.node_from_entry(commit, e).1),
+            )
+        };
+        self.points.try_get_with(key, fetch).await.map_err(VfsError::Shared)
+    }
+
+    pub(super) fn attr(&self, ino: Ino, node: &Node) -> Attr {
+        let w = self.writer.is_some();
+        let (kind, size, perm, nlink) = match node {
+            Node::Dir => (Kind::Dir, 0, if w { 0o755 } else { 0o555 }, 2),
+            Node::File(f) => (Kind::File, f.size, if w { 0o644 } else { 0o444 }, 1),
+        };
+        Attr {
+            ino,
+            kind,
+            size,
+            mtime: self.mtime,
+            perm,
+            nlink,
+            uid: self.opts.uid,
+            gid: self.opts.gid,
+        }
+    }
+
+    pub(crate) fn found_attr(&self, ino: Ino, f: &Found) -> Attr {
+        match f {
+            Found::Dir => self.attr(ino, &Node::Dir),
+            Found::Remote(m) => self.attr(ino, &Node::File(m.clone())),
+            Found::Local(d) => Attr {
+                size: d.size(),
+                mtime: d.mtime(),
+                ..self.attr(
+                    ino,
+                    &Node::File(FileMeta {
+                        remote_path: String::new(),
+                        commit: Arc::from(""),
+                        size: 0,
+                        id: ContentId::Git(String::new()),
+                        sha256: None,
+                    }),
+                )
+            },
+        }
+    }
+
+    /// What `path` is in the mount's view: the overlay first, then the commit's tree.
+    pub(crate) async fn find(&self, commit: &str, path: &str) -> VfsResult<Option<Found>> {
+        if let Some(w) = &self.writer {
+            match w.overlay.lock().get(path) {
+                Some(Entry::File(d)) => return Ok(Some(Found::Local(d.clone()))),
+                Some(Entry::Moved(m)) => return Ok(Some(Found::Remote(m.clone()))),
+                Some(Entry::Dir) => return Ok(Some(Found::Dir)),
+                Some(Entry::Gone) => return Ok(None),
+                None => {}
+            }
+            // The committer moves the mount's commit first and then drops the overlay entries that
+            // commit carried: a caller holding the previous commit would find a just-committed file
+            // in neither (ENOENT) and a just-deleted one in both. The overlay missed, so the commit
+            // shown now is the one to look in.
+            let now = self.revision.lock().await.commit.clone();
+            if now != commit {
+                return Ok(self.node_at(&now, path).await?.map(|n| match n {
+                    Node::Dir => Found::Dir,
+                    Node::File(m) => Found::Remote(m),
+                }));
+            }
+        }
+        Ok(self.node_at(commit, path).await?.map(|n| match n {
+            Node::Dir => Found::Dir,
+            Node::File(m) => Found::Remote(m),
+        }))
+    }
+
+    /// The entries of a directory in the mount's view, sorted by name: the commit's listing (if the
+    /// directory exists there) merged with the overlay's children.
+    pub(crate) async fn merged_listing(&self, commit: &str, path: &str) -> VfsResult<Vec<(String, Found)>> {
+        let mut commit = commit.to_string();
+        for _ in 0..4 {
+            let out = self.merged_listing_at(&commit, path).await?;
+            if self.writer.is_none() {
+                return Ok(out);
+            }
+            // As in `find`: the overlay read above may already lack entries the commit shown now
+            // carries (a file just deleted would reappear from an older commit's listing). If the
+            // mount's commit did not move since that read, the two agree.
+            let now = self.revision.lock().await.commit.clone();
+            if now == commit {
+                return Ok(out);
+            }
+            commit = now;
+        }
+        self.merged_listing_at(&commit, path).await
+    }
+
+    async fn merged_listing_at(&self, commit: &str, path: &str) -> VfsResult<Vec<(String, Found)>> {
+        let remote_dir = match &self.writer {
+            None => true,
+            Some(_) => matches!(self.node_at(commit, path).await?, Some(Node::Dir)),
+        };
+        let mut out: Vec<(String, Found)> = Vec::new();
+        if remote_dir {
+            let listing = self.listing(commit, path).await?;
+            out.reserve(listing.entries.len());
+            for (name, node) in &listing.entries {
+                out.push((
+                    name.clone(),
+                    match node {
+                        Node::Dir => Found::Dir,
+                        Node::File(m) => Found::Remote(m.clone()),
+                    },
+                ));
+            }
+        }
+        let Some(w) = &self.writer else {
+            return Ok(out);
+        };
+        let local = w.overlay.lock().children(path);
+        if local.is_empty() {
+            return Ok(out);
+        }
+        let mut map: BTreeMap<String, Found> = out.into_iter().collect();
+        for (name, e) in local {
+            match e {
+                Entry::File(d) => {
+                    map.insert(name, Found::Local(d));
+                }
+                Entry::Moved(m) => {
+                    map.insert(name, Found::Remote(m));
+                }
+                Entry::Dir => {
+                    map.insert(name, Found::Dir);
+                }
+                Entry::Gone => {
+                    map.remove(&name);
+                }
+            }
+        }
+        Ok(map.into_iter().collect())
+    }
+}
+
+fn basename(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+fn entry_path(e: &TreeEntry) -> &str {
+    match e {
+        TreeEntry::File { path, .. } | TreeEntry::Dir { path, .. } => path,
+    }
+}
