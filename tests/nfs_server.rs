@@ -612,33 +612,8 @@ fn adapter_state_stays_bounded() {
 #[test]
 fn writes_over_nfs_land_on_the_hub() {
     let env = Env::new();
-    let token = env.hub().write_token().unwrap();
     let ep = env.hub().endpoint().to_string();
-    env.rt.block_on(async {
-        let r = reqwest::Client::new()
-            .post(format!("{ep}/api/repos/create"))
-            .bearer_auth(&token)
-            .json(&serde_json::json!({"name": "nfsw", "organization": "local", "type": "dataset"}))
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success());
-    });
-    let cache = tempfile::tempdir().unwrap();
-    let opts = VfsOptions {
-        write: Some(hubfs::vfs::WriteOptions {
-            staging_root: cache.path().join("staging"),
-            quiet_period: Duration::from_millis(200),
-            ..Default::default()
-        }),
-        ..VfsOptions::default()
-    };
-    let opened = open_vfs("datasets/local/nfsw", None, &env.client_cfg(), &opts, &env.rt).expect("open repo");
-    let vfs = opened.vfs.clone();
-    let server = env
-        .rt
-        .block_on(NfsServer::start(opened.vfs.clone(), "127.0.0.1:0".parse().unwrap()))
-        .expect("nfs server");
+    let (server, vfs, _cache) = serve_writable(&env, "nfsw");
     let big: Vec<u8> = (0..3_000_000u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
@@ -764,30 +739,7 @@ fn writes_over_nfs_land_on_the_hub() {
         finish(c).await;
     });
     // NFS has no close: files are committed once they have been quiet for WRITE_QUIET.
-    let client = HubClient::new(env.client_cfg()).unwrap();
-    let repo = RepoRef::dataset("local/nfsw").unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let files = loop {
-        let head = env.rt.block_on(client.repo_info(&repo, "main")).unwrap().sha;
-        let files: Vec<(String, u64)> = env
-            .rt
-            .block_on(client.list_tree_recursive(&repo, &head, ""))
-            .unwrap()
-            .into_iter()
-            .filter_map(|e| match e {
-                TreeEntry::File { path, size, .. } if path != ".gitattributes" => Some((path, size)),
-                _ => None,
-            })
-            .collect();
-        if files.len() == 2 && vfs.dirty_paths().is_empty() {
-            break files;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "NFS writes never committed: {files:?}"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    };
+    let files = committed_files(&env, "local/nfsw", &vfs, 2, Duration::from_secs(30));
     assert_eq!(
         files,
         [
@@ -810,5 +762,203 @@ fn writes_over_nfs_land_on_the_hub() {
         sha256_hex(&big),
         "the Hub has the bytes written over NFS"
     );
+    drop(server);
+}
+
+/// Creates dataset `local/NAME` on the local Hub and serves it writable over NFS (quiet period
+/// 200 ms). The returned directory holds the staging area and must outlive the server.
+fn serve_writable(env: &Env, name: &str) -> (NfsServer, Arc<hubfs::vfs::VirtualFs>, tempfile::TempDir) {
+    let token = env.hub().write_token().unwrap();
+    let ep = env.hub().endpoint().to_string();
+    env.rt.block_on(async {
+        let r = reqwest::Client::new()
+            .post(format!("{ep}/api/repos/create"))
+            .bearer_auth(&token)
+            .json(&serde_json::json!({"name": name, "organization": "local", "type": "dataset"}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "create repo: {}", r.status());
+    });
+    let cache = tempfile::tempdir().unwrap();
+    let opts = VfsOptions {
+        write: Some(hubfs::vfs::WriteOptions {
+            staging_root: cache.path().join("staging"),
+            quiet_period: Duration::from_millis(200),
+            ..Default::default()
+        }),
+        ..VfsOptions::default()
+    };
+    let spec = format!("datasets/local/{name}");
+    let opened = open_vfs(&spec, None, &env.client_cfg(), &opts, &env.rt).expect("open repo");
+    let server = env
+        .rt
+        .block_on(NfsServer::start(opened.vfs.clone(), "127.0.0.1:0".parse().unwrap()))
+        .expect("nfs server");
+    (server, opened.vfs, cache)
+}
+
+/// Waits until the Hub's main branch of dataset `repo` holds `count` files (besides
+/// .gitattributes) and nothing is left dirty, and returns them (path, size), sorted by path.
+fn committed_files(
+    env: &Env,
+    repo: &str,
+    vfs: &hubfs::vfs::VirtualFs,
+    count: usize,
+    wait: Duration,
+) -> Vec<(String, u64)> {
+    let client = HubClient::new(env.client_cfg()).unwrap();
+    let repo = RepoRef::dataset(repo).unwrap();
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let head = env.rt.block_on(client.repo_info(&repo, "main")).unwrap().sha;
+        let mut files: Vec<(String, u64)> = env
+            .rt
+            .block_on(client.list_tree_recursive(&repo, &head, ""))
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| match e {
+                TreeEntry::File { path, size, .. } if path != ".gitattributes" => Some((path, size)),
+                _ => None,
+            })
+            .collect();
+        files.sort();
+        if files.len() == count && vfs.dirty_paths().is_empty() {
+            return files;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "NFS writes never all committed: {} of {count} files on the Hub, {} dirty",
+            files.len(),
+            vfs.dirty_paths().len()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Many small files written over NFS while commits are slow (the Hub answers commits after
+/// 300 ms): write handles are closed by the quiet-period sweep while new files are being created.
+/// This hung the server after a few hundred files when a handle's release ran inside a moka call
+/// made under the inode table's lock. The client runs on a thread and runtime of its own with a
+/// bound on every call, so a server that stops answering fails the test instead of hanging it.
+#[test]
+fn many_small_files_over_nfs_with_slow_commits() {
+    const FILES: usize = 1_000;
+    let env = Env::new();
+    env.hub()
+        .set_faults(
+            hubfs::local_hub::RouteClass::Commit,
+            hubfs::local_hub::FaultSettings {
+                latency_ms: 300,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let (server, vfs, cache) = serve_writable(&env, "many");
+    let port = server.addr().port();
+    let content = |i: usize| format!("small file {i}\n").repeat(1 + i % 7).into_bytes();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    let progress = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let progress_w = progress.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let r = rt.block_on(async move {
+            let bound = Duration::from_secs(20);
+            let mut c = tokio::time::timeout(
+                bound,
+                Nfs3ConnectionBuilder::new(TokioConnector, "127.0.0.1", "/")
+                    .connect_from_privileged_port(false)
+                    .mount_port(port)
+                    .nfs3_port(port)
+                    .mount(),
+            )
+            .await
+            .map_err(|_| "MOUNT did not answer".to_string())?
+            .map_err(|e| format!("MOUNT: {e:?}"))?;
+            let root = c.root_nfs_fh3();
+            for i in 0..FILES {
+                let name = format!("f{i:04}.txt");
+                let r = tokio::time::timeout(
+                    bound,
+                    c.create(&nfs3::CREATE3args {
+                        where_: diropargs3 {
+                            dir: root.clone(),
+                            name: filename3(Opaque::owned(name.as_bytes().to_vec())),
+                        },
+                        how: nfs3::createhow3::UNCHECKED(nfs3::sattr3::default()),
+                    }),
+                )
+                .await
+                .map_err(|_| format!("CREATE {name} did not answer within {bound:?} after {i} files"))?
+                .map_err(|e| format!("CREATE {name}: {e:?}"))?;
+                let fh = match r {
+                    Nfs3Result::Ok(ok) => match ok.obj {
+                        Nfs3Option::Some(fh) => fh,
+                        Nfs3Option::None => return Err(format!("CREATE {name} returned no handle")),
+                    },
+                    Nfs3Result::Err((s, _)) => return Err(format!("CREATE {name}: {s:?}")),
+                };
+                let data = content(i);
+                let w = tokio::time::timeout(
+                    bound,
+                    c.write(&nfs3::WRITE3args {
+                        file: fh,
+                        offset: 0,
+                        count: data.len() as u32,
+                        stable: nfs3::stable_how::FILE_SYNC,
+                        data: Opaque::owned(data),
+                    }),
+                )
+                .await
+                .map_err(|_| format!("WRITE {name} did not answer within {bound:?} after {i} files"))?
+                .map_err(|e| format!("WRITE {name}: {e:?}"))?;
+                if let Nfs3Result::Err((s, _)) = w {
+                    return Err(format!("WRITE {name}: {s:?}"));
+                }
+                progress_w.store(i + 1, std::sync::atomic::Ordering::Relaxed);
+                // Pace the client a little so quiet-period closes interleave with creates.
+                if i % 50 == 49 {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            }
+            let _ = c.unmount().await;
+            Ok(())
+        });
+        let _ = done_tx.send(r);
+    });
+    match done_rx.recv_timeout(Duration::from_secs(300)) {
+        Ok(Ok(())) => {}
+        outcome => {
+            let done = progress.load(std::sync::atomic::Ordering::Relaxed);
+            // The server may be deadlocked: leak it (and the Hub's runtime) rather than hang in drop.
+            std::mem::forget(server);
+            std::mem::forget(cache);
+            std::mem::forget(env);
+            panic!("NFS client failed after {done} of {FILES} files: {outcome:?}");
+        }
+    }
+    env.hub().clear_faults();
+    let files = committed_files(&env, "local/many", &vfs, FILES, Duration::from_secs(120));
+    for (i, (path, size)) in files.iter().enumerate() {
+        assert_eq!(path, &format!("f{i:04}.txt"));
+        assert_eq!(*size, content(i).len() as u64, "{path}");
+    }
+    let ep = env.hub().endpoint().to_string();
+    for i in [0, 499, FILES - 1] {
+        let got = env.rt.block_on(async {
+            reqwest::Client::new()
+                .get(format!("{ep}/datasets/local/many/resolve/main/f{i:04}.txt"))
+                .send()
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap()
+        });
+        assert_eq!(got.as_ref(), content(i).as_slice(), "f{i:04}.txt on the Hub");
+    }
     drop(server);
 }

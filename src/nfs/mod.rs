@@ -13,6 +13,7 @@
 //!   committed (in the background, like a FUSE close with `--close stage`).
 
 pub mod ceiling;
+pub mod release;
 pub mod server;
 
 use std::collections::HashMap;
@@ -28,6 +29,7 @@ use nfsserve::vfs::{
     DirEntry as NfsDirEntry, DirEntrySimple, NFSFileSystem, ReadDirResult, ReadDirSimpleResult, VFSCapabilities,
 };
 
+use self::release::{HeldDir, HeldFile, Releaser};
 use crate::vfs::error::VfsError;
 use crate::vfs::{Attr, ContentId, DirEntry, Hold, Ino, Kind, OpenMode, ROOT_INO, RenameFlags, SetAttr, VirtualFs};
 
@@ -46,15 +48,33 @@ const OPEN_IDLE: Duration = Duration::from_secs(30);
 const WRITE_FILES: u64 = 1024;
 pub const WRITE_QUIET: Duration = Duration::from_secs(2);
 
-/// A VirtualFs write handle held for NFS WRITEs; dropping it closes the file (commit follows).
-struct WriteFile {
-    vfs: Arc<VirtualFs>,
-    fh: u64,
+/// The write handles NFS WRITEs go through, one per file. A handle leaving the cache (quiet for
+/// `WRITE_QUIET`, replaced, or its file removed) is closed at once by the eviction listener, so the
+/// file's commit does not wait for moka to get round to dropping the value.
+pub(crate) struct Writers {
+    cache: moka::sync::Cache<Ino, Arc<HeldFile>>,
+    releaser: Releaser,
 }
 
-impl Drop for WriteFile {
-    fn drop(&mut self) {
-        self.vfs.release(self.fh);
+impl Writers {
+    fn new(releaser: Releaser) -> Writers {
+        let cache = moka::sync::Cache::builder()
+            .max_capacity(WRITE_FILES)
+            .time_to_idle(WRITE_QUIET)
+            .eviction_listener(|_ino, w: Arc<HeldFile>, _cause| w.close())
+            .build();
+        Writers { cache, releaser }
+    }
+
+    /// Closes every write handle and waits until the core has them closed, so that a drain which
+    /// follows finds every written file dirty-and-closed and commits it.
+    pub(crate) fn close_all(&self) {
+        for (_, w) in self.cache.iter() {
+            w.close();
+        }
+        self.cache.invalidate_all();
+        self.cache.run_pending_tasks();
+        self.releaser.flush();
     }
 }
 
@@ -69,31 +89,18 @@ const SIMPLE_IDLE: Duration = Duration::from_secs(30);
 /// A file handle this adapter keeps open on behalf of NFS reads. The VirtualFs handle is released
 /// when the last holder drops it, so a read in flight keeps its handle even after the cache let go.
 struct OpenFile {
-    vfs: Arc<VirtualFs>,
-    fh: u64,
+    held: HeldFile,
     content: ContentId,
-}
-
-impl Drop for OpenFile {
-    fn drop(&mut self) {
-        self.vfs.release(self.fh);
-    }
 }
 
 /// A directory listing in progress: the VirtualFs snapshot and where each cookie resumes.
 struct DirSnapshot {
-    vfs: Arc<VirtualFs>,
-    fh: u64,
+    /// The VirtualFs snapshot handle, released when this listing is dropped.
+    _held: HeldDir,
     path: String,
     entries: Arc<Vec<DirEntry>>,
     /// Cookie (the entry's file id) → index of the entry after it.
     resume: HashMap<Ino, usize>,
-}
-
-impl Drop for DirSnapshot {
-    fn drop(&mut self) {
-        self.vfs.releasedir(self.fh);
-    }
 }
 
 /// Where the next plain READDIR page of a directory starts.
@@ -113,7 +120,7 @@ fn readdir_entry_bytes(name: &str) -> usize {
 
 /// Lock order: a plain-READDIR cursor's mutex → the inode table (through `remember_entry`); the
 /// moka caches lock internally and are never touched with the cursor held. Nothing is held across
-/// an `.await`.
+/// an `.await`. No value here releases anything inline when dropped: see `release`.
 pub struct NfsAdapter {
     vfs: Arc<VirtualFs>,
     /// Distinguishes this server instance's handles from those of an earlier one.
@@ -122,7 +129,8 @@ pub struct NfsAdapter {
     dirs: moka::sync::Cache<Ino, Arc<DirSnapshot>>,
     simple: moka::sync::Cache<Ino, Arc<parking_lot::Mutex<SimpleCursor>>>,
     /// Write handles by file (writable mounts); idle ones are closed by a sweeper task.
-    writers: Arc<moka::sync::Cache<Ino, Arc<WriteFile>>>,
+    writers: Arc<Writers>,
+    releaser: Releaser,
     fsid: u64,
 }
 
@@ -176,12 +184,8 @@ impl NfsAdapter {
             .build();
         // Random per instance: a restarted server must not accept the old server's handles.
         let generation = rand::random::<u64>() | 1;
-        let writers = Arc::new(
-            moka::sync::Cache::builder()
-                .max_capacity(WRITE_FILES)
-                .time_to_idle(WRITE_QUIET)
-                .build(),
-        );
+        let releaser = Releaser::start(vfs.clone());
+        let writers = Arc::new(Writers::new(releaser.clone()));
         // moka evicts idle entries lazily: sweep so a quiet file is closed (and committed) on time.
         if vfs.is_writable()
             && let Ok(rt) = tokio::runtime::Handle::try_current()
@@ -191,7 +195,7 @@ impl NfsAdapter {
                 loop {
                     tokio::time::sleep(Duration::from_millis(500)).await;
                     match weak.upgrade() {
-                        Some(w) => w.run_pending_tasks(),
+                        Some(w) => w.cache.run_pending_tasks(),
                         None => return,
                     }
                 }
@@ -204,13 +208,14 @@ impl NfsAdapter {
             dirs,
             simple,
             writers,
+            releaser,
             fsid: 0x0068_7562_6673, // "hubfs"
         }
     }
 
     /// The write handle of `ino`, opening one (staging the file) if needed.
-    async fn writer(&self, ino: Ino) -> Result<Arc<WriteFile>, nfsstat3> {
-        if let Some(w) = self.writers.get(&ino) {
+    async fn writer(&self, ino: Ino) -> Result<Arc<HeldFile>, nfsstat3> {
+        if let Some(w) = self.writers.cache.get(&ino) {
             return Ok(w);
         }
         let mode = OpenMode {
@@ -218,18 +223,14 @@ impl NfsAdapter {
             truncate: false,
         };
         let (fh, _) = self.vfs.open_with(ino, mode).await.map_err(|e| nfs_status(&e))?;
-        let w = Arc::new(WriteFile {
-            vfs: self.vfs.clone(),
-            fh,
-        });
-        self.writers.insert(ino, w.clone());
+        let w = Arc::new(HeldFile::new(fh, self.releaser.clone()));
+        self.writers.cache.insert(ino, w.clone());
         Ok(w)
     }
 
     /// Closes every write handle now (their files are committed in the background).
     pub fn close_writers(&self) {
-        self.writers.invalidate_all();
-        self.writers.run_pending_tasks();
+        self.writers.close_all();
     }
 
     /// CREATE: the new file's write handle is kept for the WRITEs that follow.
@@ -246,12 +247,9 @@ impl NfsAdapter {
             .create(dirid, name, exclusive, truncate)
             .await
             .map_err(|e| nfs_status(&e))?;
+        let w = Arc::new(HeldFile::new(fh, self.releaser.clone()));
         let ino = self.remembered(dirid, name, a.ino)?;
-        let w = Arc::new(WriteFile {
-            vfs: self.vfs.clone(),
-            fh,
-        });
-        self.writers.insert(ino, w);
+        self.writers.cache.insert(ino, w);
         Ok((ino, a))
     }
 
@@ -277,6 +275,7 @@ impl NfsAdapter {
     pub fn held_state(&self) -> (u64, u64) {
         self.files.run_pending_tasks();
         self.dirs.run_pending_tasks();
+        self.releaser.flush();
         (self.files.entry_count(), self.dirs.entry_count())
     }
 
@@ -313,8 +312,7 @@ impl NfsAdapter {
         }
         let (fh, _) = self.vfs.open(ino, false).await.map_err(|e| nfs_status(&e))?;
         let f = Arc::new(OpenFile {
-            vfs: self.vfs.clone(),
-            fh,
+            held: HeldFile::new(fh, self.releaser.clone()),
             content,
         });
         // A replaced entry's handle is released once reads still using it are done.
@@ -326,8 +324,7 @@ impl NfsAdapter {
     async fn snapshot(&self, ino: Ino) -> Result<Arc<DirSnapshot>, nfsstat3> {
         let fh = self.vfs.opendir(ino).await.map_err(|e| nfs_status(&e))?;
         let mut d = DirSnapshot {
-            vfs: self.vfs.clone(),
-            fh,
+            _held: HeldDir::new(fh, self.releaser.clone()),
             path: String::new(),
             entries: Arc::new(Vec::new()),
             resume: HashMap::new(),
@@ -406,7 +403,7 @@ impl NFSFileSystem for NfsAdapter {
                 set_gid3::gid(g) => Some(g),
                 set_gid3::Void => None,
             },
-            fh: self.writers.get(&id).map(|w| w.fh),
+            fh: self.writers.cache.get(&id).map(|w| w.fh),
         };
         let a = self.vfs.setattr(id, req).await.map_err(|e| nfs_status(&e))?;
         Ok(self.fattr(&a))
@@ -419,7 +416,11 @@ impl NFSFileSystem for NfsAdapter {
         }
         let f = self.open_file(id).await?;
         let count = count.min(MAX_TRANSFER);
-        let data = self.vfs.read(f.fh, offset, count).await.map_err(|e| nfs_status(&e))?;
+        let data = self
+            .vfs
+            .read(f.held.fh, offset, count)
+            .await
+            .map_err(|e| nfs_status(&e))?;
         let eof = offset.saturating_add(data.len() as u64) >= a.size;
         Ok((data.to_vec(), eof))
     }
@@ -461,7 +462,9 @@ impl NFSFileSystem for NfsAdapter {
             .lookup_as(dirid, name, Hold::Remembered)
             .await
             .map_err(|e| nfs_status(&e))?;
-        self.writers.invalidate(&child.ino);
+        // Closed before the removal, as a FUSE client's close would be.
+        self.writers.cache.invalidate(&child.ino);
+        self.releaser.flush();
         let r = match child.kind {
             Kind::Dir => self.vfs.rmdir(dirid, name).await,
             Kind::File => self.vfs.unlink(dirid, name).await,

@@ -17,7 +17,7 @@ pub struct NfsServer {
     addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
     /// The adapter's write handles, closed at stop so their files get committed.
-    writers: Arc<moka::sync::Cache<crate::vfs::Ino, Arc<super::WriteFile>>>,
+    writers: Arc<super::Writers>,
 }
 
 impl NfsServer {
@@ -45,8 +45,7 @@ impl NfsServer {
     /// every file open for writing, so a drain that follows commits them.
     pub fn stop(&self) {
         self.task.abort();
-        self.writers.invalidate_all();
-        self.writers.run_pending_tasks();
+        self.writers.close_all();
     }
 }
 

@@ -6,8 +6,11 @@
 //! bounds the table by what the kernel holds.
 //!
 //! NFS clients never forget: a file handle may come back at any time. Numbers handed to such a
-//! frontend are *remembered* in a bounded LRU beside the counted table; a handle whose number fell
-//! out of it answers "stale" (the client looks the path up again), so memory stays bounded.
+//! frontend are *remembered* beside the counted table, in two generations of bounded size (a number
+//! used in the current or the previous generation survives; older ones are dropped); a handle whose
+//! number fell out answers "stale" (the client looks the path up again), so memory stays bounded.
+//! This is kept in plain maps under the table's own lock, not in a cache crate: moka runs deferred
+//! drops of other caches' values on the calling thread, which must never happen with this lock held.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -29,24 +32,64 @@ struct Entry {
 struct Tables {
     by_ino: HashMap<Ino, Entry>,
     by_path: HashMap<String, Ino>,
+    remembered: Remembered,
 }
 
 /// How many remembered (never forgotten) numbers are kept at most.
-pub const REMEMBERED_CAPACITY: u64 = 500_000;
+pub const REMEMBERED_CAPACITY: usize = 500_000;
 
-/// Lock order: this table's mutex is a leaf (nothing else is locked while it is held); `remembered`
-/// has its own internal locking and is only touched with `inner` held or not at all.
+/// Numbers handed to NFS, in two generations: when the current one is full it becomes the previous
+/// one (whose entries are dropped), and a number found in the previous one moves back to current.
+#[derive(Default)]
+struct Remembered {
+    current: HashMap<Ino, Arc<str>>,
+    previous: HashMap<Ino, Arc<str>>,
+    generation_size: usize,
+}
+
+impl Remembered {
+    fn with_capacity(capacity: usize) -> Remembered {
+        Remembered {
+            generation_size: (capacity / 2).max(1),
+            ..Remembered::default()
+        }
+    }
+
+    fn get(&mut self, ino: Ino) -> Option<Arc<str>> {
+        if let Some(p) = self.current.get(&ino) {
+            return Some(p.clone());
+        }
+        let p = self.previous.remove(&ino)?;
+        self.insert(ino, p.clone());
+        Some(p)
+    }
+
+    fn peek(&self, ino: Ino) -> Option<&Arc<str>> {
+        self.current.get(&ino).or_else(|| self.previous.get(&ino))
+    }
+
+    fn insert(&mut self, ino: Ino, path: Arc<str>) {
+        self.previous.remove(&ino);
+        if !self.current.contains_key(&ino) && self.current.len() >= self.generation_size {
+            self.previous = std::mem::take(&mut self.current);
+        }
+        self.current.insert(ino, path);
+    }
+
+    fn len(&self) -> usize {
+        self.current.len() + self.previous.len()
+    }
+}
+
+/// Lock order: this table's mutex is a leaf: nothing else is locked, and no cache crate is called,
+/// while it is held.
 pub struct InodeTable {
     inner: Mutex<Tables>,
-    remembered: moka::sync::Cache<Ino, Arc<str>>,
 }
 
 impl Default for InodeTable {
     fn default() -> Self {
-        InodeTable {
-            inner: Mutex::new(Tables::default()),
-            remembered: moka::sync::Cache::builder().max_capacity(REMEMBERED_CAPACITY).build(),
-        }
+        InodeTable::with_remembered_capacity(REMEMBERED_CAPACITY)
     }
 }
 
@@ -57,9 +100,29 @@ fn hash_path(path: &str) -> Ino {
     (h.finish() & 0x7fff_ffff_ffff_ffff).max(2)
 }
 
+/// A number for `path` not taken by another counted or remembered path: its hash, probed upward
+/// on the rare collision.
+fn free_number(g: &Tables, path: &str) -> Ino {
+    let mut ino = hash_path(path);
+    while g.by_ino.contains_key(&ino) || g.remembered.peek(ino).is_some_and(|p| &**p != path) {
+        ino = ino.wrapping_add(1).max(2) & 0x7fff_ffff_ffff_ffff;
+    }
+    ino
+}
+
 impl InodeTable {
     pub fn new() -> Self {
-        let t = InodeTable::default();
+        InodeTable::default()
+    }
+
+    /// A table that remembers at most `capacity` NFS numbers (small values are for tests).
+    pub fn with_remembered_capacity(capacity: usize) -> Self {
+        let t = InodeTable {
+            inner: Mutex::new(Tables {
+                remembered: Remembered::with_capacity(capacity),
+                ..Tables::default()
+            }),
+        };
         {
             let mut g = t.inner.lock();
             g.by_ino.insert(
@@ -85,10 +148,7 @@ impl InodeTable {
             }
             return ino;
         }
-        let mut ino = hash_path(path);
-        while g.by_ino.contains_key(&ino) || self.remembered.get(&ino).is_some_and(|p| &*p != path) {
-            ino = ino.wrapping_add(1).max(2) & 0x7fff_ffff_ffff_ffff;
-        }
+        let ino = free_number(&g, path);
         if lookups > 0 {
             g.by_ino.insert(
                 ino,
@@ -105,27 +165,27 @@ impl InodeTable {
 
     /// The number of `path` for a frontend that never forgets (NFS): kept in the bounded LRU.
     pub fn remember(&self, path: &str) -> Ino {
-        let g = self.inner.lock();
+        let mut g = self.inner.lock();
         let ino = match g.by_path.get(path) {
             Some(&ino) => ino,
-            None => {
-                let mut ino = hash_path(path);
-                while g.by_ino.contains_key(&ino) || self.remembered.get(&ino).is_some_and(|p| &*p != path) {
-                    ino = ino.wrapping_add(1).max(2) & 0x7fff_ffff_ffff_ffff;
-                }
-                ino
-            }
+            None => free_number(&g, path),
         };
-        self.remembered.insert(ino, Arc::from(path));
+        if g.remembered.peek(ino).is_none_or(|p| &**p != path) {
+            g.remembered.insert(ino, Arc::from(path));
+        } else {
+            // Refresh its generation.
+            g.remembered.get(ino);
+        }
         ino
     }
 
     /// Path of a known inode: counted by the kernel, or remembered for NFS.
     pub fn path(&self, ino: Ino) -> Option<String> {
-        if let Some(e) = self.inner.lock().by_ino.get(&ino) {
+        let mut g = self.inner.lock();
+        if let Some(e) = g.by_ino.get(&ino) {
             return Some(e.path.clone());
         }
-        self.remembered.get(&ino).map(|p| p.to_string())
+        g.remembered.get(ino).map(|p| p.to_string())
     }
 
     /// The kernel forgot `n` lookups of `ino`.
@@ -210,15 +270,14 @@ impl InodeTable {
                 e.path = new;
             }
         }
-        // Numbers NFS clients hold move too (a scan of the LRU: renames are rare next to lookups).
-        let remembered: Vec<(Ino, String)> = self
-            .remembered
-            .iter()
-            .filter(|(_, p)| p.as_ref() == from || p.starts_with(&prefix))
-            .map(|(i, p)| (*i, format!("{to}{}", &p[from.len()..])))
-            .collect();
-        for (ino, new) in remembered {
-            self.remembered.insert(ino, Arc::from(new.as_str()));
+        // Numbers NFS clients hold move too (a scan: renames are rare next to lookups).
+        let r = &mut g.remembered;
+        for map in [&mut r.current, &mut r.previous] {
+            for p in map.values_mut() {
+                if p.as_ref() == from || p.starts_with(&prefix) {
+                    *p = Arc::from(format!("{to}{}", &p[from.len()..]).as_str());
+                }
+            }
         }
     }
 
@@ -227,10 +286,9 @@ impl InodeTable {
         self.inner.lock().by_ino.len()
     }
 
-    /// Remembered numbers (approximate: the LRU settles lazily).
+    /// Remembered numbers.
     pub fn remembered_len(&self) -> u64 {
-        self.remembered.run_pending_tasks();
-        self.remembered.entry_count()
+        self.inner.lock().remembered.len() as u64
     }
 
     pub fn is_empty(&self) -> bool {
@@ -302,6 +360,29 @@ mod tests {
         let new = t.ino_for("e/f", 1);
         assert_ne!(old, new, "a new file at a removed path gets its own number");
         assert!(t.path(old).is_some_and(|p| p.starts_with('\0')));
+    }
+
+    #[test]
+    fn remembered_numbers_stay_bounded_and_recent_ones_survive() {
+        let t = InodeTable::with_remembered_capacity(100);
+        let keep = t.remember("kept");
+        for i in 0..1_000 {
+            t.remember(&format!("f{i}"));
+            // A number in use is refreshed on every use and survives the churn.
+            assert_eq!(t.path(keep).as_deref(), Some("kept"));
+        }
+        assert!(t.remembered_len() <= 100, "{} remembered", t.remembered_len());
+        let old = t.remember("f0");
+        assert_eq!(t.path(old).as_deref(), Some("f0"), "remembering again brings it back");
+        let last = t.remember("f999");
+        assert_eq!(t.path(last).as_deref(), Some("f999"));
+        // A number that fell out of both generations is unknown (NFS answers stale).
+        let t = InodeTable::with_remembered_capacity(10);
+        let gone = t.remember("gone");
+        for i in 0..20 {
+            t.remember(&format!("g{i}"));
+        }
+        assert!(t.path(gone).is_none());
     }
 
     #[test]
