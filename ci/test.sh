@@ -10,6 +10,7 @@
 #      tests/conformance/run.sh (stock huggingface_hub against `hubfs local-hub`, xet and noxet modes)
 #      ci/write-smoke.sh (a writable mount driven by shell tools, checked with huggingface_hub; kill -9)
 #      ci/posix.sh (pjdfstest and fsx on a writable mount; installs both with cargo install)
+#      ci/bench.sh --smoke (the fio suite's smoke profile over FUSE and NFS; builds fio's nfs engine)
 #   6. final line `N passed, M failed` (cargo tests + the scripts' checks; a failed fmt/clippy/build step
 #      counts as one failure); exit status non-zero if any step failed.
 #
@@ -22,7 +23,7 @@ for arg in "$@"; do
   case "$arg" in
     --quick) QUICK=1 ;;
     --long) export POSIX_LONG=1 HUBFS_MODEL_CASES="${HUBFS_MODEL_CASES:-256}" HUBFS_STRESS_SECS="${HUBFS_STRESS_SECS:-300}" ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "ci/test.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -41,8 +42,12 @@ STEP_FAILURES=()
 STEPS=()
 
 say() { echo "==> $*"; }
-step_ok() { STEPS+=("ok      $1"); }
-step_fail() { STEPS+=("FAILED  $1"); STEP_FAILURES+=("$1"); }
+STEP_START=$(date +%s)
+# Each step's line ends with the seconds since the previous step ended (so a slow step stands out).
+TOOK=""
+took() { local now; now=$(date +%s); TOOK="$((now - STEP_START)) s"; STEP_START=$now; }
+step_ok() { took; STEPS+=("ok      $1 [$TOOK]"); }
+step_fail() { took; STEPS+=("FAILED  $1 [$TOOK]"); STEP_FAILURES+=("$1"); }
 step_skip() { STEPS+=("skipped $1"); }
 
 as_root() {
@@ -170,6 +175,9 @@ script_step "conformance" conformance 1 env HUBFS_BIN="$HUBFS_BIN" bash tests/co
 # needs the conformance venv, hence skipped by --quick too
 script_step "write smoke (shell tools + huggingface_hub)" write-smoke 1 bash ci/write-smoke.sh "$HUBFS_BIN" "$VENV_PY"
 script_step "posix (pjdfstest + fsx)" posix 1 bash ci/posix.sh "$HUBFS_BIN" ${POSIX_LONG:+--long}
+# The fio suite's smoke profile over FUSE and NFS (about 2 minutes): proves the benchmark harness end
+# to end; its figures are not benchmark figures (debug build, small files, shared machine).
+script_step "bench smoke (fio over FUSE and NFS)" bench 1 bash ci/bench.sh --smoke
 
 # ---------------------------------------------------------------------------------------------------------
 # 6. summary

@@ -171,6 +171,8 @@ fn main() -> anyhow::Result<()> {
     }
     let failures = report.failures();
     println!("suite took {:.0} s", started.elapsed().as_secs_f64());
+    // The summary line ci/test.sh counts.
+    println!("bench: {} passed, {} failed", report.passed(), failures.len());
     if !failures.is_empty() {
         for f in &failures {
             eprintln!("FAILED {f}");

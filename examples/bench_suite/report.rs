@@ -187,6 +187,16 @@ impl Report {
         s
     }
 
+    /// Job runs that produced a figure (FUSE and NFS counted apart).
+    pub fn passed(&self) -> usize {
+        self.sections
+            .iter()
+            .flat_map(|sec| &sec.rows)
+            .flat_map(|r| [&r.fuse, &r.nfs])
+            .filter(|c| matches!(c, Cell::Done(_)))
+            .count()
+    }
+
     pub fn failures(&self) -> Vec<String> {
         let mut v = Vec::new();
         for sec in &self.sections {
