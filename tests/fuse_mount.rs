@@ -439,7 +439,8 @@ fn disk_cache_serves_a_remount_without_the_hub() {
             _ => None,
         })
         .unwrap();
-    assert_eq!(sha256_file(&weights), want);
+    let full = std::fs::read(&weights).unwrap();
+    assert_eq!(hex::encode(Sha256::digest(&full)), want);
     m.unmount().unwrap();
 
     // Blocks land on disk in the background: wait until all of the file is there.
@@ -492,6 +493,28 @@ fn disk_cache_serves_a_remount_without_the_hub() {
 
     let m = env.try_mount("demo/tiny-model", Some(&commit), opts, true).unwrap();
     let weights = m.mountpoint.join("model.safetensors");
+    // Seeks first, while the memory tier is empty: each is served by reading just its range out of
+    // a disk block (a whole-block load would also do, but these must not need the Hub either).
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::open(&weights).unwrap();
+        let mut indexed = false;
+        for _ in 0..50 {
+            let mut probe = [0u8; 4096];
+            if f.read_exact_at(&mut probe, size / 2).is_ok() {
+                assert_eq!(&probe[..], &full[(size / 2) as usize..][..4096]);
+                indexed = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(indexed, "the remount never served a seek from the disk cache");
+        for off in [size - 4096 - 3, 20 << 20, (8 << 20) - 100, 4096 * 1001 + 7, 50 << 20] {
+            let mut buf = vec![0u8; 4096];
+            f.read_exact_at(&mut buf, off).unwrap();
+            assert_eq!(buf, &full[off as usize..][..4096], "4 KiB at {off} from the disk cache");
+        }
+    }
     let mut got = None;
     // The new mount indexes the cache dir in the background; give it a moment.
     for _ in 0..50 {

@@ -154,6 +154,29 @@ impl DiskTier {
         Some(buf.freeze())
     }
 
+    /// Bytes `[from, to)` of a block that is on disk with exactly `expected_len` bytes: a seek needs
+    /// a few KiB, not the whole block. Blocking: call from a blocking thread.
+    pub fn read_range(&self, key: &Key, expected_len: u64, from: u64, to: u64) -> Option<Bytes> {
+        use std::os::unix::fs::FileExt;
+        let size = self.index.get(key)?;
+        if size != expected_len || from >= to || to > expected_len {
+            return None;
+        }
+        let path = self.root.join(rel_path(&key.0, key.1)?);
+        let Ok(f) = std::fs::File::open(&path) else {
+            self.index.invalidate(key);
+            return None;
+        };
+        if f.metadata().ok()?.len() != expected_len {
+            tracing::warn!(path = %path.display(), "dropping a damaged disk cache block");
+            self.index.invalidate(key);
+            return None;
+        }
+        let mut buf = vec![0u8; (to - from) as usize];
+        f.read_exact_at(&mut buf, from).ok()?;
+        Some(Bytes::from(buf))
+    }
+
     /// Stores a block (temp file + rename). Failures (disk full, permissions) only cost the cache.
     /// Blocking: call from a blocking thread.
     pub fn write(&self, key: Key, data: &[u8]) {

@@ -23,9 +23,15 @@ pub const BLOCK_SIZE: u64 = 8 << 20;
 /// Idle block buffers kept for reuse (4 × 8 MiB).
 const POOL_IDLE_BUFFERS: usize = 4;
 
-/// Blocks waiting to be written to disk at most; beyond it a fetched block is not written (the disk
-/// is slower than the network), so a fast reader cannot pile up memory behind the disk.
-const MAX_PENDING_DISK_WRITES: usize = 4;
+/// Blocks written to disk at once.
+const DISK_WRITERS: usize = 4;
+
+/// Blocks queued for the disk at most (writing or waiting for a writer); beyond it a fetched block
+/// is not written, so a fast reader cannot pile up memory behind a slow disk (64 MiB at most).
+const MAX_PENDING_DISK_WRITES: usize = 8;
+
+/// How long a queued block waits for a writer before it is given up.
+const DISK_WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[derive(Clone)]
 pub struct ChunkStore {
@@ -33,20 +39,25 @@ pub struct ChunkStore {
     disk: Option<DiskTier>,
     pool: BufferPool,
     pending_writes: Arc<std::sync::atomic::AtomicUsize>,
+    disk_writers: Arc<tokio::sync::Semaphore>,
 }
 
 impl ChunkStore {
     /// A store holding at most `memory_bytes` of block data, in memory only.
     pub fn new(memory_bytes: u64) -> Self {
+        // LRU, not moka's default TinyLFU: a block read once by a sequential reader is exactly the
+        // one a re-read or the reader's next pass wants, and TinyLFU would refuse to admit it.
         let mem = moka::future::Cache::builder()
             .weigher(|_k: &(Arc<str>, u64), v: &Bytes| v.len().min(u32::MAX as usize) as u32)
             .max_capacity(memory_bytes)
+            .eviction_policy(moka::policy::EvictionPolicy::lru())
             .build();
         ChunkStore {
             mem,
             disk: None,
             pool: BufferPool::new(BLOCK_SIZE as usize, POOL_IDLE_BUFFERS),
             pending_writes: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            disk_writers: Arc::new(tokio::sync::Semaphore::new(DISK_WRITERS)),
         }
     }
 
@@ -85,8 +96,20 @@ impl ChunkStore {
             return;
         }
         let (k, data, pending) = ((key.clone(), block), data.clone(), self.pending_writes.clone());
-        tokio::task::spawn_blocking(move || {
-            disk.write(k, &data);
+        let writers = self.disk_writers.clone();
+        tokio::spawn(async move {
+            // A busy disk (a burst of prefetched blocks, a loaded machine) makes a block wait for a
+            // writer rather than be dropped; only a disk stuck for DISK_WRITE_WAIT loses it.
+            match tokio::time::timeout(DISK_WRITE_WAIT, writers.acquire_owned()).await {
+                Ok(Ok(permit)) => {
+                    let _ = tokio::task::spawn_blocking(move || {
+                        disk.write(k, &data);
+                        drop(permit);
+                    })
+                    .await;
+                }
+                _ => tracing::debug!(block = k.1, "disk cache stuck; block not written"),
+            }
             pending.fetch_sub(1, Ordering::AcqRel);
         });
     }
@@ -99,6 +122,20 @@ impl ChunkStore {
         let b = self.read_disk(key, block, expected_len).await?;
         self.mem.insert((key.clone(), block), b.clone()).await;
         Some(b)
+    }
+
+    /// Bytes `[from, to)` of a block if either tier has it, without promoting a disk block to
+    /// memory: a random reader must not pull 8 MiB off disk for every 4 KiB it reads.
+    pub async fn get_range(&self, key: &Arc<str>, block: u64, expected_len: u64, from: u64, to: u64) -> Option<Bytes> {
+        if let Some(b) = self.mem.get(&(key.clone(), block)).await {
+            return (to as usize <= b.len() && from < to).then(|| b.slice(from as usize..to as usize));
+        }
+        let disk = self.disk.clone()?;
+        let k = (key.clone(), block);
+        tokio::task::spawn_blocking(move || disk.read_range(&k, expected_len, from, to))
+            .await
+            .ok()
+            .flatten()
     }
 
     /// The block, from memory, disk, or `fetch` on a miss of both; one load per block however many
@@ -193,6 +230,20 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         assert_eq!(&got.unwrap()[..], b"disk");
+        assert_eq!(s.get_range(&key, 0, 4, 1, 3).await.as_deref(), Some(&b"is"[..]));
+        let disk = s.disk().unwrap();
+        let k = (key.clone(), 0);
+        assert_eq!(
+            disk.read_range(&k, 4, 1, 3).as_deref(),
+            Some(&b"is"[..]),
+            "a range straight from the disk tier"
+        );
+        assert_eq!(
+            disk.read_range(&k, 5, 1, 3),
+            None,
+            "a block of another length is not it"
+        );
+        assert_eq!(disk.read_range(&k, 4, 2, 5), None, "past the block's end");
         let b = s
             .get_or_fetch(&key, 0, 4, async { Err(VfsError::NotFound) })
             .await

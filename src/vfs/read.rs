@@ -68,7 +68,14 @@ impl Reader {
         }
         let key = file.id.key();
         let (first, last) = (offset / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
-        let window = classify(&mut state.lock(), offset, end);
+        let Some(w) = classify(&mut state.lock(), offset, end) else {
+            // A seek: only the bytes asked for, from a cache tier that has them (no whole-block
+            // load off disk) or else from the Hub (no read amplification).
+            if let Some(b) = self.cached_range(file, &key, offset, end).await {
+                return Ok(b);
+            }
+            return self.remote.fetch_exact(file, commit, offset, end - offset).await;
+        };
 
         // Everything cached: serve it whatever the access pattern.
         let mut cached = Vec::new();
@@ -78,19 +85,29 @@ impl Reader {
                 None => break,
             }
         }
+        self.prefetch(file, commit, &key, last + 1, w);
         let blocks = if cached.len() as u64 == last - first + 1 {
-            if let Some(w) = window {
-                self.prefetch(file, commit, &key, last + 1, w);
-            }
             cached
-        } else if let Some(w) = window {
-            self.prefetch(file, commit, &key, last + 1, w);
-            try_join_all((first..=last).map(|idx| self.block(file, commit, &key, idx))).await?
         } else {
-            // A seek: fetch exactly what was asked, no read amplification.
-            return self.remote.fetch_exact(file, commit, offset, end - offset).await;
+            try_join_all((first..=last).map(|idx| self.block(file, commit, &key, idx))).await?
         };
         Ok(assemble(&blocks, first * BLOCK_SIZE, offset, end))
+    }
+
+    /// `[offset, end)` if every block it touches is cached in some tier, read range by range.
+    async fn cached_range(&self, file: &FileMeta, key: &Arc<str>, offset: u64, end: u64) -> Option<Bytes> {
+        let (first, last) = (offset / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
+        let mut parts = Vec::with_capacity((last - first + 1) as usize);
+        for idx in first..=last {
+            let base = idx * BLOCK_SIZE;
+            let (from, to) = (offset.max(base) - base, end.min(base + BLOCK_SIZE) - base);
+            parts.push(
+                self.store
+                    .get_range(key, idx, block_len(file.size, idx), from, to)
+                    .await?,
+            );
+        }
+        Some(assemble(&parts, offset, offset, end))
     }
 
     /// Starts background fetches of `count` blocks from `from` (those not cached or in flight),
