@@ -791,9 +791,9 @@ fn bad_names_get_clear_errors_and_create_nothing() {
 }
 
 /// The kernel keeps a file's cached pages at open only when nothing but the content it opens
-/// could have filled them. A handle on the old content that stays open across an overwrite
-/// fills the page cache with old bytes after the next open invalidated it; a later open of the
-/// (unchanged) new content must not keep those pages.
+/// could have filled them. A handle opened on the old content that stays open across an overwrite
+/// follows the file (it reads the new bytes, as on a local filesystem), so it cannot fill the page
+/// cache with old bytes; and a later open of the new content must not keep any such pages.
 #[test]
 fn an_old_handle_does_not_leave_stale_pages_behind() {
     let mut env = Env::new();
@@ -811,15 +811,19 @@ fn an_old_handle_does_not_leave_stale_pages_behind() {
         f.write_all_at(&new[..4096], 0).unwrap();
     }
     assert_eq!(env.hub_files("stale")["f.bin"].1, sha(&new), "the overwrite landed");
-    // Opens the new content (the kernel drops its cached pages), then reads through the handle on
-    // the old content: its pages fill the cache again.
+    // Opens the new content (the kernel drops its cached pages), then reads through the handle
+    // opened on the old content.
     let h2 = std::fs::File::open(&path).unwrap();
     let mut through_old = Vec::new();
     h1.read_to_end(&mut through_old).unwrap();
     drop((h1, h2));
 
     let again = std::fs::read(&path).unwrap();
-    assert_eq!(sha(&through_old), sha(&old), "the old handle reads the old content");
+    assert_eq!(
+        sha(&through_old),
+        sha(&new),
+        "a descriptor opened before the overwrite reads the file's current bytes"
+    );
     assert_eq!(
         sha(&again),
         sha(&new),

@@ -511,10 +511,18 @@ impl NFSFileSystem for NfsAdapter {
         let mut entries = Vec::with_capacity(to - from);
         for e in &snap.entries[from..to] {
             self.vfs.remember_entry(&snap.path, &e.name);
+            // On a writable mount a file may have been written since the snapshot: the client
+            // takes these attributes as current, so give it the file's own (names and cookies stay
+            // the snapshot's).
+            let attr = if self.vfs.is_writable() {
+                self.vfs.getattr(e.attr.ino).await.unwrap_or_else(|_| e.attr.clone())
+            } else {
+                e.attr.clone()
+            };
             entries.push(NfsDirEntry {
                 fileid: e.attr.ino,
                 name: e.name.as_bytes().into(),
-                attr: self.fattr(&e.attr),
+                attr: self.fattr(&attr),
             });
         }
         Ok(ReadDirResult {

@@ -314,9 +314,15 @@ impl VirtualFs {
         self.inodes.forget(ino, n);
     }
 
-    /// getattr through an open handle (fstat): answers from the handle, so a file that was
-    /// unlinked or renamed over while open still has attributes.
+    /// getattr through an open handle (fstat). A file that was unlinked or renamed over while open
+    /// answers from the handle, so it still has attributes. On a writable mount a file whose path
+    /// still names it answers its current attributes, as its reads do (see `current`): the kernel
+    /// takes the size in a getattr reply as the file's, and an older handle's size would cut short
+    /// the reads of every descriptor (seen in the stress test).
     pub async fn getattr_fh(&self, ino: Ino, fh: Option<u64>) -> VfsResult<Attr> {
+        if self.is_writable() && self.path_of(ino).is_ok() {
+            return self.getattr(ino).await;
+        }
         let h = fh.and_then(|fh| self.handles.lock().get(&fh).cloned());
         match h.as_deref() {
             Some(Handle::Local { ino: hino, file, .. }) if *hino == ino => {
@@ -522,7 +528,13 @@ impl VirtualFs {
             commit,
             state: Mutex::new(ReadState::default()),
         };
-        Ok(self.add_handle_keep(h))
+        let (fh, keep) = self.add_handle_keep(h);
+        // A writer may have staged the file since `find`: follow it, as if opened after it.
+        if let Some(file) = self.staged_at(&path) {
+            self.follow_staged(&path, &file);
+            return Ok((fh, false));
+        }
+        Ok((fh, keep))
     }
 
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> VfsResult<Bytes> {
@@ -531,14 +543,47 @@ impl VirtualFs {
             Handle::File {
                 meta, commit, state, ..
             } => self.reader.read(meta, commit, state, offset, size).await,
-            Handle::Local { file, .. } => {
-                let file = file.clone();
-                tokio::task::spawn_blocking(move || file.read_at(offset, size))
-                    .await
-                    .map_err(|e| VfsError::Io(e.to_string()))?
-                    .map_err(|e| VfsError::Io(e.to_string()))
-            }
+            Handle::Local { file, .. } => read_staged(file.clone(), offset, size).await,
             Handle::Dir(_) => Err(VfsError::IsDir),
+        }
+    }
+
+    /// The staged copy `path` has in the overlay, if any.
+    fn staged_at(&self, path: &str) -> Option<Arc<DirtyFile>> {
+        let w = self.writer.as_ref()?;
+        match w.overlay.lock().get(path) {
+            Some(crate::write::overlay::Entry::File(d)) => Some(d.clone()),
+            _ => None,
+        }
+    }
+
+    /// One content per file: `file` is now what `path` holds (it was just staged), so every handle
+    /// open on the file reads it from now on, as every descriptor of a local file sees a write
+    /// through another one. A handle left on the Hub's bytes would also refill the kernel's page
+    /// cache, which all descriptors of the inode share, with the old ones. A handle whose file was
+    /// unlinked or renamed over is on another inode by then and keeps what it had.
+    fn follow_staged(&self, path: &str, file: &Arc<DirtyFile>) {
+        let ino = self.inodes.ino_for(path, 0);
+        let mut handles = self.handles.lock();
+        for h in handles.values_mut() {
+            let moved = match h.as_ref() {
+                Handle::File { ino: i, .. } => *i == ino,
+                // A write handle stays: its writer is counted on its own staged copy (and two
+                // copies of one path are never written at once).
+                Handle::Local {
+                    ino: i,
+                    file: f,
+                    write: false,
+                } => *i == ino && !Arc::ptr_eq(f, file) && !f.is_discarded(),
+                _ => false,
+            };
+            if moved {
+                *h = Arc::new(Handle::Local {
+                    ino,
+                    file: file.clone(),
+                    write: false,
+                });
+            }
         }
     }
 
@@ -582,4 +627,12 @@ impl VirtualFs {
 pub struct OpenMode {
     pub write: bool,
     pub truncate: bool,
+}
+
+/// Reads a staged file's local copy (a blocking pread, off the async threads).
+async fn read_staged(file: Arc<DirtyFile>, offset: u64, size: u32) -> VfsResult<Bytes> {
+    tokio::task::spawn_blocking(move || file.read_at(offset, size))
+        .await
+        .map_err(|e| VfsError::Io(e.to_string()))?
+        .map_err(|e| VfsError::Io(e.to_string()))
 }

@@ -123,6 +123,13 @@ impl VirtualFs {
     /// The staged file behind `path`, staging it first if it is still remote (its content is
     /// copied in unless `truncate`).
     async fn stage(&self, commit: &str, path: &str, truncate: bool) -> VfsResult<Arc<DirtyFile>> {
+        let d = self.stage_copy(commit, path, truncate).await?;
+        self.follow_staged(path, &d);
+        Ok(d)
+    }
+
+    /// `stage` without moving the handles open on the file over to the staged copy.
+    async fn stage_copy(&self, commit: &str, path: &str, truncate: bool) -> VfsResult<Arc<DirtyFile>> {
         let Some(w) = &self.writer else {
             return Err(VfsError::ReadOnly);
         };
@@ -137,6 +144,23 @@ impl VirtualFs {
             Some(Found::Dir) => return Err(VfsError::IsDir),
             None => return Err(VfsError::NotFound),
         };
+        if let Some(d) = self.open_staged_copy(path) {
+            // One content per file: descriptors still open on the committed staged copy keep
+            // reading what this writer writes.
+            let mut o = w.overlay.lock();
+            let d = match o.get(path) {
+                Some(Entry::File(existing)) => existing.clone(),
+                _ => {
+                    o.set(path, Entry::File(d.clone()));
+                    d
+                }
+            };
+            drop(o);
+            if truncate && d.size() > 0 {
+                d.truncate(0)?;
+            }
+            return Ok(d);
+        }
         let d = Arc::new(w.staging.create(&self.remote_path(path))?);
         if !truncate && meta.size > 0 {
             self.fill(&d, &meta, commit).await?;
@@ -158,6 +182,21 @@ impl VirtualFs {
         }
         o.set(path, Entry::File(d.clone()));
         Ok(d)
+    }
+
+    /// A staged copy of `path` that an open handle still holds after its commit took it out of the
+    /// overlay: clean (it is what the Hub has there) and not discarded.
+    fn open_staged_copy(&self, path: &str) -> Option<Arc<DirtyFile>> {
+        let ino = self.inodes.ino_for(path, 0);
+        let remote = self.remote_path(path);
+        self.handles.lock().values().find_map(|h| match h.as_ref() {
+            Handle::Local { ino: i, file, .. }
+                if *i == ino && !file.is_discarded() && !file.is_dirty() && file.repo_path() == remote =>
+            {
+                Some(file.clone())
+            }
+            _ => None,
+        })
     }
 
     /// Copies a remote file's content into staging.

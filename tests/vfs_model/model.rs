@@ -416,6 +416,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         6 => (path(), any::<bool>(), any::<bool>())
             .prop_map(|(path, exclusive, truncate)| Op::Create { path, exclusive, truncate }),
         3 => (path(), prop::bool::weighted(0.2)).prop_map(|(path, truncate)| Op::OpenWrite { path, truncate }),
+        2 => path().prop_map(|path| Op::OpenRead { path }),
         8 => (h.clone(), offset(), 1..200usize, any::<u8>())
             .prop_map(|(h, offset, len, seed)| Op::Write { h, offset, len, seed }),
         3 => (target(), size()).prop_map(|(target, size)| Op::Truncate { target, size }),
