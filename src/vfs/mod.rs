@@ -447,12 +447,12 @@ impl VirtualFs {
         }
     }
 
-    /// A readdirplus entry was handed to the kernel: it now holds one reference to the child.
     /// The number `name` in `dir` has now (not counted as a lookup).
     pub fn entry_ino(&self, dir: &str, name: &str) -> Ino {
         self.inodes.ino_for(&join(dir, name), 0)
     }
 
+    /// A readdirplus entry was handed to the kernel: it now holds one reference to the child.
     pub fn note_entry_lookup(&self, parent_fh_path: &str, name: &str) {
         self.inodes.ino_for(&join(parent_fh_path, name), 1);
     }
