@@ -5,7 +5,8 @@
 //! - the FUSE ceiling and hubfs's FUSE mount through fio's psync engine, page cache dropped.
 //!
 //! Needs root (FUSE, dropping caches) and fio with the nfs engine (`bash ci/fio-nfs.sh` builds it;
-//! HUBFS_FIO_NFS names another binary). Prints figures; asserts nothing.
+//! HUBFS_FIO_NFS names another binary); that one fio runs the psync jobs too, so no system fio is
+//! needed. Prints figures; asserts nothing.
 //! `cargo bench --bench nfs_read` (HUBFS_BENCH_MIB sets the file size, default 1024).
 
 mod common;
@@ -114,7 +115,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1024);
     let size = mib << 20;
-    let fio_nfs = fio_bin();
+    let fio_bin = fio_bin();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -133,16 +134,16 @@ fn main() {
         .unwrap();
     let ceil_seq = median(
         (0..3)
-            .map(|_| fio(&fio_nfs, &nfs_args(addr, "data.bin", "read", "1m", &[&file_size])).bw)
+            .map(|_| fio(&fio_bin, &nfs_args(addr, "data.bin", "read", "1m", &[&file_size])).bw)
             .collect(),
     );
     let ceil_rand = fio(
-        &fio_nfs,
+        &fio_bin,
         &nfs_args(addr, "data.bin", "randread", "4k", &sized(&file_size, RAND)),
     )
     .iops;
     let ceil_rand16 = fio(
-        &fio_nfs,
+        &fio_bin,
         &nfs_args(
             addr,
             "data.bin",
@@ -170,20 +171,20 @@ fn main() {
         .unwrap();
     let addr = server.addr();
     hub.reset_stats();
-    let nfs_cold = fio(&fio_nfs, &nfs_args(addr, "weights.bin", "read", "1m", &[&file_size])).bw;
+    let nfs_cold = fio(&fio_bin, &nfs_args(addr, "weights.bin", "read", "1m", &[&file_size])).bw;
     let nfs_cold_reqs = requests(&hub);
     let nfs_warm = median(
         (0..3)
-            .map(|_| fio(&fio_nfs, &nfs_args(addr, "weights.bin", "read", "1m", &[&file_size])).bw)
+            .map(|_| fio(&fio_bin, &nfs_args(addr, "weights.bin", "read", "1m", &[&file_size])).bw)
             .collect(),
     );
     let nfs_rand = fio(
-        &fio_nfs,
+        &fio_bin,
         &nfs_args(addr, "weights.bin", "randread", "4k", &sized(&file_size, RAND)),
     )
     .iops;
     let nfs_rand16 = fio(
-        &fio_nfs,
+        &fio_bin,
         &nfs_args(
             addr,
             "weights.bin",
@@ -205,12 +206,12 @@ fn main() {
         (0..3)
             .map(|_| {
                 drop_caches();
-                fio("fio", &psync_args(&data, "read", "1m", &[])).bw
+                fio(&fio_bin, &psync_args(&data, "read", "1m", &[])).bw
             })
             .collect(),
     );
     drop_caches();
-    let fuse_ceil_rand = fio("fio", &psync_args(&data, "randread", "4k", RAND)).iops;
+    let fuse_ceil_rand = fio(&fio_bin, &psync_args(&data, "randread", "4k", RAND)).iops;
     s.umount_and_join().unwrap();
 
     let d = tempfile::tempdir().unwrap();
@@ -229,18 +230,18 @@ fn main() {
     let weights = d.path().join("weights.bin");
     drop_caches();
     hub.reset_stats();
-    let fuse_cold = fio("fio", &psync_args(&weights, "read", "1m", &[])).bw;
+    let fuse_cold = fio(&fio_bin, &psync_args(&weights, "read", "1m", &[])).bw;
     let fuse_cold_reqs = requests(&hub);
     let fuse_warm = median(
         (0..3)
             .map(|_| {
                 drop_caches();
-                fio("fio", &psync_args(&weights, "read", "1m", &[])).bw
+                fio(&fio_bin, &psync_args(&weights, "read", "1m", &[])).bw
             })
             .collect(),
     );
     drop_caches();
-    let fuse_rand = fio("fio", &psync_args(&weights, "randread", "4k", RAND)).iops;
+    let fuse_rand = fio(&fio_bin, &psync_args(&weights, "randread", "4k", RAND)).iops;
     m.unmount().unwrap();
     std::thread::sleep(Duration::from_millis(200));
 
