@@ -416,6 +416,53 @@ fn hub_errors_and_stalls_give_eio_then_recover() {
 
 /// Content read once is served from the disk cache by a later mount with the same cache dir, even
 /// when the CAS and the download origin fail every request; identical bytes are stored once.
+/// A program that opens many files of one directory by name without listing it (a data loader,
+/// fio) costs a few metadata requests for the directory, not one per file: after a few point
+/// lookups the directory's listing is fetched once, in the background, and answers the rest.
+#[test]
+fn opening_many_files_by_name_lists_their_directory_once() {
+    const FILES: usize = 60;
+    let mut env = Env::new();
+    env.create_repo("scan", "dataset", false);
+    let mut body = format!("{}\n", json!({"key": "header", "value": {"summary": "many files"}}));
+    for i in 0..FILES {
+        let line = json!({"key": "file", "value": {"path": format!("d/f{i:02}.txt"), "content": format!("file {i}\n"), "encoding": "utf-8"}});
+        body.push_str(&format!("{line}\n"));
+    }
+    let url = format!("{}/api/datasets/local/scan/commit/main", env.hub().endpoint());
+    let token = env.hub().write_token().unwrap();
+    env.rt.block_on(async {
+        let r = reqwest::Client::new()
+            .post(url)
+            .bearer_auth(token)
+            .header("content-type", "application/x-ndjson")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "commit failed: {}", r.status());
+    });
+    let m = env.mount("datasets/local/scan", None);
+    env.hub().reset_stats();
+    for i in 0..FILES {
+        let got = std::fs::read_to_string(m.mountpoint.join(format!("d/f{i:02}.txt"))).unwrap();
+        assert_eq!(got, format!("file {i}\n"));
+        // Paced a little, as a loader would be: the background listing lands meanwhile.
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let api = env.hub().stats(RouteClass::Api).requests;
+    assert!(
+        api <= 20,
+        "{api} metadata requests for {FILES} files opened by name (one per file would be {FILES})"
+    );
+    assert_eq!(
+        std::fs::metadata(m.mountpoint.join("d/missing.txt")).map_err(|e| e.raw_os_error()).err(),
+        Some(Some(libc::ENOENT)),
+        "a name the listing lacks is absent"
+    );
+    m.unmount().unwrap();
+}
+
 #[test]
 fn disk_cache_serves_a_remount_without_the_hub() {
     let mut env = Env::new();

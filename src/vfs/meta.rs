@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::error::{VfsError, VfsResult};
 use super::remote::{ContentId, FileMeta};
 use super::{Attr, Found, Ino, Kind, Node, VirtualFs};
-use crate::hub_client::TreeEntry;
+use crate::hub_client::{HubClient, RepoRef, TreeEntry};
 use crate::write::overlay::Entry;
 
 /// A directory listing at one commit, sorted by name.
@@ -25,49 +25,91 @@ impl Listing {
     }
 }
 
-impl VirtualFs {
-    pub(super) fn node_from_entry(&self, commit: &str, e: &TreeEntry) -> (String, Node) {
-        match e {
-            TreeEntry::Dir { path, .. } => (basename(path).to_string(), Node::Dir),
-            TreeEntry::File {
-                path,
-                size,
-                oid,
-                lfs_sha256,
-                xet_hash,
-                ..
-            } => {
-                let id = match (xet_hash, lfs_sha256) {
-                    (Some(x), _) => ContentId::Xet(x.clone()),
-                    (None, Some(s)) => ContentId::Lfs(s.clone()),
-                    (None, None) => ContentId::Git(oid.clone()),
-                };
-                let meta = FileMeta {
-                    remote_path: path.clone(),
-                    commit: commit.into(),
-                    size: *size,
-                    id,
-                    sha256: lfs_sha256.clone(),
-                };
-                (basename(path).to_string(), Node::File(meta))
-            }
+/// Point lookups that may miss one directory's listing before the listing is fetched in the
+/// background: a program opening many files of a directory by name (a data loader, fio) then costs
+/// a few requests for the whole directory instead of one per file.
+pub(super) const LIST_AFTER_POINT_LOOKUPS: u32 = 8;
+
+/// Directories whose point lookups are counted at once (older counts are forgotten).
+pub(super) const COUNTED_DIRS: u64 = 10_000;
+
+/// The name and node of a Hub tree entry listed at `commit`.
+pub(super) fn node_from_entry(commit: &str, e: &TreeEntry) -> (String, Node) {
+    match e {
+        TreeEntry::Dir { path, .. } => (basename(path).to_string(), Node::Dir),
+        TreeEntry::File {
+            path,
+            size,
+            oid,
+            lfs_sha256,
+            xet_hash,
+            ..
+        } => {
+            let id = match (xet_hash, lfs_sha256) {
+                (Some(x), _) => ContentId::Xet(x.clone()),
+                (None, Some(s)) => ContentId::Lfs(s.clone()),
+                (None, None) => ContentId::Git(oid.clone()),
+            };
+            let meta = FileMeta {
+                remote_path: path.clone(),
+                commit: commit.into(),
+                size: *size,
+                id,
+                sha256: lfs_sha256.clone(),
+            };
+            (basename(path).to_string(), Node::File(meta))
         }
     }
+}
 
+/// Fetches the listing of repo directory `remote` at `commit`, sorted by name.
+async fn fetch_listing(client: HubClient, repo: RepoRef, commit: String, remote: String) -> VfsResult<Arc<Listing>> {
+    let entries = client.list_dir(&repo, &commit, &remote).await?;
+    let mut entries: Vec<(String, Node)> = entries.iter().map(|e| node_from_entry(&commit, e)).collect();
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    entries.dedup_by(|a, b| a.0 == b.0);
+    Ok(Arc::new(Listing { entries }))
+}
+
+impl VirtualFs {
     /// The listing of a directory (mount-relative path) at `commit`; one fetch however many wait.
     async fn listing(&self, commit: &str, path: &str) -> VfsResult<Arc<Listing>> {
         let key = (commit.to_string(), path.to_string());
-        let fetch = async {
-            let entries = self
-                .client
-                .list_dir(&self.repo, commit, &self.remote_path(path))
-                .await?;
-            let mut entries: Vec<(String, Node)> = entries.iter().map(|e| self.node_from_entry(commit, e)).collect();
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
-            entries.dedup_by(|a, b| a.0 == b.0);
-            Ok::<_, VfsError>(Arc::new(Listing { entries }))
-        };
+        let fetch = fetch_listing(
+            self.client.clone(),
+            self.repo.clone(),
+            commit.to_string(),
+            self.remote_path(path),
+        );
         self.listings.try_get_with(key, fetch).await.map_err(VfsError::Shared)
+    }
+
+    /// Counts a point lookup in `parent` that its listing could have answered; at the
+    /// `LIST_AFTER_POINT_LOOKUPS`th, fetches that listing in the background (once: concurrent
+    /// fetches of one listing share one).
+    fn note_point_lookup(&self, commit: &str, parent: &str) {
+        let key = (commit.to_string(), parent.to_string());
+        let count = self
+            .point_lookups
+            .get_with(key.clone(), || Arc::new(std::sync::atomic::AtomicU32::new(0)));
+        if count.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 != LIST_AFTER_POINT_LOOKUPS {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let fetch = fetch_listing(
+            self.client.clone(),
+            self.repo.clone(),
+            commit.to_string(),
+            self.remote_path(parent),
+        );
+        let listings = self.listings.clone();
+        rt.spawn(async move {
+            if let Err(e) = listings.try_get_with(key, fetch).await {
+                tracing::debug!(error = %e, "background listing failed; lookups stay point lookups");
+            }
+        });
     }
 
     /// What `path` is at `commit`: from the parent's cached listing when there is one, else by a
@@ -82,6 +124,9 @@ impl VirtualFs {
             if let Some(l) = self.listings.get(&(commit.to_string(), parent.to_string())).await {
                 return Ok(l.find(name).cloned());
             }
+            if !self.points.contains_key(&(commit.to_string(), path.to_string())) {
+                self.note_point_lookup(commit, parent);
+            }
         }
         let key = (commit.to_string(), path.to_string());
         let fetch = async {
@@ -94,7 +139,7 @@ impl VirtualFs {
                 found
                     .iter()
                     .find(|e| entry_path(e) == remote)
-                    .map(|e| self.node_from_entry(commit, e).1),
+                    .map(|e| node_from_entry(commit, e).1),
             )
         };
         self.points.try_get_with(key, fetch).await.map_err(VfsError::Shared)

@@ -147,6 +147,8 @@ pub struct VirtualFs {
     inodes: inode::InodeTable,
     listings: moka::future::Cache<(String, String), Arc<Listing>>,
     points: moka::future::Cache<(String, String), Option<Node>>,
+    /// Point lookups per (commit, directory) that missed its listing (see `note_point_lookup`).
+    point_lookups: moka::sync::Cache<(String, String), Arc<std::sync::atomic::AtomicU32>>,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
     /// The Hub content the kernel's cached pages of an inode can only have come from (see
     /// `add_handle_keep`); no entry: unknown, the next open drops them.
@@ -228,6 +230,7 @@ impl VirtualFs {
                 .max_capacity(1_000_000)
                 .build(),
             points: moka::future::Cache::builder().max_capacity(100_000).build(),
+            point_lookups: moka::sync::Cache::builder().max_capacity(meta::COUNTED_DIRS).build(),
             handles: Mutex::new(HashMap::new()),
             last_content: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),

@@ -601,7 +601,7 @@ impl VirtualFs {
                 continue;
             }
             let new = join(to, rel);
-            let (_, node) = self.node_from_entry(commit, e);
+            let (_, node) = super::meta::node_from_entry(commit, e);
             sets.push((
                 new,
                 match node {
