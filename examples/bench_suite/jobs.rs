@@ -579,9 +579,11 @@ impl Ctx<'_> {
             }))
         };
         let mut ended = Instant::now();
+        let mut ended_at = SystemTime::now();
         let wrote = self.record(sec, front, &p, &seq_job, DISK, Unit::Bps, Some(self.disk_write), || {
             let r = self.fio.run(&p.target, &job)?;
             ended = Instant::now();
+            ended_at = SystemTime::now();
             let note = format!(
                 "fio {:.2} s, {:.2} s wall",
                 r.runtime.as_secs_f64(),
@@ -605,8 +607,11 @@ impl Ctx<'_> {
                     Ok((ended.elapsed().as_secs_f64(), "last WRITE → on the Hub".into()))
                 }
             });
-            // Let the last round's status land, so the rewrite's wait sees only its own rounds.
-            let _ = p.wait_settled(None, limit);
+            // Let the status of the round that committed those writes land (the Hub shows a commit
+            // a moment before its round rewrites the status file), so that `before` counts their
+            // upload and the rewrite's figure only its own. An older status file read here made
+            // one NFS run report the first upload as the rewrite's (99.81%).
+            let _ = p.wait_settled(Some(ended_at), limit);
             std::thread::sleep(Duration::from_millis(200));
             let before = p.bytes_uploaded();
             let rewrite = format!("identical rewrite (dedup), {ws}");
