@@ -81,11 +81,23 @@ impl Env {
     }
 
     fn commit_file(&self, repo_api: &str, path: &str, content: &str, create_pr: bool) -> serde_json::Value {
-        let body = format!(
-            "{}\n{}\n",
-            json!({"key": "header", "value": {"summary": format!("add {path}")}}),
-            json!({"key": "file", "value": {"path": path, "content": content, "encoding": "utf-8"}})
-        );
+        let files = [(path.to_string(), content.to_string())];
+        self.commit_files(repo_api, &format!("add {path}"), &files, create_pr)
+    }
+
+    /// One commit of `files` (path, UTF-8 content) to main through the NDJSON commit API.
+    fn commit_files(
+        &self,
+        repo_api: &str,
+        summary: &str,
+        files: &[(String, String)],
+        create_pr: bool,
+    ) -> serde_json::Value {
+        let mut body = format!("{}\n", json!({"key": "header", "value": {"summary": summary}}));
+        for (path, content) in files {
+            let line = json!({"key": "file", "value": {"path": path, "content": content, "encoding": "utf-8"}});
+            body.push_str(&format!("{line}\n"));
+        }
         let url = format!(
             "{}/api/{repo_api}/commit/main{}",
             self.hub().endpoint(),
@@ -424,24 +436,10 @@ fn opening_many_files_by_name_lists_their_directory_once() {
     const FILES: usize = 60;
     let mut env = Env::new();
     env.create_repo("scan", "dataset", false);
-    let mut body = format!("{}\n", json!({"key": "header", "value": {"summary": "many files"}}));
-    for i in 0..FILES {
-        let line = json!({"key": "file", "value": {"path": format!("d/f{i:02}.txt"), "content": format!("file {i}\n"), "encoding": "utf-8"}});
-        body.push_str(&format!("{line}\n"));
-    }
-    let url = format!("{}/api/datasets/local/scan/commit/main", env.hub().endpoint());
-    let token = env.hub().write_token().unwrap();
-    env.rt.block_on(async {
-        let r = reqwest::Client::new()
-            .post(url)
-            .bearer_auth(token)
-            .header("content-type", "application/x-ndjson")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success(), "commit failed: {}", r.status());
-    });
+    let files: Vec<(String, String)> = (0..FILES)
+        .map(|i| (format!("d/f{i:02}.txt"), format!("file {i}\n")))
+        .collect();
+    env.commit_files("datasets/local/scan", "many files", &files, false);
     let m = env.mount("datasets/local/scan", None);
     env.hub().reset_stats();
     for i in 0..FILES {
@@ -456,8 +454,8 @@ fn opening_many_files_by_name_lists_their_directory_once() {
         "{api} metadata requests for {FILES} files opened by name (one per file would be {FILES})"
     );
     assert_eq!(
-        std::fs::metadata(m.mountpoint.join("d/missing.txt")).map_err(|e| e.raw_os_error()).err(),
-        Some(Some(libc::ENOENT)),
+        errno_of(std::fs::metadata(m.mountpoint.join("d/missing.txt"))),
+        libc::ENOENT,
         "a name the listing lacks is absent"
     );
     m.unmount().unwrap();
