@@ -612,7 +612,6 @@ fn adapter_state_stays_bounded() {
 #[test]
 fn writes_over_nfs_land_on_the_hub() {
     let env = Env::new();
-    let ep = env.hub().endpoint().to_string();
     let (server, vfs, _cache) = serve_writable(&env, "nfsw");
     let big: Vec<u8> = (0..3_000_000u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
@@ -747,16 +746,7 @@ fn writes_over_nfs_land_on_the_hub() {
             ("moved.txt".to_string(), 10)
         ]
     );
-    let got = env.rt.block_on(async {
-        reqwest::Client::new()
-            .get(format!("{ep}/datasets/local/nfsw/resolve/main/dir/a.bin"))
-            .send()
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap()
-    });
+    let got = hub_bytes(&env, "local/nfsw", "dir/a.bin");
     assert_eq!(
         sha256_hex(&got),
         sha256_hex(&big),
@@ -796,6 +786,16 @@ fn serve_writable(env: &Env, name: &str) -> (NfsServer, Arc<hubfs::vfs::VirtualF
         .block_on(NfsServer::start(opened.vfs.clone(), "127.0.0.1:0".parse().unwrap()))
         .expect("nfs server");
     (server, opened.vfs, cache)
+}
+
+/// The bytes of `path` on the main branch of dataset `repo`, downloaded from the Hub.
+fn hub_bytes(env: &Env, repo: &str, path: &str) -> Vec<u8> {
+    let url = format!("{}/datasets/{repo}/resolve/main/{path}", env.hub().endpoint());
+    env.rt.block_on(async {
+        let r = reqwest::get(url).await.unwrap();
+        assert!(r.status().is_success(), "{path}: {}", r.status());
+        r.bytes().await.unwrap().to_vec()
+    })
 }
 
 /// Waits until the Hub's main branch of dataset `repo` holds `count` files (besides
@@ -946,19 +946,9 @@ fn many_small_files_over_nfs_with_slow_commits() {
         assert_eq!(path, &format!("f{i:04}.txt"));
         assert_eq!(*size, content(i).len() as u64, "{path}");
     }
-    let ep = env.hub().endpoint().to_string();
     for i in [0, 499, FILES - 1] {
-        let got = env.rt.block_on(async {
-            reqwest::Client::new()
-                .get(format!("{ep}/datasets/local/many/resolve/main/f{i:04}.txt"))
-                .send()
-                .await
-                .unwrap()
-                .bytes()
-                .await
-                .unwrap()
-        });
-        assert_eq!(got.as_ref(), content(i).as_slice(), "f{i:04}.txt on the Hub");
+        let got = hub_bytes(&env, "local/many", &format!("f{i:04}.txt"));
+        assert_eq!(got, content(i), "f{i:04}.txt on the Hub");
     }
     drop(server);
 }
