@@ -111,6 +111,7 @@ pub fn run(args: &Args, rt: &tokio::runtime::Runtime) -> anyhow::Result<Report> 
             // The longest full-run job (10,000 small files on loopback) takes about a minute; a
             // hang should cost little time (smoke jobs take seconds).
             timeout: Duration::from_secs(if s.smoke { 60 } else { 240 }),
+            stuck_after_runtime: Duration::from_secs(30),
         },
         work,
         repo,
@@ -408,8 +409,8 @@ impl Ctx<'_> {
                 drop_caches();
                 let r = self.fio.run(&p.target, &st.job)?;
                 Ok(match st.measure {
-                    Measure::Bandwidth => (r.bw, String::new()),
-                    Measure::Iops => (r.iops, String::new()),
+                    Measure::Bandwidth => (r.bw, r.note.unwrap_or_default()),
+                    Measure::Iops => (r.iops, r.note.unwrap_or_default()),
                     Measure::IopsPerRequest => {
                         let reads = (r.iops * r.runtime.as_secs_f64()).max(1.0);
                         let (reqs, _) = hub::counters(self.hub);
