@@ -206,8 +206,8 @@ impl Fio {
     /// engine tears down with requests still in flight, and libnfs 4.0 (Debian 12) keeps a reply it
     /// had half read when it disconnects: its unmount, on a new connection, then parses the server's
     /// answer as the rest of that stale reply and waits forever (seen as a fio stack in
-    /// `nfs_umount`, with the server having answered every call on that connection). About one run
-    /// in two hundred; the figures of a clean rerun are the job's, and its cell says so.
+    /// `nfs_umount`, with the server having answered every call on that connection). Two runs in
+    /// about 280 hung here; the figures of a clean rerun are the job's, and its cell says so.
     pub fn run(&self, target: &Target, job: &Job) -> anyhow::Result<FioResult> {
         match self.run_once(target, job) {
             Err(e) if e.is::<Stuck>() && matches!(target, Target::Nfs(_)) && job.iodepth > 1 => {
