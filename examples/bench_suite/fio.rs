@@ -203,9 +203,9 @@ impl Fio {
     /// Runs `job` against `target`; an error when fio fails, reports a job error or moves no bytes.
     ///
     /// An NFS job with more than one request in flight that gets stuck is run once more. fio's nfs
-    /// engine tears down with requests still in flight, and libnfs 4.0 (Debian 12) keeps a reply it
-    /// had half read when it disconnects: its unmount, on a new connection, then parses the server's
-    /// answer as the rest of that stale reply and waits forever (seen as a fio stack in
+    /// engine tears down with requests still in flight, and libnfs (4.0 on Debian 12) does not reset
+    /// its receive state when it disconnects: its unmount, on a new connection, then takes the
+    /// server's answer as the rest of a reply it had half read and waits forever (seen as a fio stack in
     /// `nfs_umount`, with the server having answered every call on that connection). Two runs in
     /// about 280 hung here; the figures of a clean rerun are the job's, and its cell says so.
     pub fn run(&self, target: &Target, job: &Job) -> anyhow::Result<FioResult> {
