@@ -5,6 +5,7 @@
 
 mod common;
 
+use futures::StreamExt;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -1890,6 +1891,40 @@ async fn bad_names_and_paths_are_refused() {
             .unwrap();
         assert_hub_error(r, Some(StatusCode::BAD_REQUEST), &format!("branch {name}")).await;
     }
+    hub.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_before_the_body_is_read_close_the_connection() {
+    let hub = LocalHub::start_temp(false).await.unwrap();
+    let ep = hub.endpoint();
+    let c = client();
+    let repo = Repo::model("local/refused");
+    create_repo_ok(&c, ep, WRITE, &repo, false).await;
+    // A read token may not commit: refused before the body is read. The body's first part is
+    // sent and the rest held back, so the answer comes while the body is unread (a large body sent
+    // whole races the server's close: the client may fail writing it before it reads the answer).
+    let first = futures::stream::once(async { Ok::<_, std::io::Error>(header_line("x", None) + "\n") });
+    let body = reqwest::Body::wrap_stream(first.chain(futures::stream::pending()));
+    let r = c
+        .post(format!("{}/commit/main", repo.api(ep)))
+        .header("authorization", bearer(READ))
+        .header("content-type", "application/x-ndjson")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    assert_eq!(
+        r.headers().get("connection").and_then(|v| v.to_str().ok()),
+        Some("close")
+    );
+    // A request whose body was read keeps its connection, and the client goes on.
+    let r = commit_raw(&c, ep, WRITE, &repo, "main", "", ndjson(&[header_line("ok", None)])).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers().get("connection"), None);
+    let r = c.get(repo.api(ep)).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
     hub.stop().await;
 }
 

@@ -118,11 +118,6 @@ impl IntoResponse for HubError {
         {
             headers.insert(axum::http::header::CONTENT_RANGE, v);
         }
-        // The rest of an oversized body is never read, so the connection cannot carry another
-        // request: say so, or a client that pools it sends its next request into a closing socket.
-        if matches!(self, HubError::PayloadTooLarge { .. }) {
-            headers.insert(axum::http::header::CONNECTION, HeaderValue::from_static("close"));
-        }
         resp
     }
 }

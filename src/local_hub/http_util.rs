@@ -1,12 +1,18 @@
 //! Small HTTP helpers shared by the local Hub's routes: byte ranges, conditional requests, serving a
-//! file or a byte source with 200/206/304/416, query strings, bounded body reads.
+//! file or a byte source with 200/206/304/416, query strings, bounded body reads, and closing
+//! connections whose request body was left unread.
 
 use std::collections::HashMap;
 use std::io::SeekFrom;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 
-use axum::body::{Body, Bytes};
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
@@ -207,6 +213,34 @@ pub fn query_flag(q: &HashMap<String, Vec<String>>, key: &str) -> bool {
 
 pub fn query_str<'a>(q: &'a HashMap<String, Vec<String>>, key: &str) -> Option<&'a str> {
     q.get(key).and_then(|v| v.first()).map(|s| s.as_str())
+}
+
+/// Middleware for every listener: a response given before its request's body was read to the end
+/// (a refusal: too large, bad token, unknown route) says `Connection: close`. hyper cannot drain a
+/// large unread body, so it drops the connection once the response is out; a client that pooled
+/// the connection would otherwise send its next request into a closing socket.
+pub async fn close_when_body_unread(req: Request, next: Next) -> Response {
+    if req.body().is_end_stream() {
+        return next.run(req).await;
+    }
+    let ended = Arc::new(AtomicBool::new(false));
+    let seen = ended.clone();
+    let req = req.map(|body| {
+        let mut data = body.into_data_stream();
+        Body::from_stream(futures::stream::poll_fn(move |cx| {
+            let next = data.poll_next_unpin(cx);
+            if let Poll::Ready(None) = next {
+                seen.store(true, Ordering::Release);
+            }
+            next
+        }))
+    });
+    let mut resp = next.run(req).await;
+    if !ended.load(Ordering::Acquire) {
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
 }
 
 /// Reads a request body, refusing more than `limit` bytes with 413.

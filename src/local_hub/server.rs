@@ -74,6 +74,7 @@ async fn bind(addr: SocketAddr) -> anyhow::Result<(TcpListener, String)> {
 }
 
 fn serve(listener: TcpListener, router: Router) -> JoinHandle<()> {
+    let router = router.layer(axum::middleware::from_fn(super::http_util::close_when_body_unread));
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, router.into_make_service()).await {
             tracing::error!(error = %e, "local hub listener failed");
