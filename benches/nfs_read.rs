@@ -1,7 +1,8 @@
 //! NFS read benchmarks, FUSE beside them, measured in one run with fio:
-//! - the NFS ceiling (`hubfs::nfs::ceiling`, a trivial nfsserve filesystem serving memory) and hubfs's
-//!   NFS server on a Xet file of the local Hub, both through fio's nfs engine (libnfs): sequential
-//!   1 MiB reads (cold once, then cached in hubfs) and 4 KiB random reads;
+//! - the NFS ceiling (`hubfs::nfs::ceiling`, a trivial nfsserve filesystem serving memory, through
+//!   hubfs's RPC front) and hubfs's NFS server on a Xet file of the local Hub, both through fio's
+//!   nfs engine (libnfs): sequential 1 MiB reads (cold once, then cached in hubfs) and 4 KiB random
+//!   reads; the same memory server on nfsserve's own TCP listener beside them;
 //! - the FUSE ceiling and hubfs's FUSE mount through fio's psync engine, page cache dropped;
 //! - sustained 4 KiB random reads over NFS (90 s; `HUBFS_BENCH_SUSTAIN_SECS`, 0 skips), ceiling and
 //!   hubfs: IOPS in the first 5 s beside the last 30 s, since per-request cost that grows with the
@@ -215,6 +216,21 @@ fn main() {
     let ceil_sustained = (secs > 0).then(|| sustained(&fio_bin, addr, "data.bin", &file_size, secs));
     task.abort();
 
+    // The same memory server through nfsserve's own TCP listener, which hubfs's RPC front replaced.
+    let (addr, task) = rt
+        .block_on(hubfs::nfs::ceiling::serve_nfsserve(
+            mib as usize,
+            "127.0.0.1:0".parse().unwrap(),
+        ))
+        .unwrap();
+    let stock_seq = median(
+        (0..3)
+            .map(|_| fio(&fio_bin, &nfs_args(addr, "data.bin", "read", "1m", &[&file_size])).bw)
+            .collect(),
+    );
+    let stock_sustained = (secs > 0).then(|| sustained(&fio_bin, addr, "data.bin", &file_size, secs));
+    task.abort();
+
     // hubfs over NFS: its caches hold the file after the first (cold) pass.
     let client = HubClientConfig {
         endpoint: ep.clone(),
@@ -341,6 +357,16 @@ fn main() {
         println!(
             "| sustained 4 KiB random reads, {secs} s (NFS only): first 5 s → last 30 s | ceiling {c0:.0} → {c1:.0} IOPS, hubfs {h0:.0} → **{h1:.0} IOPS** = {:.0}% (target ≥ 3,000) | |",
             pct(h1, c1)
+        );
+    }
+    println!(
+        "| memory server on nfsserve's own listener: sequential 1 MiB reads | {:.2} GB/s (hubfs cached = {:.0}% of it) | |",
+        gb(stock_seq),
+        pct(nfs_warm, stock_seq)
+    );
+    if let Some((s0, s1)) = stock_sustained {
+        println!(
+            "| memory server on nfsserve's own listener: sustained 4 KiB random reads, first 5 s → last 30 s | {s0:.0} → {s1:.0} IOPS | |"
         );
     }
     rt.block_on(hub.stop());

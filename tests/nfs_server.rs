@@ -390,6 +390,56 @@ fn every_mutation_is_rofs() {
             .await
             .unwrap();
         assert_eq!(status(&r), nfsstat3::NFS3ERR_ROFS, "setattr");
+        let r = c
+            .symlink(&nfs3::SYMLINK3args {
+                where_: diropargs3 {
+                    dir: root.clone(),
+                    name: name("new.txt"),
+                },
+                symlink: nfs3::symlinkdata3 {
+                    symlink_attributes: nfs3::sattr3::default(),
+                    symlink_data: nfs3::nfspath3(Opaque::borrowed(b"config.json")),
+                },
+            })
+            .await
+            .unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3ERR_ROFS, "symlink");
+        let r = c
+            .link(&nfs3::LINK3args {
+                file: cfg.clone(),
+                link: diropargs3 {
+                    dir: root.clone(),
+                    name: name("new.txt"),
+                },
+            })
+            .await
+            .unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3ERR_ROFS, "link");
+        let r = c
+            .mknod(&nfs3::MKNOD3args {
+                where_: diropargs3 {
+                    dir: root.clone(),
+                    name: name("new.txt"),
+                },
+                what: nfs3::mknoddata3::NF3FIFO(nfs3::sattr3::default()),
+            })
+            .await
+            .unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3ERR_ROFS, "mknod");
+        // A read-only mount has no room, as its FUSE statfs says; names are at most 255 bytes.
+        let r = c
+            .fsstat(&nfs3::FSSTAT3args { fsroot: root.clone() })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((r.tbytes, r.fbytes, r.abytes), (0, 0, 0));
+        let r = c
+            .pathconf(&nfs3::PATHCONF3args { object: cfg.clone() })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.name_max, 255);
+        assert!(r.no_trunc && r.case_preserving && !r.case_insensitive);
         // Nothing changed.
         assert_eq!(
             lookup_raw(&mut c, &root, b"new.txt").await,
@@ -661,6 +711,53 @@ fn writes_over_nfs_land_on_the_hub() {
             // Reads see the written bytes at once.
             assert_eq!(read_all(&mut c, &fh).await, data);
         }
+        // WRITEs are answered stable, so a COMMIT has nothing to do; its verifier is the WRITEs'.
+        let fh = walk(&mut c, "dir/b.txt").await.unwrap();
+        let w = c
+            .write(&nfs3::WRITE3args {
+                file: fh.clone(),
+                offset: 0,
+                count: 5,
+                stable: nfs3::stable_how::UNSTABLE,
+                data: Opaque::owned(b"hello".to_vec()),
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(w.committed, nfs3::stable_how::FILE_SYNC);
+        let r = c
+            .commit(&nfs3::COMMIT3args {
+                file: fh.clone(),
+                offset: 0,
+                count: 0,
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.verf, w.verf, "COMMIT and WRITE verifiers");
+        // A guarded CREATE of an existing name, LINK and MKNOD are refused with their statuses.
+        let r = c
+            .create(&nfs3::CREATE3args {
+                where_: diropargs3 {
+                    dir: dir.clone(),
+                    name: name("b.txt"),
+                },
+                how: nfs3::createhow3::GUARDED(nfs3::sattr3::default()),
+            })
+            .await
+            .unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3ERR_EXIST, "guarded create");
+        let r = c
+            .link(&nfs3::LINK3args {
+                file: fh.clone(),
+                link: diropargs3 {
+                    dir: root.clone(),
+                    name: name("hard.txt"),
+                },
+            })
+            .await
+            .unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3ERR_NOTSUPP, "link");
         // Rename and remove.
         let r = c
             .rename(&nfs3::RENAME3args {

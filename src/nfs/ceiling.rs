@@ -1,8 +1,11 @@
 //! The NFS ceiling for benchmarks: a trivial nfsserve filesystem serving one file (`data.bin`) from
-//! memory. Whatever it reaches is what nfsserve and the client allow on this machine; hubfs's NFS
-//! frontend is measured against it in the same run.
+//! memory. Served through hubfs's RPC front (`serve`), whatever it reaches is what the transport and
+//! the client allow on this machine, and hubfs's NFS frontend is measured against it in the same
+//! run. `serve_nfsserve` serves it through nfsserve's own TCP listener instead, to compare the two
+//! transports.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use nfsserve::nfs::{fattr3, fileid3, filename3, ftype3, nfspath3, nfsstat3, nfstime3, sattr3, specdata3};
@@ -48,8 +51,19 @@ impl MemNfs {
     }
 }
 
-/// Serves a MemNfs of `mib` MiB on `addr` (port 0: a free one) until the task is aborted.
+/// Serves a MemNfs of `mib` MiB through hubfs's RPC front on `addr` (port 0: a free one) until the
+/// task is aborted.
 pub async fn serve(mib: usize, addr: SocketAddr) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = super::rpc::RpcListener::bind(addr, Arc::new(MemNfs::new(mib)), false).await?;
+    let addr = listener.local_addr()?;
+    Ok((addr, tokio::spawn(listener.serve())))
+}
+
+/// The same server through nfsserve 0.11's own TCP listener.
+pub async fn serve_nfsserve(
+    mib: usize,
+    addr: SocketAddr,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = NFSTcpListener::bind(&addr.to_string(), MemNfs::new(mib)).await?;
     let addr = SocketAddr::new(listener.get_listen_ip(), listener.get_listen_port());
     let task = tokio::spawn(async move {

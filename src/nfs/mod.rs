@@ -14,6 +14,7 @@
 
 pub mod ceiling;
 pub mod release;
+pub mod rpc;
 pub mod server;
 
 use std::collections::HashMap;
@@ -25,9 +26,7 @@ use nfsserve::nfs::{
     fattr3, fileid3, filename3, fsinfo3, ftype3, nfs_fh3, nfspath3, nfsstat3, nfstime3, post_op_attr, sattr3, set_gid3,
     set_mode3, set_mtime, set_size3, set_uid3, specdata3,
 };
-use nfsserve::vfs::{
-    DirEntry as NfsDirEntry, DirEntrySimple, NFSFileSystem, ReadDirResult, ReadDirSimpleResult, VFSCapabilities,
-};
+use nfsserve::vfs::{DirEntry as NfsDirEntry, NFSFileSystem, ReadDirResult, VFSCapabilities};
 
 use self::release::{HeldDir, HeldFile, Releaser};
 use crate::vfs::error::VfsError;
@@ -82,10 +81,6 @@ impl Writers {
 const DIR_SNAPSHOTS: u64 = 256;
 const DIR_IDLE: Duration = Duration::from_secs(120);
 
-/// Plain READDIR listings in progress (see `readdir_simple`), and how long an idle one is kept.
-const SIMPLE_CURSORS: u64 = 256;
-const SIMPLE_IDLE: Duration = Duration::from_secs(30);
-
 /// A file handle this adapter keeps open on behalf of NFS reads. The VirtualFs handle is released
 /// when the last holder drops it, so a read in flight keeps its handle even after the cache let go.
 struct OpenFile {
@@ -103,31 +98,14 @@ struct DirSnapshot {
     resume: HashMap<Ino, usize>,
 }
 
-/// Where the next plain READDIR page of a directory starts.
-struct SimpleCursor {
-    snap: Arc<DirSnapshot>,
-    next: usize,
-}
-
-/// Bytes of a READDIR reply before its first entry, as nfsserve 0.11 counts them: RPC reply header
-/// (24), status (4), directory attributes (4 + 84), cookie verifier (8).
-const READDIR_REPLY_HEAD: usize = 124;
-
-/// Bytes one READDIR entry takes in the reply: list flag, file id, name (padded), cookie.
-fn readdir_entry_bytes(name: &str) -> usize {
-    4 + 8 + 4 + name.len().div_ceil(4) * 4 + 8
-}
-
-/// Lock order: a plain-READDIR cursor's mutex → the inode table (through `remember_entry`); the
-/// moka caches lock internally and are never touched with the cursor held. Nothing is held across
-/// an `.await`. No value here releases anything inline when dropped: see `release`.
+/// Lock order: the adapter takes no lock of its own; the moka caches lock internally, and no lock is
+/// held across an `.await`. No value here releases anything inline when dropped: see `release`.
 pub struct NfsAdapter {
     vfs: Arc<VirtualFs>,
     /// Distinguishes this server instance's handles from those of an earlier one.
     generation: u64,
     files: moka::sync::Cache<Ino, Arc<OpenFile>>,
     dirs: moka::sync::Cache<Ino, Arc<DirSnapshot>>,
-    simple: moka::sync::Cache<Ino, Arc<parking_lot::Mutex<SimpleCursor>>>,
     /// Write handles by file (writable mounts); idle ones are closed by a sweeper task.
     writers: Arc<Writers>,
     releaser: Releaser,
@@ -178,10 +156,6 @@ impl NfsAdapter {
             .max_capacity(DIR_SNAPSHOTS)
             .time_to_idle(DIR_IDLE)
             .build();
-        let simple = moka::sync::Cache::builder()
-            .max_capacity(SIMPLE_CURSORS)
-            .time_to_idle(SIMPLE_IDLE)
-            .build();
         // Random per instance: a restarted server must not accept the old server's handles.
         let generation = rand::random::<u64>() | 1;
         let releaser = Releaser::start(vfs.clone());
@@ -206,7 +180,6 @@ impl NfsAdapter {
             generation,
             files,
             dirs,
-            simple,
             writers,
             releaser,
             fsid: 0x0068_7562_6673, // "hubfs"
@@ -529,52 +502,6 @@ impl NFSFileSystem for NfsAdapter {
             entries,
             end: to == snap.entries.len(),
         })
-    }
-
-    /// Plain READDIR. nfsserve 0.11 does not pass the client's cookie here (only READDIRPLUS gets
-    /// it), so a listing is continued from a per-directory cursor: each page returns exactly the
-    /// entries that fit the reply (so nfsserve truncates none), the cursor advances past them and is
-    /// dropped at the end of the listing or after 30 s idle. Two clients paging through the same
-    /// directory with plain READDIR at the same moment would share the cursor (documented in
-    /// SEMANTICS.md); READDIRPLUS, which clients use by default, has no such limit.
-    async fn readdir_simple(&self, dirid: fileid3, count: usize) -> Result<ReadDirSimpleResult, nfsstat3> {
-        let cursor = match self.simple.get(&dirid) {
-            Some(c) => c,
-            None => {
-                let snap = self.snapshot(dirid).await?;
-                let c = Arc::new(parking_lot::Mutex::new(SimpleCursor { snap, next: 0 }));
-                self.simple.insert(dirid, c.clone());
-                c
-            }
-        };
-        // nfsserve passes the client's byte budget divided by 16 and stops below budget - 128.
-        let budget = count.saturating_mul(16).saturating_sub(128);
-        let mut c = cursor.lock();
-        let snap = c.snap.clone();
-        let mut used = READDIR_REPLY_HEAD;
-        let mut entries = Vec::new();
-        for e in &snap.entries[c.next.min(snap.entries.len())..] {
-            let size = readdir_entry_bytes(&e.name);
-            if used + size >= budget || entries.len() >= count {
-                break;
-            }
-            used += size;
-            self.vfs.remember_entry(&snap.path, &e.name);
-            entries.push(DirEntrySimple {
-                fileid: e.attr.ino,
-                name: e.name.as_bytes().into(),
-            });
-        }
-        c.next += entries.len();
-        let end = c.next >= snap.entries.len();
-        drop(c);
-        if entries.is_empty() && !end {
-            return Err(nfsstat3::NFS3ERR_TOOSMALL);
-        }
-        if end {
-            self.simple.invalidate(&dirid);
-        }
-        Ok(ReadDirSimpleResult { entries, end })
     }
 
     async fn symlink(

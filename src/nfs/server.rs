@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use nfsserve::tcp::{NFSTcp, NFSTcpListener};
 
+use super::rpc::RpcListener;
 use super::{MAX_TRANSFER, NfsAdapter};
 use crate::vfs::VirtualFs;
 
@@ -23,17 +23,14 @@ pub struct NfsServer {
 impl NfsServer {
     /// Binds `addr` (port 0 picks a free port) and serves `vfs` until stopped.
     pub async fn start(vfs: Arc<VirtualFs>, addr: SocketAddr) -> anyhow::Result<NfsServer> {
-        let adapter = NfsAdapter::new(vfs);
+        let writable = vfs.is_writable();
+        let adapter = Arc::new(NfsAdapter::new(vfs));
         let writers = adapter.writers.clone();
-        let listener = NFSTcpListener::bind(&addr.to_string(), adapter)
+        let listener = RpcListener::bind(addr, adapter, writable)
             .await
             .with_context(|| format!("cannot listen on {addr} for NFS (pick a free --nfs-addr)"))?;
-        let addr = SocketAddr::new(listener.get_listen_ip(), listener.get_listen_port());
-        let task = tokio::spawn(async move {
-            if let Err(e) = listener.handle_forever().await {
-                tracing::error!(error = %e, "NFS listener stopped");
-            }
-        });
+        let addr = listener.local_addr().context("reading the NFS listener's address")?;
+        let task = tokio::spawn(listener.serve());
         Ok(NfsServer { addr, task, writers })
     }
 

@@ -1,0 +1,377 @@
+//! The NFS v3 program (RFC 1813): dispatch, and the procedures about one file or the filesystem.
+//! Procedures that change or list a directory are in `nfs3_dir`.
+
+use nfsserve::nfs::{
+    fattr3, fileid3, nfs_fh3, nfsstat3, nfstime3, post_op_attr, pre_op_attr, sattr3, wcc_attr, wcc_data,
+};
+use nfsserve::vfs::VFSCapabilities;
+
+use super::msg::{self, Call, Refusal};
+use super::nfs3_dir;
+use super::xdr::{Decoder, Encoder, Garbage};
+use super::{Front, Fs};
+use crate::nfs::MAX_TRANSFER;
+
+pub const PROGRAM: u32 = 100003;
+
+pub(super) const OK: u32 = 0;
+/// stable_how FILE_SYNC: every WRITE is answered as stable (see docs/SEMANTICS.md).
+const FILE_SYNC: u32 = 2;
+const ACCESS_READ: u32 = 0x01;
+const ACCESS_LOOKUP: u32 = 0x02;
+const ACCESS_EXECUTE: u32 = 0x20;
+/// What FSSTAT reports as room on a writable mount: the same 4 TiB as the FUSE mount's statfs (the
+/// real limits are the staging disk and the Hub's quota).
+const WRITABLE_ROOM: u64 = 4 << 40;
+
+pub(super) type Args<'a, 'b> = &'a mut Decoder<'b>;
+
+pub async fn dispatch<T: Fs>(front: &Front<T>, call: Call<'_>) -> Vec<u8> {
+    let Call {
+        xid, proc_, mut args, ..
+    } = call;
+    let mut out = msg::success(xid);
+    let (a, o) = (&mut args, &mut out);
+    let done = match proc_ {
+        0 => Ok(()),
+        1 => getattr(front, a, o).await,
+        2 => setattr(front, a, o).await,
+        3 => lookup(front, a, o).await,
+        4 => access(front, a, o).await,
+        5 => readlink(front, a, o).await,
+        6 => read(front, a, o).await,
+        7 => write(front, a, o).await,
+        8 => nfs3_dir::create(front, a, o).await,
+        9 => nfs3_dir::mkdir(front, a, o).await,
+        10 => nfs3_dir::symlink(front, a, o).await,
+        11 => nfs3_dir::mknod(front, a, o).await,
+        12 | 13 => nfs3_dir::remove(front, a, o).await,
+        14 => nfs3_dir::rename(front, a, o).await,
+        15 => nfs3_dir::link(front, a, o).await,
+        16 => nfs3_dir::readdir(front, a, o).await,
+        17 => nfs3_dir::readdirplus(front, a, o).await,
+        18 => fsstat(front, a, o).await,
+        19 => fsinfo(front, a, o).await,
+        20 => pathconf(front, a, o).await,
+        21 => commit(front, a, o).await,
+        _ => return msg::refused(xid, Refusal::ProcUnavail),
+    };
+    match done {
+        Ok(()) => out.finish(),
+        Err(Garbage(why)) => {
+            tracing::debug!(proc_, why, "NFS: arguments do not decode");
+            msg::refused(xid, Refusal::GarbageArgs)
+        }
+    }
+}
+
+pub(super) fn status(out: &mut Encoder, s: nfsstat3) {
+    out.u32(s as u32);
+}
+
+pub(super) async fn post_attr<T: Fs>(front: &Front<T>, id: fileid3) -> post_op_attr {
+    match front.fs.getattr(id).await {
+        Ok(a) => post_op_attr::attributes(a),
+        Err(_) => post_op_attr::Void,
+    }
+}
+
+pub(super) fn pre_of(a: &fattr3) -> pre_op_attr {
+    pre_op_attr::attributes(wcc_attr {
+        size: a.size,
+        mtime: a.mtime,
+        ctime: a.ctime,
+    })
+}
+
+pub(super) async fn pre_attr<T: Fs>(front: &Front<T>, id: fileid3) -> pre_op_attr {
+    match front.fs.getattr(id).await {
+        Ok(a) => pre_of(&a),
+        Err(_) => pre_op_attr::Void,
+    }
+}
+
+/// Weak cache consistency data of `id`: `before` and its attributes now.
+pub(super) async fn wcc<T: Fs>(front: &Front<T>, id: fileid3, before: pre_op_attr) -> wcc_data {
+    wcc_data {
+        before,
+        after: post_attr(front, id).await,
+    }
+}
+
+fn put_fh(out: &mut Encoder, fh: &nfs_fh3) {
+    out.opaque(&fh.data);
+}
+
+async fn getattr<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+    let fh = a.fh()?;
+    let got = match front.fs.fh_to_id(&fh) {
+        Ok(id) => front.fs.getattr(id).await,
+        Err(s) => Err(s),
+    };
+    match got {
+        Ok(attr) => {
+            out.u32(OK);
+            out.put(&attr);
+        }
+        Err(s) => status(out, s),
+    }
+    Ok(())
+}
+
+async fn setattr<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+    let fh = a.fh()?;
+    let attr: sattr3 = a.fixed_size()?;
+    let guard = if a.bool()? {
+        Some(a.fixed_size::<nfstime3>()?)
+    } else {
+        None
+    };
+    let id = match front.fs.fh_to_id(&fh) {
+        Ok(id) => id,
+        Err(s) => {
+            status(out, s);
+            out.put(&wcc_data::default());
+            return Ok(());
+        }
+    };
+    let now = front.fs.getattr(id).await;
+    let before = now.as_ref().map(pre_of).unwrap_or_default();
+    if let (Some(g), Ok(now)) = (guard, &now)
+        && (g.seconds, g.nseconds) != (now.ctime.seconds, now.ctime.nseconds)
+    {
+        status(out, nfsstat3::NFS3ERR_NOT_SYNC);
+        out.put(&wcc(front, id, before).await);
+        return Ok(());
+    }
+    match front.fs.setattr(id, attr).await {
+        Ok(after) => {
+            out.u32(OK);
+            out.put(&wcc_data {
+                before,
+                after: post_op_attr::attributes(after),
+            });
+        }
+        Err(s) => {
+            status(out, s);
+            out.put(&wcc(front, id, before).await);
+        }
+    }
+    Ok(())
+}
+
+async fn lookup<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+    let (dir, name) = (a.fh()?, a.name()?);
+    let dirid = match front.fs.fh_to_id(&dir) {
+        Ok(id) => id,
+        Err(s) => {
+            status(out, s);
+            out.put(&post_op_attr::Void);
+            return Ok(());
+        }
+    };
+    match front.fs.lookup(dirid, &name).await {
+        Ok(id) => {
+            out.u32(OK);
+            put_fh(out, &front.fs.id_to_fh(id));
+            out.put(&post_attr(front, id).await);
+            out.put(&post_attr(front, dirid).await);
+        }
+        Err(s) => {
+            status(out, s);
+            out.put(&post_attr(front, dirid).await);
+        }
+    }
+    Ok(())
+}
+
+async fn access<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+    let fh = a.fh()?;
+    let mut mask = a.u32()?;
+    let got = match front.fs.fh_to_id(&fh) {
+        Ok(id) => front.fs.getattr(id).await,
+        Err(s) => Err(s),
+    };
+    match got {
+        Ok(attr) => {
+            if !matches!(front.fs.capabilities(), VFSCapabilities::ReadWrite) {
+                mask &= ACCESS_READ | ACCESS_LOOKUP | ACCESS_EXECUTE;
+            }
+            out.u32(OK);
+            out.put(&post_op_attr::attributes(attr));
+            out.u32(mask);
+        }
+        Err(s) => {
+            status(out, s);
+            out.put(&post_op_attr::Void);
+        }
+    }
+    Ok(())
+}
+
+async fn readlink<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+    let fh = a.fh()?;
+    let id = match front.fs.fh_to_id(&fh) {
+        Ok(id) => id,
+        Err(s) => {
+            status(out, s);
+            out.put(&post_op_attr::Void);
+            return Ok(());
+        }
+    };
+    match front.fs.readlink(id).await {
+        Ok(path) => {
+            out.u32(OK);
+            out.put(&post_attr(front, id).await);
+            out.opaque(&path.0);
+        }
+        Err(s) => {
+            status(out, s);
+            out.put(&post_attr(front, id).await);
+        }
+    }
+    Ok(())
+}
+
+async fn read<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+    let (fh, offset, count) = (a.fh()?, a.u64()?, a.u32()?);
+    let id = match front.fs.fh_to_id(&fh) {
+        Ok(id) => id,
+        Err(s) => {
+            status(out, s);
+            out.put(&post_op_attr::Void);
+            return Ok(());
+        }
+    };
+    match front.fs.read(id, offset, count.min(MAX_TRANSFER)).await {
+        Ok((data, eof)) => {
+            let attr = post_attr(front, id).await;
+            out.reserve(data.len() + 128);
+            out.u32(OK);
+            out.put(&attr);
+            out.u32(data.len() as u32);
+            out.bool(eof);
+            out.opaque(&data);
+        }
+        Err(s) => {
+            status(out, s);
+            out.put(&post_attr(front, id).await);
+        }
+    }
+    Ok(())
+}
+
+async fn write<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+    let (fh, offset, count, _stable) = (a.fh()?, a.u64()?, a.u32()?, a.u32()?);
+    let data = a.opaque(usize::MAX)?;
+    if data.len() != count as usize {
+        return Err(Garbage("WRITE count differs from its data's length"));
+    }
+    let id = match front.fs.fh_to_id(&fh) {
+        Ok(id) => id,
+        Err(s) => {
+            status(out, s);
+            out.put(&wcc_data::default());
+            return Ok(());
+        }
+    };
+    match front.fs.write(id, offset, data).await {
+        Ok(after) => {
+            out.u32(OK);
+            out.put(&wcc_data {
+                before: pre_op_attr::Void,
+                after: post_op_attr::attributes(after),
+            });
+            out.u32(count);
+            out.u32(FILE_SYNC);
+            out.fixed(&front.fs.serverid());
+        }
+        Err(s) => {
+            status(out, s);
+            out.put(&wcc(front, id, pre_op_attr::Void).await);
+        }
+    }
+    Ok(())
+}
+
+/// COMMIT: every WRITE was answered FILE_SYNC, so there is nothing left to make stable here; the
+/// Hub commit follows the file's quiet period (docs/SEMANTICS.md).
+async fn commit<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+    let (fh, _offset, _count) = (a.fh()?, a.u64()?, a.u32()?);
+    match front.fs.fh_to_id(&fh) {
+        Ok(id) => {
+            out.u32(OK);
+            out.put(&wcc(front, id, pre_op_attr::Void).await);
+            out.fixed(&front.fs.serverid());
+        }
+        Err(s) => {
+            status(out, s);
+            out.put(&wcc_data::default());
+        }
+    }
+    Ok(())
+}
+
+/// The attributes of the object a FSSTAT, FSINFO or PATHCONF names, or the status that ends it.
+async fn object_attr<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<Option<fileid3>, Garbage> {
+    let fh = a.fh()?;
+    match front.fs.fh_to_id(&fh) {
+        Ok(id) => Ok(Some(id)),
+        Err(s) => {
+            status(out, s);
+            out.put(&post_op_attr::Void);
+            Ok(None)
+        }
+    }
+}
+
+async fn fsstat<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+    let Some(id) = object_attr(front, a, out).await? else {
+        return Ok(());
+    };
+    out.u32(OK);
+    out.put(&post_attr(front, id).await);
+    // Read-only mounts have no room, as their FUSE statfs says; files are not counted.
+    let (bytes, files) = if front.writable {
+        (WRITABLE_ROOM, 1 << 20)
+    } else {
+        (0, 0)
+    };
+    for v in [bytes, bytes, bytes, files, files, files] {
+        out.u64(v);
+    }
+    out.u32(0); // invarsec: these may change at any time
+    Ok(())
+}
+
+async fn fsinfo<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+    let Some(id) = object_attr(front, a, out).await? else {
+        return Ok(());
+    };
+    match front.fs.fsinfo(id).await {
+        Ok(info) => {
+            out.u32(OK);
+            out.put(&info);
+        }
+        Err(s) => {
+            status(out, s);
+            out.put(&post_attr(front, id).await);
+        }
+    }
+    Ok(())
+}
+
+async fn pathconf<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+    let Some(id) = object_attr(front, a, out).await? else {
+        return Ok(());
+    };
+    out.u32(OK);
+    out.put(&post_attr(front, id).await);
+    out.u32(1); // linkmax: no hard links
+    out.u32(255); // name_max
+    out.bool(true); // no_trunc: longer names are refused, not cut
+    out.bool(true); // chown_restricted
+    out.bool(false); // case_insensitive
+    out.bool(true); // case_preserving
+    Ok(())
+}
