@@ -1,5 +1,6 @@
-//! NfsAdapter: NFSv3 requests (through nfsserve) onto the same VirtualFs the FUSE mount uses. Thin by
-//! rule: decode, call the core, encode, and turn `VfsError::errno` into an NFS status in one place.
+//! NfsAdapter: NFSv3 requests (decoded by hubfs's RPC front, `rpc`, into calls of nfsserve's
+//! `NFSFileSystem` trait) onto the same VirtualFs the FUSE mount uses. Thin by rule: call the core
+//! and turn `VfsError::errno` into an NFS status in one place.
 //!
 //! NFS is stateless where FUSE is not, and the adapter bridges the two with bounded state only:
 //! - file ids are VirtualFs inode numbers, *remembered* in the core's bounded LRU (NFS clients never
