@@ -486,6 +486,40 @@ fn readdir_cookies_over_a_large_directory_and_plain_lfs() {
             assert_eq!(got, want, "readdir of data/many, round {round}");
         }
 
+        // Two plain READDIR listings of the same directory, interleaved page by page on two
+        // connections: each follows its own cookies.
+        let mut c2 = connect(&server).await;
+        let many2 = walk(&mut c2, "data/many").await.unwrap();
+        let (mut a, mut b) = ((Vec::new(), 0u64, false), (Vec::new(), 0u64, false));
+        while !(a.2 && b.2) {
+            for (conn, dir, st) in [(&mut c, &many, &mut a), (&mut c2, &many2, &mut b)] {
+                if st.2 {
+                    continue;
+                }
+                let r = conn
+                    .readdir(&READDIR3args {
+                        dir: dir.clone(),
+                        cookie: st.1,
+                        cookieverf: nfs3::cookieverf3::default(),
+                        count: 2048,
+                    })
+                    .await
+                    .expect("readdir rpc")
+                    .unwrap();
+                for e in r.reply.entries.into_inner() {
+                    st.0.push(String::from_utf8(e.name.0.to_vec()).unwrap());
+                    st.1 = e.cookie;
+                }
+                st.2 = r.reply.eof;
+            }
+        }
+        for (names, who) in [(a.0, "first"), (b.0, "second")] {
+            let mut got: Vec<String> = names.into_iter().filter(|n| n != "." && n != "..").collect();
+            got.sort();
+            assert_eq!(got, want, "interleaved plain readdir, {who} lister");
+        }
+        finish(c2).await;
+
         // A handle from a readdirplus entry is usable without a LOOKUP.
         let r = c
             .readdirplus(&READDIRPLUS3args {
