@@ -11,6 +11,7 @@ use super::nfs3_dir;
 use super::xdr::{Decoder, Encoder, Garbage};
 use super::{Front, Fs};
 use crate::nfs::MAX_TRANSFER;
+use nfsserve::xdr::XDR;
 
 pub const PROGRAM: u32 = 100003;
 
@@ -103,6 +104,24 @@ fn put_fh(out: &mut Encoder, fh: &nfs_fh3) {
     out.opaque(&fh.data);
 }
 
+/// The file id a handle names; for a handle the filesystem refuses (stale, bad), the reply is its
+/// status followed by `empty` (the procedure's failure tail: no attributes, or empty wcc data).
+pub(super) fn id_or_refuse<T: Fs, E: XDR>(
+    front: &Front<T>,
+    fh: &nfs_fh3,
+    out: &mut Encoder,
+    empty: &E,
+) -> Option<fileid3> {
+    match front.fs.fh_to_id(fh) {
+        Ok(id) => Some(id),
+        Err(s) => {
+            status(out, s);
+            out.put(empty);
+            None
+        }
+    }
+}
+
 async fn getattr<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
     let fh = a.fh()?;
     let got = match front.fs.fh_to_id(&fh) {
@@ -127,13 +146,8 @@ async fn setattr<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) ->
     } else {
         None
     };
-    let id = match front.fs.fh_to_id(&fh) {
-        Ok(id) => id,
-        Err(s) => {
-            status(out, s);
-            out.put(&wcc_data::default());
-            return Ok(());
-        }
+    let Some(id) = id_or_refuse(front, &fh, out, &wcc_data::default()) else {
+        return Ok(());
     };
     let now = front.fs.getattr(id).await;
     let before = now.as_ref().map(pre_of).unwrap_or_default();
@@ -162,13 +176,8 @@ async fn setattr<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) ->
 
 async fn lookup<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
     let (dir, name) = (a.fh()?, a.name()?);
-    let dirid = match front.fs.fh_to_id(&dir) {
-        Ok(id) => id,
-        Err(s) => {
-            status(out, s);
-            out.put(&post_op_attr::Void);
-            return Ok(());
-        }
+    let Some(dirid) = id_or_refuse(front, &dir, out, &post_op_attr::Void) else {
+        return Ok(());
     };
     match front.fs.lookup(dirid, &name).await {
         Ok(id) => {
@@ -211,13 +220,8 @@ async fn access<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> 
 
 async fn readlink<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
     let fh = a.fh()?;
-    let id = match front.fs.fh_to_id(&fh) {
-        Ok(id) => id,
-        Err(s) => {
-            status(out, s);
-            out.put(&post_op_attr::Void);
-            return Ok(());
-        }
+    let Some(id) = id_or_refuse(front, &fh, out, &post_op_attr::Void) else {
+        return Ok(());
     };
     match front.fs.readlink(id).await {
         Ok(path) => {
@@ -235,13 +239,8 @@ async fn readlink<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -
 
 async fn read<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
     let (fh, offset, count) = (a.fh()?, a.u64()?, a.u32()?);
-    let id = match front.fs.fh_to_id(&fh) {
-        Ok(id) => id,
-        Err(s) => {
-            status(out, s);
-            out.put(&post_op_attr::Void);
-            return Ok(());
-        }
+    let Some(id) = id_or_refuse(front, &fh, out, &post_op_attr::Void) else {
+        return Ok(());
     };
     match front.fs.read(id, offset, count.min(MAX_TRANSFER)).await {
         Ok((data, eof)) => {
@@ -267,13 +266,8 @@ async fn write<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> R
     if data.len() != count as usize {
         return Err(Garbage("WRITE count differs from its data's length"));
     }
-    let id = match front.fs.fh_to_id(&fh) {
-        Ok(id) => id,
-        Err(s) => {
-            status(out, s);
-            out.put(&wcc_data::default());
-            return Ok(());
-        }
+    let Some(id) = id_or_refuse(front, &fh, out, &wcc_data::default()) else {
+        return Ok(());
     };
     match front.fs.write(id, offset, data).await {
         Ok(after) => {
@@ -298,31 +292,18 @@ async fn write<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> R
 /// Hub commit follows the file's quiet period (docs/SEMANTICS.md).
 async fn commit<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
     let (fh, _offset, _count) = (a.fh()?, a.u64()?, a.u32()?);
-    match front.fs.fh_to_id(&fh) {
-        Ok(id) => {
-            out.u32(OK);
-            out.put(&wcc(front, id, pre_op_attr::Void).await);
-            out.fixed(&front.fs.serverid());
-        }
-        Err(s) => {
-            status(out, s);
-            out.put(&wcc_data::default());
-        }
+    if let Some(id) = id_or_refuse(front, &fh, out, &wcc_data::default()) {
+        out.u32(OK);
+        out.put(&wcc(front, id, pre_op_attr::Void).await);
+        out.fixed(&front.fs.serverid());
     }
     Ok(())
 }
 
-/// The attributes of the object a FSSTAT, FSINFO or PATHCONF names, or the status that ends it.
+/// The object a FSSTAT, FSINFO or PATHCONF names, or the status that ends its reply.
 async fn object_attr<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<Option<fileid3>, Garbage> {
     let fh = a.fh()?;
-    match front.fs.fh_to_id(&fh) {
-        Ok(id) => Ok(Some(id)),
-        Err(s) => {
-            status(out, s);
-            out.put(&post_op_attr::Void);
-            Ok(None)
-        }
-    }
+    Ok(id_or_refuse(front, &fh, out, &post_op_attr::Void))
 }
 
 async fn fsstat<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {

@@ -6,7 +6,7 @@
 
 use nfsserve::nfs::{filename3, nfs_fh3, nfsstat3, post_op_attr, post_op_fh3, pre_op_attr, sattr3, wcc_data};
 
-use super::nfs3::{Args, OK, post_attr, pre_attr, status, wcc};
+use super::nfs3::{Args, OK, id_or_refuse, post_attr, pre_attr, status, wcc};
 use super::xdr::{Encoder, Garbage};
 use super::{Front, Fs};
 
@@ -25,14 +25,7 @@ fn dirop(a: Args<'_, '_>) -> Result<(nfs_fh3, filename3), Garbage> {
 
 /// The id of the directory a call names, or its status answered with empty wcc data.
 fn dir_id<T: Fs>(front: &Front<T>, fh: &nfs_fh3, out: &mut Encoder) -> Option<u64> {
-    match front.fs.fh_to_id(fh) {
-        Ok(id) => Some(id),
-        Err(s) => {
-            status(out, s);
-            out.put(&wcc_data::default());
-            None
-        }
-    }
+    id_or_refuse(front, fh, out, &wcc_data::default())
 }
 
 /// The reply of CREATE, MKDIR and SYMLINK: the new object, or the status; and the directory's wcc.
@@ -199,13 +192,8 @@ struct Page {
 }
 
 async fn list<T: Fs>(front: &Front<T>, dir: nfs_fh3, page: Page, out: &mut Encoder) {
-    let dirid = match front.fs.fh_to_id(&dir) {
-        Ok(id) => id,
-        Err(s) => {
-            status(out, s);
-            out.put(&post_op_attr::Void);
-            return;
-        }
+    let Some(dirid) = id_or_refuse(front, &dir, out, &post_op_attr::Void) else {
+        return;
     };
     let per_entry = if page.plus { MIN_ENTRY_PLUS } else { MIN_ENTRY };
     let mut want = page.maxcount / per_entry;
