@@ -22,7 +22,7 @@ QUICK=0
 for arg in "$@"; do
   case "$arg" in
     --quick) QUICK=1 ;;
-    --long) export POSIX_LONG=1 HUBFS_MODEL_CASES="${HUBFS_MODEL_CASES:-256}" HUBFS_STRESS_SECS="${HUBFS_STRESS_SECS:-300}" ;;
+    --long) export POSIX_LONG=1 HUBFS_MODEL_CASES="${HUBFS_MODEL_CASES:-256}" HUBFS_MODEL_SEED="${HUBFS_MODEL_SEED:-random}" HUBFS_STRESS_SECS="${HUBFS_STRESS_SECS:-300}" ;;
     -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "ci/test.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac

@@ -485,7 +485,10 @@ impl VirtualFs {
             return if flags.noreplace { Err(VfsError::Exists) } else { Ok(()) };
         }
         let commit = match src {
-            Found::Dir => self.settle_whiteout(commit, &to).await?,
+            Found::Dir => {
+                let commit = self.settle_whiteout(commit, &to).await?;
+                self.settle_nested_whiteouts(commit, &from, &to).await?
+            }
             _ => commit,
         };
         let dst = self.find(&commit, &to).await?;
@@ -567,6 +570,35 @@ impl VirtualFs {
         Ok(commit)
     }
 
+    /// `settle_whiteout` for the inside of a directory moved onto `to`: the target is empty in the
+    /// mount's view, but its whiteouts stay (they hide the Hub's files there). Where the moved tree
+    /// brings a directory onto a whiteout of a remote file, that deletion is committed first, for
+    /// the same reason. Rare: it needs a target that held Hub files deleted but not yet committed.
+    async fn settle_nested_whiteouts(&self, commit: String, from: &str, to: &str) -> VfsResult<String> {
+        let prefix = format!("{to}/");
+        let gones: Vec<String> = match &self.writer {
+            Some(w) => w
+                .overlay
+                .lock()
+                .subtree(to)
+                .into_iter()
+                .filter(|(p, e)| p.starts_with(&prefix) && matches!(e, Entry::Gone))
+                .map(|(p, _)| p)
+                .collect(),
+            None => return Ok(commit),
+        };
+        for gone in gones {
+            let source = join(from, &gone[prefix.len()..]);
+            if matches!(self.find(&commit, &source).await?, Some(Found::Dir))
+                && self.remote_file(&commit, &gone).await?
+            {
+                self.sync_all().await?;
+                return self.commit().await;
+            }
+        }
+        Ok(commit)
+    }
+
     fn place(&self, path: &str, e: Entry) {
         if let Some(w) = &self.writer {
             w.overlay.lock().set(path, e);
@@ -630,9 +662,13 @@ impl VirtualFs {
         }
         {
             let mut o = w.overlay.lock();
-            // Clear whatever the (empty) target had, then lay the moved tree down.
-            for (p, _) in o.subtree(to) {
-                o.remove(&p);
+            // The target is empty in the mount's view, but its whiteouts must stay: they hide the
+            // Hub's files there until their deletion is committed. Anything else goes, then the
+            // moved tree is laid down.
+            for (p, e) in o.subtree(to) {
+                if !matches!(e, Entry::Gone) {
+                    o.remove(&p);
+                }
             }
             o.set(to, Entry::Dir);
             for (p, e) in sets {
