@@ -27,7 +27,7 @@ pub struct Cli {
 pub enum Command {
     /// Mount a Hub repo (read-only) at a directory, over FUSE (or NFS with --nfs).
     Mount(MountArgs),
-    /// Serve a Hub repo (read-only) over NFSv3 without mounting it, for any NFS client.
+    /// Serve a Hub repo over NFSv3 without mounting it (read-only unless --write), for any NFS client.
     ServeNfs(ServeNfsArgs),
     /// Unmount a hubfs mount.
     Unmount {

@@ -165,3 +165,20 @@ impl NFSFileSystem for MemNfs {
         Err(nfsstat3::NFS3ERR_INVAL)
     }
 }
+
+#[async_trait]
+impl super::rpc::Durable for MemNfs {
+    async fn write_durable(
+        &self,
+        _id: fileid3,
+        _offset: u64,
+        _data: &[u8],
+        _asked: super::rpc::Stability,
+    ) -> Result<(fattr3, super::rpc::Stability), nfsstat3> {
+        Err(nfsstat3::NFS3ERR_ROFS)
+    }
+
+    async fn commit(&self, _id: fileid3) -> Result<(), nfsstat3> {
+        Ok(())
+    }
+}

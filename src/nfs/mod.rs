@@ -11,7 +11,9 @@
 //!   (cookie 0) and reused by every later page of it;
 //! - on a writable mount, WRITEs go through a VirtualFs write handle per file that is closed after
 //!   `WRITE_QUIET` without writes: NFS has no close, so that quiet period is when the file is
-//!   committed (in the background, like a FUSE close with `--close stage`).
+//!   committed (in the background, like a FUSE close with `--close stage`); a COMMIT or a stable
+//!   WRITE seals the file (fsync and journal, as fsync does before the network) without waiting
+//!   for the Hub.
 
 pub mod ceiling;
 pub mod release;
@@ -30,6 +32,7 @@ use nfsserve::nfs::{
 use nfsserve::vfs::{DirEntry as NfsDirEntry, NFSFileSystem, ReadDirResult, VFSCapabilities};
 
 use self::release::{HeldDir, HeldFile, Releaser};
+use self::rpc::{Durable, Stability};
 use crate::vfs::error::VfsError;
 use crate::vfs::{Attr, ContentId, DirEntry, Hold, Ino, Kind, OpenMode, ROOT_INO, RenameFlags, SetAttr, VirtualFs};
 
@@ -313,6 +316,53 @@ impl NfsAdapter {
     }
 }
 
+/// WRITE stability and COMMIT (docs/SEMANTICS.md): an UNSTABLE WRITE is answered once it is in
+/// the staging file; a stable WRITE, and a COMMIT, once the file is fsynced and journaled as final,
+/// so that a crash of the server's host no longer loses it (the next start commits it).
+#[async_trait]
+impl Durable for NfsAdapter {
+    async fn write_durable(
+        &self,
+        id: fileid3,
+        offset: u64,
+        data: &[u8],
+        asked: Stability,
+    ) -> Result<(fattr3, Stability), nfsstat3> {
+        if !self.vfs.is_writable() {
+            return Err(nfs_status(&self.vfs.refuse_write()));
+        }
+        let w = self.writer(id).await?;
+        self.vfs.write(w.fh, offset, data).map_err(|e| nfs_status(&e))?;
+        let reached = match asked {
+            Stability::Unstable => Stability::Unstable,
+            Stability::DataSync | Stability::FileSync => {
+                self.seal(id, Some(w.fh)).await?;
+                Stability::FileSync
+            }
+        };
+        Ok((self.getattr(id).await?, reached))
+    }
+
+    async fn commit(&self, id: fileid3) -> Result<(), nfsstat3> {
+        let fh = self.writers.cache.get(&id).map(|w| w.fh);
+        self.seal(id, fh).await
+    }
+}
+
+impl NfsAdapter {
+    /// Seals the file through its write handle, or by inode when there is none (any more: a
+    /// handle let go was sealed as it closed, unless it is still being closed right now).
+    async fn seal(&self, id: fileid3, fh: Option<u64>) -> Result<(), nfsstat3> {
+        if let Some(fh) = fh {
+            match self.vfs.seal_handle(fh).await {
+                Err(VfsError::BadHandle) => {}
+                r => return r.map_err(|e| nfs_status(&e)),
+            }
+        }
+        self.vfs.seal_ino(id).await.map_err(|e| nfs_status(&e))
+    }
+}
+
 #[async_trait]
 impl NFSFileSystem for NfsAdapter {
     fn capabilities(&self) -> VFSCapabilities {
@@ -399,13 +449,9 @@ impl NFSFileSystem for NfsAdapter {
         Ok((data.to_vec(), eof))
     }
 
+    /// nfsserve's WRITE has no stability argument and its listener answers FILE_SYNC: so it is.
     async fn write(&self, id: fileid3, offset: u64, data: &[u8]) -> Result<fattr3, nfsstat3> {
-        if !self.vfs.is_writable() {
-            return Err(nfs_status(&self.vfs.refuse_write()));
-        }
-        let w = self.writer(id).await?;
-        self.vfs.write(w.fh, offset, data).map_err(|e| nfs_status(&e))?;
-        self.getattr(id).await
+        Ok(self.write_durable(id, offset, data, Stability::FileSync).await?.0)
     }
 
     async fn create(&self, dirid: fileid3, filename: &filename3, attr: sattr3) -> Result<(fileid3, fattr3), nfsstat3> {

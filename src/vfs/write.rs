@@ -288,6 +288,32 @@ impl VirtualFs {
         self.sync_handle(fh, true).await
     }
 
+    /// NFS COMMIT (and stable WRITEs) through a write handle: what fsync does before the network,
+    /// without the Hub commit, which follows when the handle lets go. The fsync runs off the
+    /// async threads.
+    pub async fn seal_handle(&self, fh: u64) -> VfsResult<()> {
+        let h = self.handles.lock().get(&fh).cloned();
+        match h.as_deref() {
+            Some(Handle::Local { file, write: true, .. }) => seal_staged(file.clone()).await,
+            Some(_) => Ok(()),
+            None => Err(VfsError::BadHandle),
+        }
+    }
+
+    /// `seal_handle` by inode, for a COMMIT that arrives after the write handle was let go (it
+    /// names a file, not a handle): the staged file at the inode's path, if it has unsaved content.
+    pub async fn seal_ino(&self, ino: Ino) -> VfsResult<()> {
+        if self.writer.is_none() {
+            return Ok(());
+        }
+        let path = self.path_of(ino)?;
+        let commit = self.commit().await?;
+        match self.find(&commit, &path).await? {
+            Some(Found::Local(d)) => seal_staged(d).await,
+            _ => Ok(()),
+        }
+    }
+
     /// Makes a written file durable and journaled as final (before the network is touched), then
     /// commits it and waits (`wait`) or leaves it to the next group commit.
     async fn sync_handle(&self, fh: u64, wait: bool) -> VfsResult<()> {
@@ -680,6 +706,17 @@ impl VirtualFs {
         }
         self.hide(commit, from).await
     }
+}
+
+/// Seals a staged file with unsaved content (a blocking fsync, off the async threads).
+async fn seal_staged(file: Arc<DirtyFile>) -> VfsResult<()> {
+    if !file.is_dirty() {
+        return Ok(());
+    }
+    tokio::task::spawn_blocking(move || file.seal())
+        .await
+        .map_err(|e| VfsError::Io(e.to_string()))??;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -172,6 +172,9 @@ struct State {
     /// The last upload or commit failure, until a later commit succeeds.
     error: Option<String>,
     discarded: bool,
+    /// The journal says closed under the current path: a seal then needs only the data fsync
+    /// (NFS COMMITs and stable WRITEs seal a file many times while it is being written).
+    sealed: bool,
 }
 
 /// One staged file. Lock order: `st` is a leaf; file I/O happens outside it except where the size
@@ -212,6 +215,7 @@ impl DirtyFile {
                 mtime: SystemTime::now(),
                 error: None,
                 discarded: false,
+                sealed: false,
             }),
             journal: Mutex::new(()),
         }
@@ -306,11 +310,19 @@ impl DirtyFile {
         if last { self.seal() } else { Ok(()) }
     }
 
-    /// fsync the data and journal the file as closed.
+    /// fsync the data and journal the file as closed: from here on a crash leaves it to be
+    /// committed by the next start (with whatever later writes reached the disk).
     pub fn seal(&self) -> std::io::Result<()> {
         self.file.sync_data()?;
-        let path = self.repo_path();
-        self.write_meta(&path, Phase::Closed)
+        let _j = self.journal.lock();
+        let (path, sealed) = {
+            let s = self.st.lock();
+            (s.path.clone(), s.sealed)
+        };
+        if sealed {
+            return Ok(());
+        }
+        self.write_meta_locked(&path, Phase::Closed)
     }
 
     /// The file moved to `repo_path` (rename).
@@ -326,6 +338,13 @@ impl DirtyFile {
 
     fn write_meta(&self, path: &str, phase: Phase) -> std::io::Result<()> {
         let _j = self.journal.lock();
+        self.write_meta_locked(path, phase)
+    }
+
+    /// `write_meta` with the journal lock held by the caller. A closed entry is made durable,
+    /// directory entries included: the data file and the journal entry must both outlive a power
+    /// cut, and a rename or a create is durable only once its directory is synced.
+    fn write_meta_locked(&self, path: &str, phase: Phase) -> std::io::Result<()> {
         if self.st.lock().discarded {
             return Ok(());
         }
@@ -342,7 +361,14 @@ impl DirtyFile {
                 f.sync_data()?;
             }
         }
-        std::fs::rename(&tmp, &self.meta_path)
+        std::fs::rename(&tmp, &self.meta_path)?;
+        if phase == Phase::Closed
+            && let Some(dir) = self.meta_path.parent()
+        {
+            File::open(dir)?.sync_all()?;
+        }
+        self.st.lock().sealed = phase == Phase::Closed;
+        Ok(())
     }
 
     /// The file was unlinked (or replaced): it must never be uploaded, even after a crash.

@@ -23,12 +23,51 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
+use nfsserve::nfs::{fattr3, fileid3, nfsstat3};
 use nfsserve::vfs::NFSFileSystem;
 use tokio::net::TcpListener;
 
-/// What the front needs of a filesystem: nfsserve's trait, shareable across tasks.
-pub trait Fs: NFSFileSystem + Send + Sync + 'static {}
-impl<T: NFSFileSystem + Send + Sync + 'static> Fs for T {}
+/// How far a WRITE's data has got (RFC 1813 `stable_how`): UNSTABLE data may be lost by a server
+/// crash until a COMMIT; DATA_SYNC and FILE_SYNC data is on stable storage when answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stability {
+    Unstable = 0,
+    DataSync = 1,
+    FileSync = 2,
+}
+
+impl Stability {
+    pub fn from_wire(v: u32) -> Option<Stability> {
+        match v {
+            0 => Some(Stability::Unstable),
+            1 => Some(Stability::DataSync),
+            2 => Some(Stability::FileSync),
+            _ => None,
+        }
+    }
+}
+
+/// What nfsserve's trait has no call for: WRITE stability and COMMIT.
+#[async_trait]
+pub trait Durable: NFSFileSystem {
+    /// WRITE, made as stable as `asked` (or more); returns the attributes after it and the
+    /// stability reached, which the reply tells the client.
+    async fn write_durable(
+        &self,
+        id: fileid3,
+        offset: u64,
+        data: &[u8],
+        asked: Stability,
+    ) -> Result<(fattr3, Stability), nfsstat3>;
+
+    /// COMMIT: once this returns Ok, every WRITE to `id` answered so far is on stable storage.
+    async fn commit(&self, id: fileid3) -> Result<(), nfsstat3>;
+}
+
+/// What the front needs of a filesystem: nfsserve's trait and `Durable`, shareable across tasks.
+pub trait Fs: Durable + Send + Sync + 'static {}
+impl<T: Durable + Send + Sync + 'static> Fs for T {}
 
 /// The programs' shared state: the filesystem and the facts their replies need.
 pub struct Front<T> {

@@ -9,15 +9,13 @@ use nfsserve::vfs::VFSCapabilities;
 use super::msg::{self, Call, Refusal};
 use super::nfs3_dir;
 use super::xdr::{Decoder, Encoder, Garbage};
-use super::{Front, Fs};
+use super::{Front, Fs, Stability};
 use crate::nfs::MAX_TRANSFER;
 use nfsserve::xdr::XDR;
 
 pub const PROGRAM: u32 = 100003;
 
 pub(super) const OK: u32 = 0;
-/// stable_how FILE_SYNC: every WRITE is answered as stable (see docs/SEMANTICS.md).
-const FILE_SYNC: u32 = 2;
 const ACCESS_READ: u32 = 0x01;
 const ACCESS_LOOKUP: u32 = 0x02;
 const ACCESS_EXECUTE: u32 = 0x20;
@@ -261,7 +259,8 @@ async fn read<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Re
 }
 
 async fn write<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
-    let (fh, offset, count, _stable) = (a.fh()?, a.u64()?, a.u32()?, a.u32()?);
+    let (fh, offset, count, stable) = (a.fh()?, a.u64()?, a.u32()?, a.u32()?);
+    let asked = Stability::from_wire(stable).ok_or(Garbage("WRITE with an unknown stable_how"))?;
     let data = a.opaque(usize::MAX)?;
     if data.len() != count as usize {
         return Err(Garbage("WRITE count differs from its data's length"));
@@ -269,15 +268,16 @@ async fn write<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> R
     let Some(id) = id_or_refuse(front, &fh, out, &wcc_data::default()) else {
         return Ok(());
     };
-    match front.fs.write(id, offset, data).await {
-        Ok(after) => {
+    tracing::trace!(id, offset, count, ?asked, "NFS WRITE");
+    match front.fs.write_durable(id, offset, data, asked).await {
+        Ok((after, reached)) => {
             out.u32(OK);
             out.put(&wcc_data {
                 before: pre_op_attr::Void,
                 after: post_op_attr::attributes(after),
             });
             out.u32(count);
-            out.u32(FILE_SYNC);
+            out.u32(reached as u32);
             out.fixed(&front.fs.serverid());
         }
         Err(s) => {
@@ -288,14 +288,25 @@ async fn write<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> R
     Ok(())
 }
 
-/// COMMIT: every WRITE was answered FILE_SYNC, so there is nothing left to make stable here; the
-/// Hub commit follows the file's quiet period (docs/SEMANTICS.md).
+/// COMMIT: the whole file is made stable (the range is a hint a server may widen); the Hub commit
+/// still follows the file's quiet period (docs/SEMANTICS.md). The verifier is the WRITEs': it
+/// changes only with a new server instance, which tells the client to send its unstable WRITEs again.
 async fn commit<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
     let (fh, _offset, _count) = (a.fh()?, a.u64()?, a.u32()?);
-    if let Some(id) = id_or_refuse(front, &fh, out, &wcc_data::default()) {
-        out.u32(OK);
-        out.put(&wcc(front, id, pre_op_attr::Void).await);
-        out.fixed(&front.fs.serverid());
+    let Some(id) = id_or_refuse(front, &fh, out, &wcc_data::default()) else {
+        return Ok(());
+    };
+    tracing::trace!(id, "NFS COMMIT");
+    match front.fs.commit(id).await {
+        Ok(()) => {
+            out.u32(OK);
+            out.put(&wcc(front, id, pre_op_attr::Void).await);
+            out.fixed(&front.fs.serverid());
+        }
+        Err(s) => {
+            status(out, s);
+            out.put(&wcc(front, id, pre_op_attr::Void).await);
+        }
     }
     Ok(())
 }
