@@ -489,6 +489,41 @@ impl Drop for DirtyFile {
 mod tests {
     use super::*;
 
+    fn journal_phase(f: &DirtyFile) -> (String, Phase) {
+        let m: Meta = serde_json::from_slice(&std::fs::read(&f.meta_path).unwrap()).unwrap();
+        (m.path, m.phase)
+    }
+
+    /// A seal with a writer still there (an NFS COMMIT) journals the file as closed under its
+    /// current path; a rename while open, or a new writer, journals it as open again.
+    #[test]
+    fn seal_while_open_follows_renames_and_new_writers() {
+        let dir = tempfile::tempdir().unwrap();
+        let area = StagingArea::open(dir.path()).unwrap();
+        let f = area.create("a.bin").unwrap();
+        f.add_writer().unwrap();
+        f.write_at(0, b"abc").unwrap();
+        assert_eq!(journal_phase(&f), ("a.bin".into(), Phase::Open));
+        f.seal().unwrap();
+        assert_eq!(journal_phase(&f), ("a.bin".into(), Phase::Closed));
+        f.write_at(3, b"def").unwrap();
+        f.seal().unwrap();
+        assert_eq!(journal_phase(&f), ("a.bin".into(), Phase::Closed));
+        f.set_path("b.bin").unwrap();
+        assert_eq!(journal_phase(&f), ("b.bin".into(), Phase::Open), "renamed while open");
+        f.seal().unwrap();
+        assert_eq!(
+            journal_phase(&f),
+            ("b.bin".into(), Phase::Closed),
+            "sealed again after the rename"
+        );
+        f.remove_writer().unwrap();
+        f.add_writer().unwrap();
+        assert_eq!(journal_phase(&f), ("b.bin".into(), Phase::Open), "opened again");
+        f.remove_writer().unwrap();
+        assert_eq!(journal_phase(&f), ("b.bin".into(), Phase::Closed));
+    }
+
     #[test]
     fn stage_write_read_and_recover() {
         let dir = tempfile::tempdir().unwrap();
