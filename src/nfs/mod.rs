@@ -31,7 +31,7 @@ use nfsserve::nfs::{
 };
 use nfsserve::vfs::{DirEntry as NfsDirEntry, NFSFileSystem, ReadDirResult, VFSCapabilities};
 
-use self::release::{HeldDir, HeldFile, Releaser};
+use self::release::{HeldDir, HeldFile, InUse, Releaser};
 use self::rpc::{Durable, Stability};
 use crate::vfs::error::VfsError;
 use crate::vfs::{Attr, ContentId, DirEntry, Hold, Ino, Kind, OpenMode, ROOT_INO, RenameFlags, SetAttr, VirtualFs};
@@ -48,25 +48,51 @@ const OPEN_IDLE: Duration = Duration::from_secs(30);
 
 /// Files open for writing at once, and how long one stays open without a WRITE before it is closed
 /// (which commits it).
-const WRITE_FILES: u64 = 1024;
+pub const WRITE_FILES: u64 = 1024;
 pub const WRITE_QUIET: Duration = Duration::from_secs(2);
 
+/// How many write handles the adapter keeps and for how long (`WRITE_FILES`, `WRITE_QUIET`; tests
+/// make them small to reach the limits quickly).
+#[derive(Debug, Clone, Copy)]
+pub struct WriteLimits {
+    pub files: u64,
+    pub quiet: Duration,
+}
+
+impl Default for WriteLimits {
+    fn default() -> WriteLimits {
+        WriteLimits {
+            files: WRITE_FILES,
+            quiet: WRITE_QUIET,
+        }
+    }
+}
+
 /// The write handles NFS WRITEs go through, one per file. A handle leaving the cache (quiet for
-/// `WRITE_QUIET`, replaced, or its file removed) is closed at once by the eviction listener, so the
-/// file's commit does not wait for moka to get round to dropping the value.
+/// `WRITE_QUIET`, the least recently written when the cache is full, replaced, or its file
+/// removed) is closed by the eviction listener, so the file's commit does not wait for moka to get
+/// round to dropping the value; a request still using it keeps it open until it is done.
 pub(crate) struct Writers {
     cache: moka::sync::Cache<Ino, Arc<HeldFile>>,
     releaser: Releaser,
 }
 
 impl Writers {
-    fn new(releaser: Releaser) -> Writers {
+    fn new(releaser: Releaser, limits: WriteLimits) -> Writers {
         let cache = moka::sync::Cache::builder()
-            .max_capacity(WRITE_FILES)
-            .time_to_idle(WRITE_QUIET)
+            .max_capacity(limits.files)
+            .time_to_idle(limits.quiet)
+            // Plain LRU: moka's default admission policy may turn a new file's handle away at
+            // once when the cache is full, and a file being written is the one to keep.
+            .eviction_policy(moka::policy::EvictionPolicy::lru())
             .eviction_listener(|_ino, w: Arc<HeldFile>, _cause| w.close())
             .build();
         Writers { cache, releaser }
+    }
+
+    /// The write handle of `ino` if one is open, entered for one request.
+    fn enter(&self, ino: Ino) -> Option<InUse> {
+        self.cache.get(&ino).and_then(|w| w.enter())
     }
 
     /// Closes every write handle and waits until the core has them closed, so that a drain which
@@ -152,6 +178,10 @@ fn name_str(name: &filename3) -> Result<&str, nfsstat3> {
 
 impl NfsAdapter {
     pub fn new(vfs: Arc<VirtualFs>) -> NfsAdapter {
+        NfsAdapter::with_limits(vfs, WriteLimits::default())
+    }
+
+    pub fn with_limits(vfs: Arc<VirtualFs>, limits: WriteLimits) -> NfsAdapter {
         let files = moka::sync::Cache::builder()
             .max_capacity(OPEN_FILES)
             .time_to_idle(OPEN_IDLE)
@@ -163,7 +193,7 @@ impl NfsAdapter {
         // Random per instance: a restarted server must not accept the old server's handles.
         let generation = rand::random::<u64>() | 1;
         let releaser = Releaser::start(vfs.clone());
-        let writers = Arc::new(Writers::new(releaser.clone()));
+        let writers = Arc::new(Writers::new(releaser.clone(), limits));
         // moka evicts idle entries lazily: sweep so a quiet file is closed (and committed) on time.
         if vfs.is_writable()
             && let Ok(rt) = tokio::runtime::Handle::try_current()
@@ -190,9 +220,10 @@ impl NfsAdapter {
         }
     }
 
-    /// The write handle of `ino`, opening one (staging the file) if needed.
-    async fn writer(&self, ino: Ino) -> Result<Arc<HeldFile>, nfsstat3> {
-        if let Some(w) = self.writers.cache.get(&ino) {
+    /// The write handle of `ino`, opening one (staging the file) if needed, entered for the
+    /// request.
+    async fn writer(&self, ino: Ino) -> Result<InUse, nfsstat3> {
+        if let Some(w) = self.writers.enter(ino) {
             return Ok(w);
         }
         let mode = OpenMode {
@@ -200,9 +231,9 @@ impl NfsAdapter {
             truncate: false,
         };
         let (fh, _) = self.vfs.open_with(ino, mode).await.map_err(|e| nfs_status(&e))?;
-        let w = Arc::new(HeldFile::new(fh, self.releaser.clone()));
-        self.writers.cache.insert(ino, w.clone());
-        Ok(w)
+        let (w, in_use) = HeldFile::new_in_use(fh, self.releaser.clone());
+        self.writers.cache.insert(ino, w);
+        Ok(in_use)
     }
 
     /// Closes every write handle now (their files are committed in the background).
@@ -224,7 +255,7 @@ impl NfsAdapter {
             .create(dirid, name, exclusive, truncate)
             .await
             .map_err(|e| nfs_status(&e))?;
-        let w = Arc::new(HeldFile::new(fh, self.releaser.clone()));
+        let (w, _in_use) = HeldFile::new_in_use(fh, self.releaser.clone());
         let ino = self.remembered(dirid, name, a.ino)?;
         self.writers.cache.insert(ino, w);
         Ok((ino, a))
@@ -344,14 +375,14 @@ impl Durable for NfsAdapter {
     }
 
     async fn commit(&self, id: fileid3) -> Result<(), nfsstat3> {
-        let fh = self.writers.cache.get(&id).map(|w| w.fh);
-        self.seal(id, fh).await
+        let w = self.writers.enter(id);
+        self.seal(id, w.as_ref().map(|w| w.fh)).await
     }
 }
 
 impl NfsAdapter {
-    /// Seals the file through its write handle, or by inode when there is none (any more: a
-    /// handle let go was sealed as it closed, unless it is still being closed right now).
+    /// Seals the file through its write handle, or by inode when there is none (a handle let go
+    /// was sealed as it closed, unless it is still being closed right now).
     async fn seal(&self, id: fileid3, fh: Option<u64>) -> Result<(), nfsstat3> {
         if let Some(fh) = fh {
             match self.vfs.seal_handle(fh).await {
@@ -405,6 +436,8 @@ impl NFSFileSystem for NfsAdapter {
         if !self.vfs.is_writable() {
             return Err(nfs_status(&self.vfs.refuse_write()));
         }
+        // A truncate goes through the file's write handle when it has one, as ftruncate would.
+        let writer = self.writers.enter(id);
         let req = SetAttr {
             size: match setattr.size {
                 set_size3::size(s) => Some(s),
@@ -427,7 +460,7 @@ impl NFSFileSystem for NfsAdapter {
                 set_gid3::gid(g) => Some(g),
                 set_gid3::Void => None,
             },
-            fh: self.writers.cache.get(&id).map(|w| w.fh),
+            fh: writer.as_ref().map(|w| w.fh),
         };
         let a = self.vfs.setattr(id, req).await.map_err(|e| nfs_status(&e))?;
         Ok(self.fattr(&a))

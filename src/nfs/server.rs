@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 
 use super::rpc::RpcListener;
-use super::{MAX_TRANSFER, NfsAdapter};
+use super::{MAX_TRANSFER, NfsAdapter, WriteLimits};
 use crate::vfs::VirtualFs;
 
 /// A running NFS server; dropping it stops accepting connections.
@@ -23,8 +23,13 @@ pub struct NfsServer {
 impl NfsServer {
     /// Binds `addr` (port 0 picks a free port) and serves `vfs` until stopped.
     pub async fn start(vfs: Arc<VirtualFs>, addr: SocketAddr) -> anyhow::Result<NfsServer> {
+        NfsServer::start_with(vfs, addr, WriteLimits::default()).await
+    }
+
+    /// `start` with other write-handle limits than the defaults.
+    pub async fn start_with(vfs: Arc<VirtualFs>, addr: SocketAddr, limits: WriteLimits) -> anyhow::Result<NfsServer> {
         let writable = vfs.is_writable();
-        let adapter = Arc::new(NfsAdapter::new(vfs));
+        let adapter = Arc::new(NfsAdapter::with_limits(vfs, limits));
         let writers = adapter.writers.clone();
         let listener = RpcListener::bind(addr, adapter, writable)
             .await
