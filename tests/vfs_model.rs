@@ -4,8 +4,9 @@
 //! step the whole tree and every open handle are compared with the model; at the end of a case the
 //! Hub's files must equal the model's, by sha256.
 //!
-//! Profiles: `cargo test --test vfs_model` runs a short one; `HUBFS_MODEL_CASES=N` and
-//! `HUBFS_MODEL_OPS=M` make it longer, `HUBFS_MODEL_SEED=S` runs (or replays) seed S and `HUBFS_MODEL_SEED=random` a new one.
+//! Profiles: `cargo test --test vfs_model` runs a short one with a fixed seed;
+//! `HUBFS_MODEL_CASES=N` and `HUBFS_MODEL_OPS=M` make it longer, `HUBFS_MODEL_SEED=S` runs (or
+//! replays) seed S and `HUBFS_MODEL_SEED=random` a new one.
 
 #[path = "vfs_model/harness.rs"]
 mod harness;
