@@ -152,7 +152,17 @@ async fn read_at(c: &mut Conn, fh: &nfs_fh3, offset: u64, count: u32) -> (Vec<u8
         .await
         .expect("read rpc");
     match r {
-        Nfs3Result::Ok(ok) => (ok.data.to_vec(), ok.eof),
+        Nfs3Result::Ok(ok) => {
+            // Every READ reply carries the file's attributes; its end of file agrees with them.
+            let Nfs3Option::Some(attr) = ok.file_attributes else {
+                panic!("READ at {offset} without attributes");
+            };
+            assert_eq!(attr.type_, ftype3::NF3REG);
+            let end = offset + ok.data.len() as u64;
+            assert!(end <= attr.size, "READ past the size its reply gives");
+            assert_eq!(ok.eof, end >= attr.size, "eof at {offset} vs size {}", attr.size);
+            (ok.data.to_vec(), ok.eof)
+        }
         Nfs3Result::Err((s, _)) => panic!("read at {offset}: {s:?}"),
     }
 }

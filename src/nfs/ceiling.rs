@@ -167,7 +167,7 @@ impl NFSFileSystem for MemNfs {
 }
 
 #[async_trait]
-impl super::rpc::Durable for MemNfs {
+impl super::rpc::Served for MemNfs {
     async fn write_durable(
         &self,
         _id: fileid3,

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use nfsserve::nfs::{fattr3, fileid3, nfsstat3};
 use nfsserve::vfs::NFSFileSystem;
 use tokio::net::TcpListener;
@@ -48,9 +49,10 @@ impl Stability {
     }
 }
 
-/// What nfsserve's trait has no call for: WRITE stability and COMMIT.
+/// What the front calls beyond nfsserve's trait, which has no word for WRITE stability or COMMIT,
+/// and whose READ returns a `Vec` and no attributes (so a READ cost a copy and a second GETATTR).
 #[async_trait]
-pub trait Durable: NFSFileSystem {
+pub trait Served: NFSFileSystem {
     /// WRITE, made as stable as `asked` (or more); returns the attributes after it and the
     /// stability reached, which the reply tells the client.
     async fn write_durable(
@@ -63,11 +65,18 @@ pub trait Durable: NFSFileSystem {
 
     /// COMMIT: once this returns Ok, every WRITE to `id` answered so far is on stable storage.
     async fn commit(&self, id: fileid3) -> Result<(), nfsstat3>;
+
+    /// READ: the bytes, whether they end the file, and the file's attributes for the reply (None
+    /// when they cannot be had).
+    async fn read_attr(&self, id: fileid3, offset: u64, count: u32) -> Result<(Bytes, bool, Option<fattr3>), nfsstat3> {
+        let (data, eof) = self.read(id, offset, count).await?;
+        Ok((Bytes::from(data), eof, self.getattr(id).await.ok()))
+    }
 }
 
-/// What the front needs of a filesystem: nfsserve's trait and `Durable`, shareable across tasks.
-pub trait Fs: Durable + Send + Sync + 'static {}
-impl<T: Durable + Send + Sync + 'static> Fs for T {}
+/// What the front needs of a filesystem: nfsserve's trait and `Served`, shareable across tasks.
+pub trait Fs: Served + Send + Sync + 'static {}
+impl<T: Served + Send + Sync + 'static> Fs for T {}
 
 /// The programs' shared state: the filesystem and the facts their replies need.
 pub struct Front<T> {

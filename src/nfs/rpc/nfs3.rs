@@ -240,12 +240,11 @@ async fn read<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Re
     let Some(id) = id_or_refuse(front, &fh, out, &post_op_attr::Void) else {
         return Ok(());
     };
-    match front.fs.read(id, offset, count.min(MAX_TRANSFER)).await {
-        Ok((data, eof)) => {
-            let attr = post_attr(front, id).await;
+    match front.fs.read_attr(id, offset, count.min(MAX_TRANSFER)).await {
+        Ok((data, eof, attr)) => {
             out.reserve(data.len() + 128);
             out.u32(OK);
-            out.put(&attr);
+            out.put(&attr.map_or(post_op_attr::Void, post_op_attr::attributes));
             out.u32(data.len() as u32);
             out.bool(eof);
             out.opaque(&data);
