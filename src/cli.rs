@@ -25,7 +25,7 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Mount a Hub repo (read-only) at a directory, over FUSE (or NFS with --nfs).
+    /// Mount a Hub repo at a directory (read-only unless --write), over FUSE (or NFS with --nfs).
     Mount(MountArgs),
     /// Serve a Hub repo over NFSv3 without mounting it (read-only unless --write), for any NFS client.
     ServeNfs(ServeNfsArgs),
