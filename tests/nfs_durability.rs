@@ -10,19 +10,19 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hubfs::local_hub::LocalHub;
-use nfs3_client::Nfs3ConnectionBuilder;
 use nfs3_client::nfs3_types::nfs3::{self, diropargs3, filename3, nfs_fh3, nfsstat3};
 use nfs3_client::nfs3_types::xdr_codec::Opaque;
-use nfs3_client::tokio::{TokioConnector, TokioIo};
 
-type Conn = nfs3_client::Nfs3Connection<TokioIo<tokio::net::TcpStream>>;
+mod common;
 
-const REPO: &str = "durable";
+type Conn = common::NfsConn;
+
+const REPO: &str = "local/durable";
 
 /// `hubfs serve-nfs --write` of the test dataset on a free port, and that port.
 fn serve(endpoint: &str, token: &str, cache: &Path) -> (Child, u16) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_hubfs"))
-        .args(["serve-nfs", "--write", &format!("datasets/local/{REPO}")])
+        .args(["serve-nfs", "--write", &format!("datasets/{REPO}")])
         .args(["--nfs-addr", "127.0.0.1:0", "--cache-dir"])
         .arg(cache)
         .env("HF_ENDPOINT", endpoint)
@@ -40,17 +40,7 @@ fn serve(endpoint: &str, token: &str, cache: &Path) -> (Child, u16) {
 }
 
 async fn connect(port: u16) -> Conn {
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        Nfs3ConnectionBuilder::new(TokioConnector, "127.0.0.1", "/")
-            .connect_from_privileged_port(false)
-            .mount_port(port)
-            .nfs3_port(port)
-            .mount(),
-    )
-    .await
-    .expect("mount did not answer")
-    .expect("NFS mount")
+    common::nfs_mount(port).await.unwrap()
 }
 
 /// CREATE `name` in the root and WRITE `data` at `how`; returns the handle and the verifier.
@@ -92,7 +82,8 @@ async fn create_and_write(c: &mut Conn, name: &str, data: &[u8], how: nfs3::stab
 
 /// The file's bytes on the Hub's main branch, or None while it is not there.
 async fn hub_file(endpoint: &str, path: &str) -> Option<Vec<u8>> {
-    let r = reqwest::get(format!("{endpoint}/datasets/local/{REPO}/resolve/main/{path}"))
+    // reqwest::get follows the redirect to the blob origin (common::client does not).
+    let r = reqwest::get(common::Repo::dataset(REPO).resolve(endpoint, "main", path))
         .await
         .unwrap();
     if r.status() == reqwest::StatusCode::NOT_FOUND {
@@ -137,16 +128,13 @@ fn committed_and_file_sync_writes_survive_a_crash_of_the_server() {
     let hub = rt.block_on(LocalHub::start_temp(true)).unwrap();
     let ep = hub.endpoint().to_string();
     let token = hub.write_token().unwrap();
-    rt.block_on(async {
-        let r = reqwest::Client::new()
-            .post(format!("{ep}/api/repos/create"))
-            .bearer_auth(&token)
-            .json(&serde_json::json!({"name": REPO, "organization": "local", "type": "dataset"}))
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success(), "create repo: {}", r.status());
-    });
+    rt.block_on(common::create_repo_ok(
+        &common::client(),
+        &ep,
+        &token,
+        &common::Repo::dataset(REPO),
+        false,
+    ));
     let cache = tempfile::tempdir().unwrap();
     let committed = pattern(700_000, 1);
     let file_sync = pattern(300_000, 2);

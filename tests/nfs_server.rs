@@ -13,16 +13,15 @@ use hubfs::mount::{MountRequest, open_vfs};
 use hubfs::nfs::WriteLimits;
 use hubfs::nfs::server::NfsServer;
 use hubfs::vfs::VfsOptions;
-use nfs3_client::Nfs3ConnectionBuilder;
 use nfs3_client::nfs3_types::nfs3::{
     self, Nfs3Option, Nfs3Result, READ3args, READDIR3args, READDIRPLUS3args, diropargs3, fattr3, filename3, ftype3,
     nfs_fh3, nfsstat3,
 };
 use nfs3_client::nfs3_types::xdr_codec::Opaque;
-use nfs3_client::tokio::{TokioConnector, TokioIo};
-use sha2::{Digest, Sha256};
 
-type Conn = nfs3_client::Nfs3Connection<TokioIo<tokio::net::TcpStream>>;
+mod common;
+
+type Conn = common::NfsConn;
 
 struct Env {
     rt: tokio::runtime::Runtime,
@@ -80,18 +79,7 @@ impl Drop for Env {
 }
 
 async fn connect(server: &NfsServer) -> Conn {
-    let port = server.addr().port();
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        Nfs3ConnectionBuilder::new(TokioConnector, "127.0.0.1", "/")
-            .connect_from_privileged_port(false)
-            .mount_port(port)
-            .nfs3_port(port)
-            .mount(),
-    )
-    .await
-    .expect("mount did not answer")
-    .expect("NFS mount")
+    common::nfs_mount(server.addr().port()).await.unwrap()
 }
 
 /// UMNT, which returns void: any error is a defect of the front (nfsserve's answered it with a
@@ -237,10 +225,6 @@ async fn readdir_all(c: &mut Conn, dir: &nfs_fh3, count: u32) -> Vec<String> {
     }
 }
 
-fn sha256_hex(b: &[u8]) -> String {
-    hex::encode(Sha256::digest(b))
-}
-
 #[test]
 fn model_over_nfs_equals_the_hub() {
     let env = Env::new();
@@ -267,7 +251,7 @@ fn model_over_nfs_equals_the_hub() {
             assert_eq!(a.mode & 0o777, 0o444, "{path} mode");
             let data = read_all(&mut c, &fh).await;
             match lfs_sha256 {
-                Some(sha) => assert_eq!(&sha256_hex(&data), sha, "{path} sha256"),
+                Some(sha) => assert_eq!(&common::sha256_hex(&data), sha, "{path} sha256"),
                 None => assert_eq!(&hubfs::local_hub::model::git_blob_oid(&data), oid, "{path} git oid"),
             }
             files += 1;
@@ -559,7 +543,10 @@ fn readdir_cookies_over_a_large_directory_and_plain_lfs() {
         // A plain-LFS file read through HTTP ranges, whole and at odd offsets.
         let fh = walk(&mut c, "data/blobs/images.bin").await.unwrap();
         let expected = hubfs::local_hub::seed::demo_bytes(3 << 20, 7);
-        assert_eq!(sha256_hex(&read_all(&mut c, &fh).await), sha256_hex(&expected));
+        assert_eq!(
+            common::sha256_hex(&read_all(&mut c, &fh).await),
+            common::sha256_hex(&expected)
+        );
         let (data, _) = read_at(&mut c, &fh, 1_000_003, 65_537).await;
         assert!(data == expected[1_000_003..1_065_540], "ranged read of plain LFS");
         finish(c).await;
@@ -905,8 +892,8 @@ fn writes_over_nfs_land_on_the_hub() {
     );
     let got = hub_bytes(&env, "local/nfsw", "dir/a.bin");
     assert_eq!(
-        sha256_hex(&got),
-        sha256_hex(&big),
+        common::sha256_hex(&got),
+        common::sha256_hex(&big),
         "the Hub has the bytes written over NFS"
     );
     drop(server);
@@ -1101,17 +1088,7 @@ async fn client_writes(
     progress: Arc<std::sync::atomic::AtomicUsize>,
 ) -> Result<(), String> {
     let bound = Duration::from_secs(20);
-    let mut c = tokio::time::timeout(
-        bound,
-        Nfs3ConnectionBuilder::new(TokioConnector, "127.0.0.1", "/")
-            .connect_from_privileged_port(false)
-            .mount_port(port)
-            .nfs3_port(port)
-            .mount(),
-    )
-    .await
-    .map_err(|_| "MOUNT did not answer".to_string())?
-    .map_err(|e| format!("MOUNT: {e:?}"))?;
+    let mut c = common::nfs_mount(port).await?;
     let root = c.root_nfs_fh3();
     for (n, i) in mine.into_iter().enumerate() {
         let name = format!("f{i:04}.txt");

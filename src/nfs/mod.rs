@@ -49,7 +49,7 @@ const OPEN_IDLE: Duration = Duration::from_secs(30);
 
 /// Files open for writing at once, and how long one stays open without a WRITE before it is closed
 /// (which commits it).
-pub const WRITE_FILES: u64 = 1024;
+const WRITE_FILES: u64 = 1024;
 pub const WRITE_QUIET: Duration = Duration::from_secs(2);
 
 /// How many write handles the adapter keeps and for how long (`WRITE_FILES`, `WRITE_QUIET`; tests

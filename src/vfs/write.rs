@@ -302,15 +302,19 @@ impl VirtualFs {
 
     /// `seal_handle` by inode, for a COMMIT that arrives after the write handle was let go (it
     /// names a file, not a handle): the staged file at the inode's path, if it has unsaved content.
+    /// Only the overlay can hold one, so the commit's tree (and the Hub) is not asked.
     pub async fn seal_ino(&self, ino: Ino) -> VfsResult<()> {
-        if self.writer.is_none() {
+        let Some(w) = &self.writer else {
             return Ok(());
-        }
+        };
         let path = self.path_of(ino)?;
-        let commit = self.commit().await?;
-        match self.find(&commit, &path).await? {
-            Some(Found::Local(d)) => seal_staged(d).await,
-            _ => Ok(()),
+        let staged = match w.overlay.lock().get(&path) {
+            Some(Entry::File(d)) => Some(d.clone()),
+            _ => None,
+        };
+        match staged {
+            Some(d) => seal_staged(d).await,
+            None => Ok(()),
         }
     }
 

@@ -386,3 +386,22 @@ pub async fn raw_request(endpoint: &str, method: &str, path: &str, extra_headers
         .unwrap_or_else(|| panic!("no status line in {text:?}"));
     (status, text)
 }
+
+/// An NFSv3 client connection (userspace, nfs3_client) to a hubfs NFS server.
+pub type NfsConn = nfs3_client::Nfs3Connection<nfs3_client::tokio::TokioIo<tokio::net::TcpStream>>;
+
+/// MOUNT `/` on the loopback NFS server at `port` (NFS and MOUNT share it), bounded at 20 s; the
+/// error says which step failed.
+pub async fn nfs_mount(port: u16) -> Result<NfsConn, String> {
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        nfs3_client::Nfs3ConnectionBuilder::new(nfs3_client::tokio::TokioConnector, "127.0.0.1", "/")
+            .connect_from_privileged_port(false)
+            .mount_port(port)
+            .nfs3_port(port)
+            .mount(),
+    )
+    .await
+    .map_err(|_| "MOUNT did not answer within 20 s".to_string())?
+    .map_err(|e| format!("MOUNT: {e:?}"))
+}
