@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use crate::hub_client::HubClientConfig;
 use crate::local_hub::{FaultSettings, LocalHub, LocalHubConfig, RouteClass, TokenSpec};
-use crate::mount::{MountRequest, Mounted};
 use crate::vfs::VfsOptions;
 
 #[derive(Parser, Debug)]
@@ -29,14 +28,18 @@ pub enum Command {
     Mount(MountArgs),
     /// Serve a Hub repo over NFSv3 without mounting it (read-only unless --write), for any NFS client.
     ServeNfs(ServeNfsArgs),
-    /// Unmount a hubfs mount.
+    /// Unmount a hubfs mount (FUSE or NFS) and wait until its process has committed what it could
+    /// and exited.
     Unmount {
-        /// The mountpoint.
+        /// The mountpoint (for `mount --nfs --serve-only`, the directory named when it started).
         dir: PathBuf,
     },
-    /// Show writable mounts: files waiting to be committed, the last commit, upload errors.
+    /// Show every running hubfs mount of this user (FUSE and NFS, read-only and writable, any cache
+    /// dir): repo, commit, mountpoint, log file; for writable mounts also files waiting to be
+    /// committed, the last commit and upload errors.
     Status {
-        /// The cache dir the mounts were started with (default: as for `mount`).
+        /// Only mounts using this cache dir; staged files left there by stopped mounts are listed too
+        /// (default: every mount, and the default cache dir for left-over staged files).
         #[arg(long)]
         cache_dir: Option<PathBuf>,
         /// Print JSON instead of text.
@@ -145,9 +148,8 @@ pub struct MountArgs {
     /// Let other users access the mount.
     #[arg(long)]
     pub allow_other: bool,
-    /// Return once the mount is usable (exit 0) or has failed (non-zero), leaving it running.
-    #[arg(long)]
-    pub daemon: bool,
+    #[command(flatten)]
+    pub daemon: DaemonArgs,
     /// Serve over NFSv3 and mount with the kernel's NFS client instead of FUSE.
     #[arg(long)]
     pub nfs: bool,
@@ -162,6 +164,22 @@ pub struct MountArgs {
     /// committed with others in the next group commit (bulk copies; fsync still commits at once).
     #[arg(long, default_value = "commit", value_parser = ["commit", "stage"], requires = "write")]
     pub close: String,
+}
+
+/// Running detached from the terminal (`mount --daemon`).
+#[derive(Args, Debug)]
+pub struct DaemonArgs {
+    /// Return once the mount is usable (exit 0) or has failed (non-zero), leaving it running on its
+    /// own: detached from this terminal, logging to a file (see --log-file).
+    #[arg(long)]
+    pub daemon: bool,
+    /// The log file (with --daemon by default CACHE_DIR/logs/<mountpoint>.log, printed by `mount`
+    /// and shown by `hubfs status`; without --daemon, stderr unless this is given).
+    #[arg(long)]
+    pub log_file: Option<PathBuf>,
+    /// Size at which the log file is rotated (one old file, NAME.log.1, is kept).
+    #[arg(long, default_value = "10M", value_parser = parse_size)]
+    pub log_max_size: u64,
 }
 
 #[derive(Args, Debug)]
@@ -324,178 +342,12 @@ impl FaultArgs {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::LocalHub(args) => run_local_hub(args),
-        Command::Mount(args) if args.nfs => run_nfs(
-            args.source,
-            args.nfs_addr,
-            Some((args.mountpoint, args.serve_only, args.daemon)),
-        ),
-        Command::Mount(args) => run_mount(args),
-        Command::ServeNfs(args) => run_nfs(args.source, args.nfs_addr, None),
-        Command::Unmount { dir } => crate::mount::unmount(&dir),
-        Command::Status { cache_dir, json } => {
-            crate::status::run(&cache_dir.unwrap_or_else(crate::vfs::default_cache_dir), json)
-        }
+        Command::Mount(args) => crate::mount_process::run_mount(args),
+        Command::ServeNfs(args) => crate::mount_process::run_serve_nfs(args),
+        Command::Unmount { dir } => crate::unmount::run(&dir),
+        Command::Status { cache_dir, json } => crate::status::run(cache_dir.as_deref(), json),
         Command::Demo { dir, exit } => crate::demo::run(&dir, exit),
     }
-}
-
-/// Keeps the mount's resident memory close to what its caches hold (measured in
-/// docs/BENCHMARKS.md). glibc gives threads their own malloc arenas (up to 8 per core) and keeps
-/// freed space of multi-MiB download buffers resident inside them. Two arenas, and a thread that
-/// hands free arena pages back to the kernel once a second, bound that; a fixed low mmap threshold
-/// would do it too but costs a page fault per page of every large buffer (a third of the cold read
-/// throughput here). Must run before the runtime starts its threads.
-fn tune_malloc() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: mallopt only adjusts allocator tuning; called before any other thread exists.
-        unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, 2);
-        }
-        let trim = std::thread::Builder::new()
-            .name("hubfs-malloc-trim".to_string())
-            .spawn(|| {
-                loop {
-                    std::thread::sleep(Duration::from_secs(1));
-                    // SAFETY: malloc_trim is thread-safe and has no preconditions.
-                    unsafe {
-                        libc::malloc_trim(0);
-                    }
-                }
-            });
-        if let Err(e) = trim {
-            tracing::debug!(error = %e, "no malloc trim thread");
-        }
-    }
-}
-
-fn run_mount(args: MountArgs) -> anyhow::Result<()> {
-    if args.daemon {
-        return crate::daemon::run_detached();
-    }
-    tune_malloc();
-    let (client, mut vfs) = args.source.to_settings();
-    if let Some(w) = vfs.write.as_mut() {
-        w.close_waits = args.close == "commit";
-    }
-    let drain = args.source.drain_timeout;
-    let req = MountRequest {
-        repo: args.source.repo.clone(),
-        mountpoint: args.mountpoint.clone(),
-        revision: args.source.revision,
-        client,
-        vfs,
-        allow_other: args.allow_other,
-    };
-    let rt = runtime()?;
-    let mounted = crate::mount::mount(req, &rt)?;
-    println!(
-        "mounted {}@{} at {}",
-        args.source.repo,
-        mounted.commit,
-        args.mountpoint.display()
-    );
-    use std::io::Write;
-    std::io::stdout().flush()?;
-    let vfs = mounted.vfs.clone();
-    let r = wait_until_unmounted(&rt, mounted);
-    if vfs.is_writable() {
-        // The kernel released every handle: commit what is left, within the drain timeout.
-        let left = rt.block_on(vfs.drain(drain));
-        vfs.remove_status();
-        if left > 0 {
-            eprintln!(
-                "{left} file(s) could not be committed before the drain timeout; they stay staged and the next                  `hubfs mount --write` of this repo commits them"
-            );
-        }
-    }
-    r
-}
-
-/// `hubfs serve-nfs`, and `hubfs mount --nfs` (`mount`: mountpoint, serve only, detach).
-fn run_nfs(source: SourceArgs, addr: SocketAddr, mount: Option<(PathBuf, bool, bool)>) -> anyhow::Result<()> {
-    if matches!(mount, Some((_, _, true))) {
-        return crate::daemon::run_detached();
-    }
-    if let Some((dir, false, _)) = &mount {
-        // Fail before any network call when the mount could never happen.
-        crate::mount::check_mountpoint(dir)?;
-        if !crate::nfs::server::kernel_has_nfs_client() {
-            anyhow::bail!(
-                "this kernel has no NFS client (no \"nfs\" in /proc/filesystems): mount over FUSE instead \
-                 (drop --nfs), or add --serve-only and point a userspace NFS client at the server"
-            );
-        }
-    }
-    tune_malloc();
-    let (client, vfs) = source.to_settings();
-    let ttl = vfs.metadata_ttl;
-    let drain = source.drain_timeout;
-    let rt = runtime()?;
-    let opened = crate::mount::open_vfs(&source.repo, source.revision.as_deref(), &client, &vfs, &rt)?;
-    rt.block_on(async {
-        let server = crate::nfs::server::NfsServer::start(opened.vfs.clone(), addr).await?;
-        let served = server.addr();
-        println!("nfs: {served}");
-        let kernel_dir = match &mount {
-            Some((dir, false, _)) => {
-                let d = dir.clone();
-                tokio::task::spawn_blocking(move || crate::nfs::server::kernel_mount(served, &d, ttl)).await??;
-                Some(dir.clone())
-            }
-            _ => None,
-        };
-        match (&mount, &kernel_dir) {
-            (_, Some(d)) => println!("mounted {}@{} at {}", source.repo, opened.commit, d.display()),
-            // `mount --nfs --serve-only` still says "mounted" so that --daemon knows it is ready.
-            (Some(_), None) => println!("mounted {}@{} at nfs://{served}/", source.repo, opened.commit),
-            (None, None) => println!("serving {}@{}", source.repo, opened.commit),
-        }
-        use std::io::Write;
-        std::io::stdout().flush()?;
-        wait_for_signal().await?;
-        tracing::info!("signal received, stopping the NFS server");
-        if let Some(d) = &kernel_dir
-            && let Err(e) = crate::mount::unmount(d)
-        {
-            tracing::warn!(error = %e, "unmounting the NFS mount");
-        }
-        server.stop();
-        let vfs = &opened.vfs;
-        if vfs.is_writable() {
-            let left = vfs.drain(drain).await;
-            vfs.remove_status();
-            if left > 0 {
-                eprintln!("{left} file(s) stay staged; the next `--write` mount or server of this repo commits them");
-            }
-        }
-        Ok(())
-    })
-}
-
-/// Waits for SIGINT/SIGTERM (then unmounts) or for an external unmount.
-pub fn wait_until_unmounted(rt: &tokio::runtime::Runtime, mounted: Mounted) -> anyhow::Result<()> {
-    let dir = mounted.mountpoint.clone();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let joiner = std::thread::spawn(move || {
-        let r = mounted.join();
-        let _ = tx.send(());
-        r
-    });
-    rt.block_on(async {
-        tokio::select! {
-            r = wait_for_signal() => {
-                r?;
-                tracing::info!("signal received, unmounting");
-                crate::mount::unmount(&dir)?;
-            }
-            _ = rx => {}
-        }
-        Ok::<_, anyhow::Error>(())
-    })?;
-    joiner
-        .join()
-        .map_err(|_| anyhow::anyhow!("FUSE session thread panicked"))?
 }
 
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

@@ -1,24 +1,79 @@
 //! `hubfs mount --daemon`: runs the same command again without `--daemon` as a detached child and
 //! returns once the child reports the mount usable (exit 0) or fails (its error, non-zero).
+//!
+//! The child must outlive the shell that started it and hold nothing of it:
+//! - it starts in a session of its own (`setsid`): no controlling terminal, no SIGHUP when the
+//!   terminal closes, and Ctrl-C in that terminal does not reach it;
+//! - its stdin/stdout/stderr are pipes to this process only until it is ready; then it points stdin
+//!   and stdout at /dev/null and stderr at its log file ([`detach`]), so nothing it writes later can
+//!   meet a closed pipe (a mount that logged into its dead parent's pipe died at Python's first
+//!   `open()`, whose TCGETS ioctl fuser used to warn about);
+//! - the token never appears in its argv (`ps`, `/proc/PID/cmdline`) nor in its environment: it is
+//!   handed over on the child's stdin, one line, before anything else.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
 
+/// Set in the child's environment: "you are the detached mount; read the handover on stdin".
+const CHILD_ENV: &str = "HUBFS_DAEMON_CHILD";
+
+/// `args` without `--daemon` and without `--token VALUE` / `--token=VALUE`; the token, if given.
+fn split_args(args: impl Iterator<Item = std::ffi::OsString>) -> (Vec<std::ffi::OsString>, Option<String>) {
+    let mut out = Vec::new();
+    let mut token = None;
+    let mut args = args.peekable();
+    let mut positional_only = false;
+    while let Some(a) = args.next() {
+        if positional_only {
+            out.push(a);
+            continue;
+        }
+        match a.to_str() {
+            Some("--") => {
+                positional_only = true;
+                out.push(a);
+            }
+            Some("--daemon") => {}
+            Some("--token") => token = args.next().map(|v| v.to_string_lossy().into_owned()),
+            Some(s) if s.starts_with("--token=") => token = Some(s["--token=".len()..].to_string()),
+            _ => out.push(a),
+        }
+    }
+    (out, token)
+}
+
+/// Parent side: start the child, hand it the token, relay its readiness line and log path.
 pub fn run_detached() -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("locating the hubfs binary")?;
-    let args: Vec<_> = std::env::args_os().skip(1).filter(|a| a != "--daemon").collect();
-    let mut child = Command::new(exe)
-        .args(args)
-        .stdin(Stdio::null())
+    let (args, arg_token) = split_args(std::env::args_os().skip(1));
+    let token = arg_token.or_else(|| std::env::var("HF_TOKEN").ok().filter(|t| !t.trim().is_empty()));
+    let mut cmd = Command::new(exe);
+    cmd.args(args)
+        .env_remove("HF_TOKEN")
+        .env(CHILD_ENV, "1")
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own process group: Ctrl-C in this terminal must not reach the mount.
-        .process_group(0)
-        .spawn()
-        .context("starting the mount process")?;
+        .stderr(Stdio::piped());
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().context("starting the mount process")?;
+    {
+        let mut stdin = child.stdin.take().context("child stdin")?;
+        let line = token.unwrap_or_default();
+        // A failed handover shows up as the child's own error (no token, or it exited).
+        let _ = stdin.write_all(line.trim().as_bytes());
+        let _ = stdin.write_all(b"\n");
+    }
     let stdout = child.stdout.take().context("child stdout")?;
     let mut stderr = child.stderr.take().context("child stderr")?;
     let err_reader = std::thread::spawn(move || {
@@ -26,10 +81,16 @@ pub fn run_detached() -> anyhow::Result<()> {
         let _ = stderr.read_to_string(&mut s);
         s
     });
+    let mut log = None;
     for line in BufReader::new(stdout).lines() {
         let line = line.unwrap_or_default();
-        if line.starts_with("mounted ") {
+        if let Some(p) = line.strip_prefix("log: ") {
+            log = Some(p.to_string());
+        } else if line.starts_with("mounted ") {
             println!("{line} (pid {})", child.id());
+            if let Some(p) = log {
+                println!("log: {p}");
+            }
             return Ok(());
         }
     }
@@ -41,5 +102,82 @@ pub fn run_detached() -> anyhow::Result<()> {
         .find(|l| !l.trim().is_empty())
         .unwrap_or("no error output")
         .to_string();
-    bail!("mount failed ({status}): {}", msg.trim_start_matches("hubfs: "))
+    let hint = log.map(|p| format!(" (log: {p})")).unwrap_or_default();
+    bail!("mount failed ({status}): {}{hint}", msg.trim_start_matches("hubfs: "))
+}
+
+/// Child side: whether this process is a detached mount. If so, reads the token handed over on
+/// stdin and points stdin at /dev/null. Returns `Some(token or None)` in a child, `None` otherwise.
+pub fn take_handover() -> Option<Option<String>> {
+    std::env::var_os(CHILD_ENV)?;
+    let mut line = String::new();
+    // One line, bounded: a token is short.
+    let _ = BufReader::new(std::io::stdin().lock().take(64 << 10)).read_line(&mut line);
+    if let Err(e) = redirect(libc::STDIN_FILENO) {
+        tracing::warn!(error = %e, "could not detach stdin");
+    }
+    let t = line.trim().to_string();
+    Some((!t.is_empty()).then_some(t))
+}
+
+/// Points `fd` at /dev/null.
+fn redirect(fd: i32) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;
+    // SAFETY: both descriptors are valid; dup2 atomically replaces `fd`.
+    if unsafe { libc::dup2(null.as_raw_fd(), fd) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Child side, once the mount is usable and the readiness line is flushed: let go of the
+/// parent's pipes (stdout to /dev/null, stderr to the log file) and ignore SIGHUP.
+pub fn detach() {
+    if let Err(e) = std::io::stdout().flush() {
+        tracing::debug!(error = %e, "flushing stdout before detaching");
+    }
+    if let Err(e) = redirect(libc::STDOUT_FILENO) {
+        tracing::warn!(error = %e, "could not detach stdout");
+    }
+    let stderr = match crate::logging::log_file() {
+        Some(f) => f.redirect_stderr(),
+        None => redirect(libc::STDERR_FILENO),
+    };
+    if let Err(e) = stderr {
+        tracing::warn!(error = %e, "could not detach stderr");
+    }
+    // SAFETY: installing SIG_IGN has no preconditions. The session has no terminal, so a SIGHUP can
+    // only come from someone who means it as "reload"; we have nothing to reload.
+    unsafe {
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsString;
+
+    fn split(v: &[&str]) -> (Vec<String>, Option<String>) {
+        let (a, t) = split_args(v.iter().map(OsString::from));
+        (a.into_iter().map(|s| s.into_string().unwrap()).collect(), t)
+    }
+
+    #[test]
+    fn token_and_daemon_are_taken_out_of_the_argv() {
+        let (a, t) = split(&["mount", "--token", "hf_x", "a/b", "--daemon", "/m"]);
+        assert_eq!(a, ["mount", "a/b", "/m"]);
+        assert_eq!(t.as_deref(), Some("hf_x"));
+        let (a, t) = split(&["mount", "--token=hf_y", "a/b", "/m", "--daemon"]);
+        assert_eq!(a, ["mount", "a/b", "/m"]);
+        assert_eq!(t.as_deref(), Some("hf_y"));
+        let (a, t) = split(&["mount", "a/b", "/m"]);
+        assert_eq!(a, ["mount", "a/b", "/m"]);
+        assert_eq!(t, None);
+        // After `--` everything is positional (a mountpoint may be called --token).
+        let (a, t) = split(&["mount", "a/b", "--", "--token"]);
+        assert_eq!(a, ["mount", "a/b", "--", "--token"]);
+        assert_eq!(t, None);
+    }
 }

@@ -6,10 +6,11 @@ use std::path::Path;
 use anyhow::Context;
 use sha1::Digest as _;
 
-use crate::cli::{runtime, wait_until_unmounted};
+use crate::cli::runtime;
 use crate::hub_client::{HubClient, HubClientConfig, TreeEntry};
 use crate::local_hub::LocalHub;
 use crate::mount::{MountRequest, mount};
+use crate::mount_process::wait_until_unmounted;
 use crate::vfs::VfsOptions;
 
 pub fn run(dir: &Path, exit: bool) -> anyhow::Result<()> {

@@ -1,44 +1,39 @@
-//! `hubfs status`: what every writable mount under a cache dir is doing, read from the status
-//! files the mounts keep in `<cache>/mounts/<pid>.json`, plus staged files that no running mount
-//! owns (they are committed by the next `hubfs mount --write` of their repo).
+//! `hubfs status`: every running hubfs mount of this user, from the registry (see
+//! [`crate::registry`]); for writable mounts also what their status file says (files waiting, last
+//! commit, errors: `<cache>/mounts/<pid>.json`, rewritten by the mount as it works); then staged
+//! files that no running mount owns (the next `hubfs mount --write` of their repo commits them).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use serde::Serialize;
 
+use crate::registry::{Frontend, MountRecord};
 use crate::vfs::StatusReport;
 
-fn alive(pid: u32) -> bool {
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    pid > 0 && unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
+/// One line of `status --json`: the registry record and, for a writable mount, its report.
+#[derive(Debug, Serialize)]
+pub struct MountStatus {
+    #[serde(flatten)]
+    pub mount: MountRecord,
+    pub writable: Option<StatusReport>,
 }
 
-/// Status reports of live mounts; files of dead processes are removed.
-pub fn live_mounts(cache_dir: &Path) -> Vec<StatusReport> {
-    let dir = cache_dir.join("mounts");
-    let Ok(rd) = std::fs::read_dir(&dir) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for e in rd.flatten() {
-        let p = e.path();
-        if p.extension().and_then(|x| x.to_str()) != Some("json") {
-            continue;
-        }
-        let Some(r) = std::fs::read(&p)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<StatusReport>(&b).ok())
-        else {
-            continue;
-        };
-        if !alive(r.pid) {
-            let _ = std::fs::remove_file(&p);
-            continue;
-        }
-        out.push(r);
-    }
-    out.sort_by_key(|r| r.pid);
-    out
+/// Running mounts, optionally only those using `cache_dir`.
+pub fn running(cache_dir: Option<&Path>) -> Vec<MountStatus> {
+    let want = cache_dir.map(|c| std::path::absolute(c).unwrap_or_else(|_| c.to_path_buf()));
+    crate::registry::live()
+        .into_iter()
+        .filter(|r| want.as_ref().is_none_or(|c| Path::new(&r.cache_dir) == c))
+        .map(|r| {
+            let writable = r.status_file.as_ref().and_then(|f| {
+                std::fs::read(f)
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<StatusReport>(&b).ok())
+            });
+            MountStatus { mount: r, writable }
+        })
+        .collect()
 }
 
 /// Staging directories holding journaled files, with their count (whether or not mounted).
@@ -66,57 +61,86 @@ pub fn staged_dirs(cache_dir: &Path) -> Vec<(PathBuf, usize)> {
     out
 }
 
-pub fn run(cache_dir: &Path, json: bool) -> anyhow::Result<()> {
-    let mounts = live_mounts(cache_dir);
+fn print_writable(m: &StatusReport) {
+    println!(
+        "  last commit: {}   commits: {}   files committed: {}   uploaded: {} bytes",
+        m.last_commit.as_deref().unwrap_or("none yet"),
+        m.counters.commits,
+        m.counters.files_committed,
+        m.bytes_uploaded
+    );
+    if let Some(e) = &m.last_error {
+        println!("  last error: {e}");
+    }
+    if m.dirty.is_empty() && m.pending_namespace_changes == 0 {
+        println!("  everything is committed");
+    }
+    for d in &m.dirty {
+        let state = if d.open { "open" } else { "pending" };
+        match &d.error {
+            Some(e) => println!("  {state:8} {} ({} bytes): {e}", d.path, d.size),
+            None => println!("  {state:8} {} ({} bytes)", d.path, d.size),
+        }
+    }
+    if m.pending_namespace_changes > 0 {
+        println!(
+            "  {} rename/delete change(s) waiting for a commit",
+            m.pending_namespace_changes
+        );
+    }
+}
+
+pub fn run(cache_dir: Option<&Path>, json: bool) -> anyhow::Result<()> {
+    let mounts = running(cache_dir);
     if json {
         println!("{}", serde_json::to_string_pretty(&mounts).context("encoding status")?);
         return Ok(());
     }
     if mounts.is_empty() {
-        println!("no writable hubfs mounts running (cache dir {})", cache_dir.display());
+        match cache_dir {
+            Some(c) => println!("no hubfs mounts running with cache dir {}", c.display()),
+            None => println!("no hubfs mounts running"),
+        }
     }
-    for m in &mounts {
-        println!(
-            "{}@{} at {} (pid {})",
-            m.repo,
-            m.branch,
-            m.mountpoint.as_deref().unwrap_or("?"),
-            m.pid
-        );
-        println!(
-            "  last commit: {}   commits: {}   files committed: {}   uploaded: {} bytes",
-            m.last_commit.as_deref().unwrap_or("none yet"),
-            m.counters.commits,
-            m.counters.files_committed,
-            m.bytes_uploaded
-        );
-        if let Some(e) = &m.last_error {
-            println!("  last error: {e}");
+    for s in &mounts {
+        let m = &s.mount;
+        println!("{}@{} at {} (pid {})", m.repo, m.revision, m.mountpoint, m.pid);
+        let front = match (m.frontend, &m.nfs_addr) {
+            (Frontend::Nfs, Some(a)) => format!("nfs {a}"),
+            (Frontend::Nfs, None) => "nfs".to_string(),
+            (Frontend::Fuse, _) => "fuse".to_string(),
+        };
+        println!("  {front}, {}, commit {}, cache {}", m.mode, m.commit, m.cache_dir);
+        match &m.log_file {
+            Some(l) => println!("  log: {l}"),
+            None => println!("  log: the terminal that started it"),
         }
-        if m.dirty.is_empty() && m.pending_namespace_changes == 0 {
-            println!("  everything is committed");
+        if let Some(w) = &s.writable {
+            print_writable(w);
         }
-        for d in &m.dirty {
-            let state = if d.open { "open" } else { "pending" };
-            match &d.error {
-                Some(e) => println!("  {state:8} {} ({} bytes): {e}", d.path, d.size),
-                None => println!("  {state:8} {} ({} bytes)", d.path, d.size),
+    }
+    // Staged files of stopped mounts: in the cache dir asked about, else the default one and every
+    // cache dir a running mount uses.
+    let mut dirs: Vec<PathBuf> = match cache_dir {
+        Some(c) => vec![c.to_path_buf()],
+        None => std::iter::once(crate::vfs::default_cache_dir())
+            .chain(mounts.iter().map(|s| PathBuf::from(&s.mount.cache_dir)))
+            .collect(),
+    };
+    dirs.sort();
+    dirs.dedup();
+    let owned: Vec<&str> = mounts
+        .iter()
+        .filter_map(|s| s.writable.as_ref().map(|w| w.staging_dir.as_str()))
+        .collect();
+    for c in dirs {
+        for (dir, n) in staged_dirs(&c) {
+            if !owned.contains(&dir.to_string_lossy().as_ref()) {
+                println!(
+                    "{n} staged file(s) in {} wait for the next `hubfs mount --write` of their repo",
+                    dir.display()
+                );
             }
-        }
-        if m.pending_namespace_changes > 0 {
-            println!(
-                "  {} rename/delete change(s) waiting for a commit",
-                m.pending_namespace_changes
-            );
-        }
-    }
-    let owned: Vec<&str> = mounts.iter().map(|m| m.staging_dir.as_str()).collect();
-    for (dir, n) in staged_dirs(cache_dir) {
-        if !owned.contains(&dir.to_string_lossy().as_ref()) {
-            println!(
-                "{n} staged file(s) in {} wait for the next `hubfs mount --write` of their repo",
-                dir.display()
-            );
         }
     }
     Ok(())

@@ -391,6 +391,165 @@ impl Filesystem for FuseAdapter {
         });
     }
 
+    // The requests below have fuser defaults that log a warning per call. The kernel caches ENOSYS
+    // for most of them (and then does the generic thing a local file system does), but not for
+    // ioctl: Python's open() sends TCGETS to every file, so each answer here is quiet and is the one
+    // a local file system gives.
+
+    /// Directory entries are journaled as they change: nothing more to make durable.
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    /// No file here is a symbolic link (the Hub stores none).
+    fn readlink(&self, _req: &Request, _ino: INodeNo, reply: ReplyData) {
+        reply.error(Errno::EINVAL);
+    }
+
+    /// No ioctl is supported: "not a terminal" (what a regular file answers TCGETS).
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        reply.error(Errno::from_i32(libc::ENOTTY));
+    }
+
+    /// ENOSYS makes the kernel stop asking and report a regular file as always ready.
+    fn poll(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _ph: fuser::PollNotifier,
+        _events: fuser::PollEvents,
+        _flags: fuser::PollFlags,
+        reply: fuser::ReplyPoll,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    /// Never sent (no `blkdev` mount); answered quietly all the same.
+    fn bmap(&self, _req: &Request, _ino: INodeNo, _blocksize: u32, _idx: u64, reply: fuser::ReplyBmap) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    /// POSIX locks are not negotiated, so the kernel keeps them locally and never sends these.
+    fn getlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        _start: u64,
+        _end: u64,
+        _typ: i32,
+        _pid: u32,
+        reply: fuser::ReplyLock,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        _start: u64,
+        _end: u64,
+        _typ: i32,
+        _pid: u32,
+        _sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    /// ENOSYS makes the kernel copy through the page cache itself (as between two local files).
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        _fh_in: FileHandle,
+        _offset_in: u64,
+        _ino_out: INodeNo,
+        _fh_out: FileHandle,
+        _offset_out: u64,
+        _len: u64,
+        _flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    /// SEEK_DATA / SEEK_HOLE (the kernel answers the other whences itself): files have no holes.
+    fn lseek(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: fuser::ReplyLseek) {
+        let vfs = self.vfs.clone();
+        self.rt.spawn(async move {
+            let size = match vfs.getattr_fh(ino.0, Some(fh.0)).await {
+                Ok(a) => a.size as i64,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            match seek_data_hole(offset, whence, size) {
+                Ok(off) => reply.offset(off),
+                Err(n) => reply.error(Errno::from_i32(n)),
+            }
+        });
+    }
+
+    /// Mode 0 (posix_fallocate) grows the file; KEEP_SIZE has nothing to reserve (the staged copy
+    /// grows as it is written); punching or zeroing ranges is not supported, as on many local
+    /// file systems, so callers fall back to writing.
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        if !self.vfs.is_writable() {
+            return reply.error(Errno::from_i32(libc::EROFS));
+        }
+        match mode {
+            libc::FALLOC_FL_KEEP_SIZE => reply.ok(),
+            0 => {
+                let vfs = self.vfs.clone();
+                self.rt.spawn(async move {
+                    let r = async {
+                        let end = offset
+                            .checked_add(length)
+                            .ok_or(VfsError::Invalid("fallocate range past the largest file size"))?;
+                        let size = vfs.getattr_fh(ino.0, Some(fh.0)).await?.size;
+                        if end > size {
+                            let req = SetAttr {
+                                size: Some(end),
+                                fh: Some(fh.0),
+                                ..SetAttr::default()
+                            };
+                            vfs.setattr(ino.0, req).await?;
+                        }
+                        Ok::<_, VfsError>(())
+                    };
+                    match r.await {
+                        Ok(()) => reply.ok(),
+                        Err(e) => reply.error(errno(&e)),
+                    }
+                });
+            }
+            _ => reply.error(Errno::from_i32(libc::EOPNOTSUPP)),
+        }
+    }
+
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let vfs = self.vfs.clone();
         self.rt.spawn(async move {
@@ -514,5 +673,36 @@ impl Filesystem for FuseAdapter {
             libc::EROFS
         };
         reply.error(Errno::from_i32(e));
+    }
+}
+
+/// The answer of a file system without holes to `lseek(fd, offset, SEEK_DATA | SEEK_HOLE)`: data
+/// runs from 0 to `size`, the only hole is the virtual one at the end.
+fn seek_data_hole(offset: i64, whence: i32, size: i64) -> Result<i64, i32> {
+    if offset < 0 {
+        return Err(libc::EINVAL);
+    }
+    match whence {
+        libc::SEEK_DATA if offset < size => Ok(offset),
+        libc::SEEK_HOLE if offset < size => Ok(size),
+        libc::SEEK_DATA | libc::SEEK_HOLE => Err(libc::ENXIO),
+        _ => Err(libc::EINVAL),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seek_data_and_hole_as_a_file_without_holes() {
+        assert_eq!(seek_data_hole(0, libc::SEEK_DATA, 10), Ok(0));
+        assert_eq!(seek_data_hole(4, libc::SEEK_DATA, 10), Ok(4));
+        assert_eq!(seek_data_hole(4, libc::SEEK_HOLE, 10), Ok(10));
+        assert_eq!(seek_data_hole(10, libc::SEEK_DATA, 10), Err(libc::ENXIO));
+        assert_eq!(seek_data_hole(10, libc::SEEK_HOLE, 10), Err(libc::ENXIO));
+        assert_eq!(seek_data_hole(0, libc::SEEK_DATA, 0), Err(libc::ENXIO));
+        assert_eq!(seek_data_hole(-1, libc::SEEK_DATA, 10), Err(libc::EINVAL));
+        assert_eq!(seek_data_hole(0, 99, 10), Err(libc::EINVAL));
     }
 }

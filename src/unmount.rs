@@ -1,0 +1,170 @@
+//! `hubfs unmount DIR`: unmounts any hubfs mount (FUSE, kernel NFS, or an NFS server started with
+//! `mount --nfs --serve-only DIR`) and waits until its process has drained and exited, so a script
+//! that unmounts knows the mount's pending commits were made (or are staged for the next mount).
+//!
+//! What is mounted at DIR is read from `/proc/self/mountinfo`, never by stat-ing DIR: a FUSE mount
+//! whose server died answers every stat with ENOTCONN.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+
+use crate::registry::{Frontend, MountRecord};
+
+/// One line of `/proc/self/mountinfo`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MountEntry {
+    pub mountpoint: PathBuf,
+    pub fstype: String,
+    pub source: String,
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, `\011`, `\012`, `\134`).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Parses mountinfo text: `ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL…] - FSTYPE SOURCE SUPER`.
+pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
+    text.lines()
+        .filter_map(|l| {
+            let (head, tail) = l.split_once(" - ")?;
+            let mountpoint = head.split(' ').nth(4)?;
+            let mut t = tail.split(' ');
+            Some(MountEntry {
+                mountpoint: PathBuf::from(unescape(mountpoint)),
+                fstype: t.next()?.to_string(),
+                source: unescape(t.next().unwrap_or("")),
+            })
+        })
+        .collect()
+}
+
+/// The mount at `dir` (the last one: mounts stack).
+pub fn mounted_at(dir: &Path) -> Option<MountEntry> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    parse_mountinfo(&text).into_iter().rev().find(|m| m.mountpoint == dir)
+}
+
+/// DIR made absolute without touching DIR itself (its parent is resolved, which is safe).
+fn absolute_no_stat(dir: &Path) -> PathBuf {
+    let abs = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    match (abs.parent(), abs.file_name()) {
+        (Some(parent), Some(name)) => parent.canonicalize().map(|p| p.join(name)).unwrap_or(abs.clone()),
+        _ => abs,
+    }
+}
+
+fn is_hubfs_fstype(m: &MountEntry) -> bool {
+    m.fstype == "fuse.hubfs" || m.source.starts_with("hubfs:")
+}
+
+pub fn run(dir: &Path) -> anyhow::Result<()> {
+    let abs = absolute_no_stat(dir);
+    let abs_str = abs.display().to_string();
+    let given = dir.display().to_string();
+    let record = crate::registry::live()
+        .into_iter()
+        .find(|r| r.mountpoint == abs_str || r.mountpoint == given);
+    match (mounted_at(&abs), record) {
+        // An NFS mount's server unmounts the kernel mount itself when asked to stop.
+        (_, Some(r)) if r.frontend == Frontend::Nfs => stop(&r, dir),
+        (Some(_), Some(r)) => {
+            crate::mount::unmount(&abs)?;
+            wait_for_exit(&r)
+        }
+        // A hubfs mount without a record: started in-process (tests, `hubfs demo`).
+        (Some(m), None) if is_hubfs_fstype(&m) => crate::mount::unmount(&abs),
+        (Some(m), None) => bail!(
+            "{} is not a hubfs mount (it is a {} mount of {}); use umount for it",
+            dir.display(),
+            m.fstype,
+            m.source
+        ),
+        // A FUSE mount already detached (`umount -l`) and still draining.
+        (None, Some(r)) => stop(&r, dir),
+        (None, None) => bail!(
+            "{} is not a hubfs mount: nothing is mounted there (`hubfs status` lists running mounts)",
+            dir.display()
+        ),
+    }
+}
+
+/// Asks the mount's process to stop (SIGTERM: it unmounts, drains and exits) and waits for it.
+fn stop(r: &MountRecord, dir: &Path) -> anyhow::Result<()> {
+    // SAFETY: kill only sends a signal; the record was checked to name a live process.
+    if unsafe { libc::kill(r.pid as libc::pid_t, libc::SIGTERM) } != 0 {
+        let e = std::io::Error::last_os_error();
+        bail!("cannot stop hubfs (pid {}) serving {}: {e}", r.pid, dir.display());
+    }
+    wait_for_exit(r)
+}
+
+/// Waits for the mount's process to exit: its drain timeout plus a margin, then gives up saying so.
+fn wait_for_exit(r: &MountRecord) -> anyhow::Result<()> {
+    let limit = Duration::from_secs(r.drain_secs + 30);
+    let start = Instant::now();
+    let mut said = false;
+    while crate::registry::alive(r) {
+        if start.elapsed() > limit {
+            bail!(
+                "unmounted, but hubfs (pid {}) is still running after {} s{}",
+                r.pid,
+                limit.as_secs(),
+                r.log_file
+                    .as_deref()
+                    .map(|l| format!(": see its log {l}"))
+                    .unwrap_or_default()
+            );
+        }
+        if !said && start.elapsed() > Duration::from_secs(1) && r.mode == "writable" {
+            eprintln!(
+                "waiting for hubfs (pid {}) to commit pending files (at most {} s)…",
+                r.pid, r.drain_secs
+            );
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_lines_parse_with_escapes_and_optional_fields() {
+        let text = "36 35 98:0 / /mnt/a\\040b rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n\
+                    40 1 0:52 / /tmp/m rw,nosuid,nodev,relatime shared:7 - fuse.hubfs hubfs:demo/tiny-model ro\n\
+                    bad line\n";
+        let m = parse_mountinfo(text);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].mountpoint, Path::new("/mnt/a b"));
+        assert_eq!(m[0].fstype, "ext3");
+        assert_eq!(m[1].fstype, "fuse.hubfs");
+        assert_eq!(m[1].source, "hubfs:demo/tiny-model");
+        assert!(is_hubfs_fstype(&m[1]));
+        assert!(!is_hubfs_fstype(&m[0]));
+    }
+
+    #[test]
+    fn unescape_leaves_plain_backslashes() {
+        assert_eq!(unescape("a\\134b"), "a\\b");
+        assert_eq!(unescape("a\\xb"), "a\\xb");
+        assert_eq!(unescape("end\\"), "end\\");
+    }
+}

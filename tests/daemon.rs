@@ -1,0 +1,394 @@
+//! `hubfs mount --daemon`, `hubfs status` and `hubfs unmount` as a person runs them: the built binary
+//! as separate processes, the starting process gone before the mount is used, the token handed
+//! over out of sight, logs in a capped file, and every mount (FUSE read-only and writable, NFS)
+//! listed whatever its cache dir.
+
+mod common;
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use hubfs::local_hub::LocalHub;
+use serde_json::Value;
+
+/// The binary with a private registry, home and cache, pointed at `ep`.
+struct Cli {
+    ep: String,
+    root: tempfile::TempDir,
+}
+
+impl Cli {
+    fn new(ep: &str) -> Cli {
+        Cli {
+            ep: ep.to_string(),
+            root: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.root.path().join(p)
+    }
+
+    fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_hubfs"));
+        c.args(args)
+            .env("HF_ENDPOINT", &self.ep)
+            .env("HF_HOME", self.path("hf-home"))
+            .env("XDG_CACHE_HOME", self.path("xdg-cache"))
+            .env("HUBFS_RUNTIME_DIR", self.path("run"))
+            .env_remove("HF_TOKEN")
+            .env_remove("RUST_LOG");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().expect("run hubfs")
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.run_env(args, &[])
+    }
+
+    fn status(&self, extra: &[&str]) -> Vec<Value> {
+        let mut args = vec!["status", "--json"];
+        args.extend_from_slice(extra);
+        let o = self.run(&args);
+        assert!(o.status.success(), "status: {}", text(&o));
+        serde_json::from_slice::<Vec<Value>>(&o.stdout).expect("status --json is a JSON array")
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// (pid, log file) from `mount --daemon`'s output.
+fn daemon_started(o: &Output) -> (i32, PathBuf) {
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(o.status.success(), "mount --daemon failed: {}", text(o));
+    let pid = out
+        .lines()
+        .find(|l| l.starts_with("mounted "))
+        .and_then(|l| l.rsplit("(pid ").next())
+        .and_then(|s| s.trim().trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {out:?}"));
+    let log = out
+        .lines()
+        .find_map(|l| l.strip_prefix("log: "))
+        .unwrap_or_else(|| panic!("no log line in {out:?}"));
+    (pid, PathBuf::from(log))
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            let state = s.rsplit(')').next().unwrap_or("").split_whitespace().next();
+            !matches!(state, Some("Z" | "X"))
+        })
+        .unwrap_or(false)
+}
+
+fn wait_gone(pid: i32) {
+    let t = Instant::now();
+    while alive(pid) {
+        assert!(t.elapsed() < Duration::from_secs(60), "pid {pid} still running");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn mounted(dir: &Path) -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+fn line_count(p: &Path) -> usize {
+    std::fs::read_to_string(p).map(|s| s.lines().count()).unwrap_or(0)
+}
+
+fn hub() -> (tokio::runtime::Runtime, LocalHub) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let hub = rt.block_on(LocalHub::start_temp(true)).unwrap();
+    (rt, hub)
+}
+
+#[test]
+fn daemon_outlives_its_parent_hides_the_token_and_answers_python_quietly() {
+    let (rt, hub) = hub();
+    let cli = Cli::new(hub.endpoint());
+    let mnt = cli.path("model");
+    std::fs::create_dir(&mnt).unwrap();
+    let cache = cli.path("cache");
+    let o = cli.run_env(
+        &[
+            "mount",
+            "demo/tiny-model",
+            mnt.to_str().unwrap(),
+            "--daemon",
+            "--token",
+            "hf_local_read",
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ],
+        &[("HF_TOKEN", "hf_local_write")],
+    );
+    let (pid, log) = daemon_started(&o);
+    // The parent (and with it every pipe the daemon was started with) is gone: `output()` returned.
+    assert!(log.starts_with(&cache), "log under the cache dir: {}", log.display());
+
+    // No token in argv or environment; a session of its own; stdio off the parent's pipes.
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    for (what, bytes) in [("cmdline", &cmdline), ("environ", &environ)] {
+        let s = String::from_utf8_lossy(bytes);
+        assert!(!s.contains("hf_local_"), "token in /proc/{pid}/{what}: {s:?}");
+    }
+    // SAFETY: getsid only reads the session id of a process.
+    assert_eq!(unsafe { libc::getsid(pid) }, pid, "the daemon leads its own session");
+    let fd = |n: u32| std::fs::read_link(format!("/proc/{pid}/fd/{n}")).unwrap();
+    assert_eq!(fd(0), Path::new("/dev/null"));
+    assert_eq!(fd(1), Path::new("/dev/null"));
+    assert_eq!(fd(2), log, "stderr goes to the log file");
+
+    // What Python's open() does to every file (TCGETS), 1,000 times, plus the other calls whose
+    // fuser defaults used to log per call.
+    let config = mnt.join("config.json");
+    let want = std::fs::read(&config).unwrap();
+    for i in 0..1000 {
+        let mut f = File::open(&config).unwrap();
+        // SAFETY: TCGETS writes a termios into the buffer we pass, which is large enough.
+        let mut termios = [0u8; 256];
+        let r = unsafe { libc::ioctl(f.as_raw_fd(), libc::TCGETS, termios.as_mut_ptr()) };
+        assert_eq!((r, errno()), (-1, libc::ENOTTY), "ioctl TCGETS, open #{i}");
+        let mut got = Vec::new();
+        f.read_to_end(&mut got).unwrap();
+        assert_eq!(got, want);
+    }
+    let f = File::open(&config).unwrap();
+    let size = want.len() as i64;
+    // SAFETY: lseek on an open descriptor.
+    unsafe {
+        assert_eq!(libc::lseek(f.as_raw_fd(), 3, libc::SEEK_DATA), 3);
+        assert_eq!(libc::lseek(f.as_raw_fd(), 3, libc::SEEK_HOLE), size);
+        assert_eq!(libc::lseek(f.as_raw_fd(), size, libc::SEEK_DATA), -1);
+        assert_eq!(errno(), libc::ENXIO);
+    }
+    // poll says ready; flock and fcntl locks are kept by the kernel.
+    let mut pfd = libc::pollfd {
+        fd: f.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; flock and fcntl on an open descriptor.
+    unsafe {
+        assert_eq!(libc::poll(&mut pfd, 1, 1000), 1);
+        assert_eq!(libc::flock(f.as_raw_fd(), libc::LOCK_SH), 0);
+    }
+    drop(f);
+    assert!(std::fs::read_dir(&mnt).unwrap().count() >= 4, "mount alive");
+    assert!(alive(pid));
+    let lines = line_count(&log);
+    assert!(
+        lines < 20,
+        "{lines} log lines for 1,000 opens:\n{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+
+    // `status` lists it with its log; `unmount` returns once the process is gone.
+    let st = cli.status(&[]);
+    let me = st
+        .iter()
+        .find(|m| m["mountpoint"] == mnt.to_str().unwrap())
+        .unwrap_or_else(|| panic!("not in status: {st:?}"));
+    assert_eq!(me["pid"], pid);
+    assert_eq!(me["frontend"], "fuse");
+    assert_eq!(me["mode"], "read-only");
+    assert_eq!(me["log_file"], log.to_str().unwrap());
+    assert_eq!(me["commit"].as_str().unwrap().len(), 40);
+    let o = cli.run(&["unmount", mnt.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!alive(pid), "unmount waits for the process to exit");
+    assert!(!mounted(&mnt));
+    assert!(cli.status(&[]).is_empty());
+    rt.block_on(hub.stop());
+}
+
+#[test]
+fn status_lists_fuse_writable_and_nfs_mounts_of_three_cache_dirs() {
+    let (rt, hub) = hub();
+    let cli = Cli::new(hub.endpoint());
+    let c = common::client();
+    let repo = common::Repo::dataset("local/daemon-w");
+    rt.block_on(common::create_repo_ok(
+        &c,
+        hub.endpoint(),
+        "hf_local_write",
+        &repo,
+        false,
+    ));
+    let dirs: Vec<PathBuf> = ["ro", "rw", "nfs"].iter().map(|d| cli.path(d)).collect();
+    for d in &dirs {
+        std::fs::create_dir(d).unwrap();
+    }
+    let cache = |n: &str| cli.path(&format!("cache-{n}")).to_str().unwrap().to_string();
+    let s = |p: &PathBuf| p.to_str().unwrap().to_string();
+    let write_token = [("HF_TOKEN", "hf_local_write")];
+    let (ro, _) = daemon_started(&cli.run(&[
+        "mount",
+        "demo/tiny-model",
+        &s(&dirs[0]),
+        "--daemon",
+        "--cache-dir",
+        &cache("ro"),
+    ]));
+    let (rw, rw_log) = daemon_started(&cli.run_env(
+        &[
+            "mount",
+            "--write",
+            "datasets/local/daemon-w",
+            &s(&dirs[1]),
+            "--daemon",
+            "--cache-dir",
+            &cache("rw"),
+        ],
+        &write_token,
+    ));
+    let (nfs, _) = daemon_started(&cli.run(&[
+        "mount",
+        "--nfs",
+        "--serve-only",
+        "demo/tiny-model",
+        &s(&dirs[2]),
+        "--daemon",
+        "--cache-dir",
+        &cache("nfs"),
+    ]));
+    // The write token reached the daemon by the handover alone.
+    let environ = std::fs::read(format!("/proc/{rw}/environ")).unwrap();
+    assert!(!String::from_utf8_lossy(&environ).contains("hf_local_write"));
+    std::fs::write(dirs[1].join("note.txt"), b"written through a daemon mount\n").unwrap();
+
+    let st = cli.status(&[]);
+    assert_eq!(st.len(), 3, "{st:#?}");
+    let find = |pid: i32| st.iter().find(|m| m["pid"] == pid).unwrap();
+    let (a, b, n) = (find(ro), find(rw), find(nfs));
+    assert_eq!(
+        (a["frontend"].as_str(), a["mode"].as_str()),
+        (Some("fuse"), Some("read-only"))
+    );
+    assert_eq!(
+        (b["frontend"].as_str(), b["mode"].as_str()),
+        (Some("fuse"), Some("writable"))
+    );
+    assert_eq!(
+        (n["frontend"].as_str(), n["mode"].as_str()),
+        (Some("nfs"), Some("read-only"))
+    );
+    assert_eq!(a["cache_dir"], cache("ro"));
+    assert_eq!(b["cache_dir"], cache("rw"));
+    assert_eq!(n["cache_dir"], cache("nfs"));
+    assert_eq!(n["mountpoint"], s(&dirs[2]));
+    assert!(n["nfs_addr"].as_str().unwrap().starts_with("127.0.0.1:"));
+    assert!(a["writable"].is_null() && n["writable"].is_null());
+    assert_eq!(b["writable"]["repo"], "datasets/local/daemon-w", "{b:#}");
+    assert!(
+        b["writable"]["last_commit"].is_string(),
+        "the note was committed at close: {b:#}"
+    );
+    // --cache-dir narrows the list; the text form names every mount.
+    let only = cli.status(&["--cache-dir", &cache("rw")]);
+    assert_eq!(only.len(), 1);
+    assert_eq!(only[0]["pid"], rw);
+    let o = cli.run(&["status"]);
+    let out = text(&o);
+    for d in &dirs {
+        assert!(out.contains(&format!(" at {} (pid ", d.display())), "{out}");
+    }
+    assert!(out.contains(&format!("log: {}", rw_log.display())), "{out}");
+
+    // unmount refuses what is not a hubfs mount, in words.
+    for (dir, want) in [
+        (cli.path("ro-nope"), "not a hubfs mount"),
+        (PathBuf::from("/proc"), "not a hubfs mount (it is a proc mount"),
+    ] {
+        let o = cli.run(&["unmount", dir.to_str().unwrap()]);
+        assert!(!o.status.success());
+        assert!(text(&o).contains(want), "{}", text(&o));
+    }
+    for (d, pid) in dirs.iter().zip([ro, rw, nfs]) {
+        let o = cli.run(&["unmount", &s(d)]);
+        assert!(o.status.success(), "unmount {}: {}", d.display(), text(&o));
+        wait_gone(pid);
+        assert!(!mounted(d));
+    }
+    assert!(cli.status(&[]).is_empty());
+    // The writable mount's file is on the Hub, byte for byte.
+    let got = rt.block_on(async {
+        c.get(repo.resolve(hub.endpoint(), "main", "note.txt"))
+            .header("authorization", common::bearer("hf_local_write"))
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap()
+    });
+    assert_eq!(&got[..], b"written through a daemon mount\n");
+    rt.block_on(hub.stop());
+}
+
+#[test]
+fn daemon_log_is_capped_and_rotated_once() {
+    let (rt, hub) = hub();
+    let cli = Cli::new(hub.endpoint());
+    let mnt = cli.path("m");
+    std::fs::create_dir(&mnt).unwrap();
+    let log = cli.path("logs/m.log");
+    // RUST_LOG=debug logs every FUSE request: plenty to pass a 16 KiB cap many times over.
+    let o = cli.run_env(
+        &[
+            "mount",
+            "demo/tiny-model",
+            mnt.to_str().unwrap(),
+            "--daemon",
+            "--log-file",
+            log.to_str().unwrap(),
+            "--log-max-size",
+            "16K",
+        ],
+        &[("RUST_LOG", "debug")],
+    );
+    let (pid, got_log) = daemon_started(&o);
+    assert_eq!(got_log, log);
+    for _ in 0..300 {
+        std::fs::read(mnt.join("config.json")).unwrap();
+    }
+    let rotated = cli.path("logs/m.log.1");
+    let cap = 16 << 10;
+    let (cur, old) = (
+        std::fs::metadata(&log).unwrap().len(),
+        std::fs::metadata(&rotated).unwrap().len(),
+    );
+    assert!(cur <= cap && old <= cap, "log {cur} B, rotated {old} B, cap {cap} B");
+    assert!(old > cap / 2, "the rotated file was full: {old} B");
+    let o = cli.run(&["unmount", mnt.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    wait_gone(pid);
+    rt.block_on(hub.stop());
+}
