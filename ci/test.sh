@@ -9,20 +9,23 @@
 #   5. ci/nfs-smoke.sh (libnfs's nfs-ls / nfs-cat against `hubfs serve-nfs`)
 #      tests/conformance/run.sh (stock huggingface_hub against `hubfs local-hub`, xet and noxet modes)
 #      ci/write-smoke.sh (a writable mount driven by shell tools, checked with huggingface_hub; kill -9)
+#      tests/workflows/run.sh (`mount --daemon` from shells that exit, then Python loaders, datasets,
+#        pyarrow, sqlite, git, tar, unzip, libnfs on the mounts; `status`, `unmount`; checked on the Hub)
 #      ci/posix.sh (pjdfstest and fsx on a writable mount; installs both with cargo install)
 #      ci/bench.sh --smoke (the fio suite's smoke profile over FUSE and NFS; builds fio's nfs engine)
 #   6. final line `N passed, M failed` (cargo tests + the scripts' checks; a failed fmt/clippy/build step
 #      counts as one failure); exit status non-zero if any step failed.
 #
 #   --quick   skip the conformance suite and the steps that need its venv or take minutes (step 5 but NFS)
-#   --long    the long profiles: fsx 1,000,000 operations with msync, a longer model test and stress run
+#   --long    the long profiles: fsx 1,000,000 operations with msync, a longer model test and stress run,
+#             a 10-minute mixed-read soak in the workflow suite
 set -uo pipefail
 
 QUICK=0
 for arg in "$@"; do
   case "$arg" in
     --quick) QUICK=1 ;;
-    --long) export POSIX_LONG=1 HUBFS_MODEL_CASES="${HUBFS_MODEL_CASES:-256}" HUBFS_MODEL_SEED="${HUBFS_MODEL_SEED:-random}" HUBFS_STRESS_SECS="${HUBFS_STRESS_SECS:-300}" ;;
+    --long) export POSIX_LONG=1 HUBFS_MODEL_CASES="${HUBFS_MODEL_CASES:-256}" HUBFS_MODEL_SEED="${HUBFS_MODEL_SEED:-random}" HUBFS_STRESS_SECS="${HUBFS_STRESS_SECS:-300}" WORKFLOW_SOAK_SECS="${WORKFLOW_SOAK_SECS:-600}" ;;
     -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "ci/test.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
@@ -174,6 +177,8 @@ script_step "nfs smoke (libnfs)" nfs-smoke 0 bash ci/nfs-smoke.sh "$HUBFS_BIN"
 script_step "conformance" conformance 1 env HUBFS_BIN="$HUBFS_BIN" bash tests/conformance/run.sh
 # needs the conformance venv, hence skipped by --quick too
 script_step "write smoke (shell tools + huggingface_hub)" write-smoke 1 bash ci/write-smoke.sh "$HUBFS_BIN" "$VENV_PY"
+# needs the conformance venv (numpy, safetensors, pyarrow, pandas, datasets pinned there)
+script_step "workflows (daemon mounts + real programs)" workflows 1 bash tests/workflows/run.sh "$HUBFS_BIN" "$VENV_PY"
 script_step "posix (pjdfstest + fsx)" posix 1 bash ci/posix.sh "$HUBFS_BIN" ${POSIX_LONG:+--long}
 # The fio suite's smoke profile over FUSE and NFS (about 2 minutes): proves the benchmark harness end
 # to end; its figures are not benchmark figures (debug build, small files, shared machine).

@@ -61,6 +61,27 @@ pub fn staged_dirs(cache_dir: &Path) -> Vec<(PathBuf, usize)> {
     out
 }
 
+/// Removes the status files of writable mounts that died without cleaning up (kill -9): their pid
+/// names no live process. Their staged files stay and are listed as left over.
+fn prune_status_files(cache_dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(cache_dir.join("mounts")) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        let pid = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".json"))
+            .and_then(|n| n.parse::<u32>().ok());
+        if let Some(pid) = pid
+            && crate::registry::start_time(pid).is_none()
+        {
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+}
+
 fn print_writable(m: &StatusReport) {
     println!(
         "  last commit: {}   commits: {}   files committed: {}   uploaded: {} bytes",
@@ -134,6 +155,7 @@ pub fn run(cache_dir: Option<&Path>, json: bool) -> anyhow::Result<()> {
         .filter_map(|s| s.writable.as_ref().map(|w| w.staging_dir.as_str()))
         .collect();
     for c in dirs {
+        prune_status_files(&c);
         for (dir, n) in staged_dirs(&c) {
             if !owned.contains(&dir.to_string_lossy().as_ref()) {
                 println!(

@@ -195,10 +195,15 @@ fn nfs_serving_from_the_command_line() {
     let out = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(out.contains("at nfs://127.0.0.1:"), "{out}");
     let pid: i32 = out
-        .rsplit("(pid ")
-        .next()
+        .lines()
+        .find(|l| l.starts_with("mounted "))
+        .and_then(|l| l.rsplit("(pid ").next())
         .and_then(|s| s.trim().trim_end_matches(')').parse().ok())
         .expect(&out);
+    assert!(
+        out.lines().any(|l| l.starts_with("log: ")),
+        "the daemon names its log: {out}"
+    );
     // SAFETY: kill(2) on the detached server this test started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     rt.block_on(hub.stop());

@@ -1,6 +1,8 @@
 //! The demo repos of `--seed-demo`: deterministic content, created once (a second run finds them and
-//! does nothing), with no downloads. The model's weights are uploaded through the Xet CAS exactly as
-//! a client would; the dataset holds a plain-LFS file and a folder of more than 1,000 files.
+//! does nothing, except add the parquet file to a dataset seeded before it existed), with no
+//! downloads. The model's weights are uploaded through the Xet CAS exactly as a client would; the
+//! dataset holds a plain-LFS file, a parquet file stored through Xet and a folder of more than 1,000
+//! files.
 
 use sha2::{Digest, Sha256};
 use xet::xet_session::{Sha256Policy, XetSessionBuilder};
@@ -15,6 +17,13 @@ pub const DEMO_MODEL: &str = "demo/tiny-model";
 pub const DEMO_DATASET: &str = "demo/tiny-dataset";
 /// Files in the dataset's `data/many/` folder: more than one listing page.
 pub const DEMO_MANY_FILES: usize = 1_100;
+/// Where the dataset's parquet file lives in the repo.
+pub const DEMO_PARQUET_PATH: &str = "data/parquet/train-00000.parquet";
+/// The dataset's parquet file: 4 row groups × 5,000 rows, columns id int64, text string, value
+/// float64, label int64, zstd-compressed, deterministic. Generated once by
+/// `tests/workflows/make_demo_parquet.py` (pyarrow, pinned in tests/conformance/requirements.txt),
+/// which documents the content row by row; rerun it only to change the file, and commit its output.
+pub const DEMO_PARQUET: &[u8] = include_bytes!("demo_data/train-00000.parquet");
 
 /// Deterministic pseudo-random bytes (splitmix64), so the demo weights are the same everywhere.
 pub fn demo_bytes(len: usize, seed: u64) -> Vec<u8> {
@@ -58,8 +67,9 @@ fn err(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow::anyhow!("seeding demo repos: {e}")
 }
 
-/// Uploads `data` through the Xet CAS of this Hub and records the sha256 → Xet hash binding.
-async fn upload_xet(state: &HubState, data: Vec<u8>) -> anyhow::Result<FileEntry> {
+/// Uploads `data` (named `name` for the Xet client) through the Xet CAS of this Hub and records the
+/// sha256 → Xet hash binding.
+async fn upload_xet(state: &HubState, name: &str, data: Vec<u8>) -> anyhow::Result<FileEntry> {
     let sha = hex::encode(Sha256::digest(&data));
     let size = data.len() as u64;
     let (token, exp) = state.issue_cas_token(true);
@@ -78,7 +88,7 @@ async fn upload_xet(state: &HubState, data: Vec<u8>) -> anyhow::Result<FileEntry
         .await
         .map_err(err)?;
     commit
-        .upload_bytes(data, Sha256Policy::Compute, Some("model.safetensors".to_string()))
+        .upload_bytes(data, Sha256Policy::Compute, Some(name.to_string()))
         .await
         .map_err(err)?;
     let report = commit.commit().await.map_err(err)?;
@@ -163,6 +173,14 @@ fn seeded(state: &HubState, id: &RepoId, marker: &str) -> anyhow::Result<bool> {
         .contains_key(marker))
 }
 
+async fn parquet_op(state: &HubState) -> anyhow::Result<Op> {
+    let name = DEMO_PARQUET_PATH.rsplit('/').next().unwrap_or(DEMO_PARQUET_PATH);
+    Ok(Op::Put {
+        path: DEMO_PARQUET_PATH.to_string(),
+        entry: upload_xet(state, name, DEMO_PARQUET.to_vec()).await?,
+    })
+}
+
 pub async fn seed_demo(state: &HubState) -> anyhow::Result<()> {
     let model = RepoId::new(RepoType::Model, "demo", "tiny-model").map_err(err)?;
     if !seeded(state, &model, "model.safetensors")? {
@@ -180,7 +198,7 @@ pub async fn seed_demo(state: &HubState) -> anyhow::Result<()> {
         .map_err(err)?;
         let readme = "---\nlicense: apache-2.0\n---\n# tiny-model\n\nDemo model of the hubfs local Hub: \
                       pseudo-random weights in a valid safetensors file, stored through Xet.\n";
-        let weights = upload_xet(state, demo_safetensors()).await?;
+        let weights = upload_xet(state, "model.safetensors", demo_safetensors()).await?;
         let ops = vec![
             regular(state, "config.json", &config)?,
             regular(state, "tokenizer.json", &tokenizer)?,
@@ -230,7 +248,13 @@ pub async fn seed_demo(state: &HubState) -> anyhow::Result<()> {
             path: "data/blobs/images.bin".to_string(),
             entry: blob,
         });
+        ops.push(parquet_op(state).await?);
         commit(state, &dataset, "Add demo dataset", ops).await?;
+    } else if !seeded(state, &dataset, DEMO_PARQUET_PATH)? {
+        // A data dir seeded before the parquet file existed gets it in a commit of its own.
+        tracing::info!("adding {DEMO_PARQUET_PATH} to datasets/{DEMO_DATASET}");
+        let ops = vec![parquet_op(state).await?];
+        commit(state, &dataset, "Add demo parquet file", ops).await?;
     }
     Ok(())
 }
@@ -249,5 +273,12 @@ mod tests {
         let end = header["model.head.bias"]["data_offsets"][1].as_u64().unwrap() as usize;
         assert_eq!(8 + n + end, st.len());
         assert_eq!(demo_bytes(16, 1), demo_bytes(16, 1));
+    }
+
+    #[test]
+    fn parquet_is_embedded_and_small() {
+        assert!(DEMO_PARQUET.len() > 8 && DEMO_PARQUET.len() < 1 << 20);
+        assert_eq!(&DEMO_PARQUET[..4], b"PAR1");
+        assert_eq!(&DEMO_PARQUET[DEMO_PARQUET.len() - 4..], b"PAR1");
     }
 }
