@@ -81,12 +81,24 @@ pub fn run_detached() -> anyhow::Result<()> {
         let _ = stderr.read_to_string(&mut s);
         s
     });
+    // Lines arrive on a channel so that waiting for the pipe's end can be bounded.
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap_or_default()).is_err() {
+                return;
+            }
+        }
+    });
     let mut log = None;
-    for line in BufReader::new(stdout).lines() {
-        let line = line.unwrap_or_default();
+    while let Ok(line) = lines.recv() {
         if let Some(p) = line.strip_prefix("log: ") {
             log = Some(p.to_string());
         } else if line.starts_with("mounted ") {
+            // The child lets go of this pipe right after this line (`detach`): wait for that, so
+            // that when we return it holds nothing of ours. Bounded: the mount is up either way.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while let Ok(_extra) = lines.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {}
             println!("{line} (pid {})", child.id());
             if let Some(p) = log {
                 println!("log: {p}");
@@ -132,13 +144,15 @@ fn redirect(fd: i32) -> std::io::Result<()> {
 }
 
 /// Child side, once the mount is usable and the readiness line is flushed: let go of the
-/// parent's pipes (stdout to /dev/null, stderr to the log file) and ignore SIGHUP.
+/// parent's pipes (stderr to the log file, then stdout to /dev/null) and ignore SIGHUP.
 pub fn detach() {
     if let Err(e) = std::io::stdout().flush() {
         tracing::debug!(error = %e, "flushing stdout before detaching");
     }
-    if let Err(e) = redirect(libc::STDOUT_FILENO) {
-        tracing::warn!(error = %e, "could not detach stdout");
+    // SAFETY: installing SIG_IGN has no preconditions. The session has no terminal, so a SIGHUP can
+    // only come from someone who means it as "reload"; we have nothing to reload.
+    unsafe {
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
     }
     let stderr = match crate::logging::log_file() {
         Some(f) => f.redirect_stderr(),
@@ -147,10 +161,9 @@ pub fn detach() {
     if let Err(e) = stderr {
         tracing::warn!(error = %e, "could not detach stderr");
     }
-    // SAFETY: installing SIG_IGN has no preconditions. The session has no terminal, so a SIGHUP can
-    // only come from someone who means it as "reload"; we have nothing to reload.
-    unsafe {
-        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+    // Last: the parent waits for the end of this pipe, and takes it to mean "detached".
+    if let Err(e) = redirect(libc::STDOUT_FILENO) {
+        tracing::warn!(error = %e, "could not detach stdout");
     }
 }
 

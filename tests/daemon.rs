@@ -165,6 +165,17 @@ fn daemon_outlives_its_parent_hides_the_token_and_answers_python_quietly() {
     assert_eq!(fd(0), Path::new("/dev/null"));
     assert_eq!(fd(1), Path::new("/dev/null"));
     assert_eq!(fd(2), log, "stderr goes to the log file");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let ignored = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .unwrap();
+    assert_eq!(
+        ignored & (1 << (libc::SIGHUP - 1)),
+        1 << (libc::SIGHUP - 1),
+        "SIGHUP is ignored"
+    );
 
     // What Python's open() does to every file (TCGETS), 1,000 times, plus the other calls whose
     // fuser defaults used to log per call.
@@ -390,5 +401,124 @@ fn daemon_log_is_capped_and_rotated_once() {
     let o = cli.run(&["unmount", mnt.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
     wait_gone(pid);
+    rt.block_on(hub.stop());
+}
+
+#[test]
+fn commit_and_sync_publish_what_a_staging_mount_holds() {
+    let (rt, hub) = hub();
+    let cli = Cli::new(hub.endpoint());
+    let c = common::client();
+    let repo = common::Repo::dataset("local/daemon-commit");
+    rt.block_on(common::create_repo_ok(
+        &c,
+        hub.endpoint(),
+        "hf_local_write",
+        &repo,
+        false,
+    ));
+    let mnt = cli.path("w");
+    std::fs::create_dir(&mnt).unwrap();
+    let m = mnt.to_str().unwrap();
+    // A quiet period long enough that nothing is committed by itself during the test.
+    let (pid, _) = daemon_started(&cli.run_env(
+        &[
+            "mount",
+            "--write",
+            "--close",
+            "stage",
+            "--commit-every",
+            "10m",
+            "datasets/local/daemon-commit",
+            m,
+            "--daemon",
+        ],
+        &[("HF_TOKEN", "hf_local_write")],
+    ));
+    let head = || {
+        rt.block_on(common::head_sha(
+            &c,
+            hub.endpoint(),
+            Some("hf_local_write"),
+            &repo,
+            "main",
+        ))
+    };
+    let commits = || -> Vec<Value> {
+        rt.block_on(async {
+            c.get(format!("{}/commits/main", repo.api(hub.endpoint())))
+                .header("authorization", common::bearer("hf_local_write"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap()
+        })
+    };
+    for i in 0..20 {
+        std::fs::write(mnt.join(format!("f{i:02}.txt")), format!("file {i}\n")).unwrap();
+    }
+    let o = cli.run(&["commit", m, "-m", "twenty files at once"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let id = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    assert_eq!(id.len(), 40, "commit prints the commit id: {id:?}");
+    assert_eq!(head(), id, "the Hub's head is the commit hubfs commit printed");
+    let log = commits();
+    assert_eq!(log[0]["title"], "twenty files at once", "{:#}", log[0]);
+    // Nothing pending: no commit.
+    let o = cli.run(&["commit", m]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("nothing to commit"), "{}", text(&o));
+    assert_eq!(head(), id);
+
+    // sync waits until renames, deletions and new files are all on the Hub.
+    std::fs::rename(mnt.join("f00.txt"), mnt.join("renamed.txt")).unwrap();
+    std::fs::remove_file(mnt.join("f01.txt")).unwrap();
+    std::fs::write(mnt.join("late.txt"), b"late\n").unwrap();
+    let o = cli.run(&["sync", m]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("everything is committed"), "{}", text(&o));
+    let st = cli.status(&[]);
+    assert!(st[0]["writable"]["dirty"].as_array().unwrap().is_empty(), "{st:#?}");
+    assert_eq!(st[0]["writable"]["pending_namespace_changes"], 0);
+    let files: Vec<String> = rt.block_on(async {
+        let v: Vec<Value> = c
+            .get(format!("{}/tree/main?recursive=true", repo.api(hub.endpoint())))
+            .header("authorization", common::bearer("hf_local_write"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v.iter().filter_map(|e| e["path"].as_str().map(String::from)).collect()
+    });
+    assert!(
+        files.contains(&"renamed.txt".to_string()) && files.contains(&"late.txt".to_string()),
+        "{files:?}"
+    );
+    assert!(
+        !files.contains(&"f00.txt".to_string()) && !files.contains(&"f01.txt".to_string()),
+        "{files:?}"
+    );
+
+    // Read-only mounts and plain directories are refused in words.
+    let ro = cli.path("ro");
+    std::fs::create_dir(&ro).unwrap();
+    let (ro_pid, _) = daemon_started(&cli.run(&["mount", "demo/tiny-model", ro.to_str().unwrap(), "--daemon"]));
+    for (dir, want) in [
+        (ro.clone(), "read-only"),
+        (cli.path("nope"), "not a running hubfs mount"),
+    ] {
+        let o = cli.run(&["sync", dir.to_str().unwrap()]);
+        assert!(!o.status.success());
+        assert!(text(&o).contains(want), "{}", text(&o));
+    }
+    for (d, p) in [(ro, ro_pid), (mnt, pid)] {
+        let o = cli.run(&["unmount", d.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", text(&o));
+        wait_gone(p);
+    }
     rt.block_on(hub.stop());
 }
