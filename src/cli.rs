@@ -34,6 +34,21 @@ pub enum Command {
         /// The mountpoint (for `mount --nfs --serve-only`, the directory named when it started).
         dir: PathBuf,
     },
+    /// Commit everything a writable mount has pending now (waiting for the Hub's commit rate limit
+    /// if it must, and saying so); prints the commit id.
+    Commit {
+        /// The writable mount.
+        dir: PathBuf,
+        /// Title of this commit (default: the mount's --commit-message).
+        #[arg(short, long)]
+        message: Option<String>,
+    },
+    /// Wait until a writable mount has nothing pending: every closed file, rename and deletion is
+    /// committed. Exits non-zero with the reason if something cannot be committed.
+    Sync {
+        /// The writable mount.
+        dir: PathBuf,
+    },
     /// Show every running hubfs mount of this user (FUSE and NFS, read-only and writable, any cache
     /// dir): repo, commit, mountpoint, log file; for writable mounts also files waiting to be
     /// committed, the last commit and upload errors.
@@ -102,6 +117,12 @@ pub struct SourceArgs {
     /// leaving them staged for the next mount.
     #[arg(long, default_value = "60s", value_parser = parse_duration, requires = "write")]
     pub drain_timeout: Duration,
+    /// With --write: commit in the background at most once per DURATION, everything closed, renamed
+    /// and deleted meanwhile in one commit (e.g. 10m for a job that writes all the time). Default:
+    /// once closes pause for 0.5 s, at most 5 s after the first pending change. `hubfs commit`,
+    /// `hubfs sync`, fsync and unmount commit at once whatever this says.
+    #[arg(long, value_parser = parse_duration, requires = "write")]
+    pub commit_every: Option<Duration>,
 }
 
 impl SourceArgs {
@@ -128,12 +149,17 @@ impl SourceArgs {
         let mut vfs = vfs;
         if self.write {
             let cache = vfs.cache_dir.clone().unwrap_or_else(crate::vfs::default_cache_dir);
-            vfs.write = Some(crate::vfs::WriteOptions {
+            let mut w = crate::vfs::WriteOptions {
                 staging_root: cache.join("staging"),
                 commit_message: self.commit_message.clone(),
                 status_dir: Some(cache.join("mounts")),
                 ..Default::default()
-            });
+            };
+            if let Some(every) = self.commit_every {
+                w.quiet_period = every;
+                w.max_batch_delay = every;
+            }
+            vfs.write = Some(w);
         }
         (client, vfs)
     }
@@ -252,6 +278,15 @@ pub struct LocalHubArgs {
     /// Create the demo repos demo/tiny-model and datasets/demo/tiny-dataset if missing.
     #[arg(long)]
     pub seed_demo: bool,
+    /// Commits accepted per repository (all clients together) in any sliding window of SECONDS,
+    /// like the Hub's "128 per hour"; past it commits get the Hub's 429. 0 for no limit.
+    #[arg(
+        long,
+        value_name = "N/SECONDS",
+        default_value = "128/3600",
+        allow_hyphen_values = true
+    )]
+    pub commit_limit: crate::local_hub::CommitLimit,
     #[command(flatten)]
     pub faults: FaultArgs,
 }
@@ -345,6 +380,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Mount(args) => crate::mount_process::run_mount(args),
         Command::ServeNfs(args) => crate::mount_process::run_serve_nfs(args),
         Command::Unmount { dir } => crate::unmount::run(&dir),
+        Command::Commit { dir, message } => crate::control::run_commit(&dir, message),
+        Command::Sync { dir } => crate::control::run_sync(&dir),
         Command::Status { cache_dir, json } => crate::status::run(cache_dir.as_deref(), json),
         Command::Demo { dir, exit } => crate::demo::run(&dir, exit),
     }
@@ -363,6 +400,7 @@ fn run_local_hub(args: LocalHubArgs) -> anyhow::Result<()> {
         tokens: args.tokens,
         seed_demo: args.seed_demo,
         faults,
+        commit_limit: args.commit_limit,
     };
     let rt = runtime()?;
     rt.block_on(async move {

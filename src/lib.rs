@@ -7,6 +7,7 @@ pub mod buffer_pool;
 pub mod ceiling;
 pub mod chunk_store;
 pub mod cli;
+pub mod control;
 pub mod daemon;
 pub mod demo;
 pub mod fuse;

@@ -100,6 +100,28 @@ fn record(
         } else {
             0
         },
+        control_socket: None,
+    }
+}
+
+/// The control socket of a writable mount (`hubfs commit`, `hubfs sync`), noted in its record.
+fn control(
+    vfs: &std::sync::Arc<crate::vfs::VirtualFs>,
+    rt: &tokio::runtime::Handle,
+    rec: &mut MountRecord,
+) -> Option<crate::control::ControlSocket> {
+    if !vfs.is_writable() {
+        return None;
+    }
+    match crate::control::listen(vfs.clone(), rt) {
+        Ok(sock) => {
+            rec.control_socket = Some(sock.path().display().to_string());
+            Some(sock)
+        }
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "hubfs commit and hubfs sync will not reach this mount");
+            None
+        }
     }
 }
 
@@ -179,7 +201,7 @@ pub fn run_mount(mut args: MountArgs) -> anyhow::Result<()> {
     };
     let rt = runtime()?;
     let mounted = crate::mount::mount(req, &rt)?;
-    let rec = record(
+    let mut rec = record(
         &args.source,
         &mounted.commit,
         absolute(&args.mountpoint).display().to_string(),
@@ -187,6 +209,7 @@ pub fn run_mount(mut args: MountArgs) -> anyhow::Result<()> {
         None,
         &setup,
     );
+    let _control = control(&mounted.vfs, rt.handle(), &mut rec);
     let _registration = crate::registry::register(rec);
     announce(
         format!(

@@ -49,6 +49,9 @@ pub struct MountRecord {
     pub status_file: Option<String>,
     /// How long this mount waits for pending commits when stopped (unmount waits as long).
     pub drain_secs: u64,
+    /// The socket `hubfs commit` and `hubfs sync` talk to (writable mounts).
+    #[serde(default)]
+    pub control_socket: Option<String>,
 }
 
 /// The registry directory (created if missing).
@@ -203,6 +206,7 @@ mod tests {
             cache_dir: "/c".into(),
             status_file: None,
             drain_secs: 0,
+            control_socket: None,
         };
         assert!(alive(&r));
         r.start_time += 1;

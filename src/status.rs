@@ -93,6 +93,9 @@ fn print_writable(m: &StatusReport) {
     if let Some(e) = &m.last_error {
         println!("  last error: {e}");
     }
+    if let Some(t) = &m.rate_limited_until {
+        println!("  rate-limited by the Hub until {t}: commits wait, files stay staged");
+    }
     if m.dirty.is_empty() && m.pending_namespace_changes == 0 {
         println!("  everything is committed");
     }

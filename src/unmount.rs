@@ -72,13 +72,28 @@ fn is_hubfs_fstype(m: &MountEntry) -> bool {
     m.fstype == "fuse.hubfs" || m.source.starts_with("hubfs:")
 }
 
+/// The registry record of the mount at `dir` (as given when it started, or made absolute).
+fn find_record(dir: &Path) -> Option<MountRecord> {
+    let abs = absolute_no_stat(dir).display().to_string();
+    let given = dir.display().to_string();
+    crate::registry::live()
+        .into_iter()
+        .find(|r| r.mountpoint == abs || r.mountpoint == given)
+}
+
+/// The running hubfs mount at `dir`, or an error that says there is none.
+pub fn record_for(dir: &Path) -> anyhow::Result<MountRecord> {
+    find_record(dir).ok_or_else(|| {
+        anyhow::anyhow!(
+            "{} is not a running hubfs mount (`hubfs status` lists them)",
+            dir.display()
+        )
+    })
+}
+
 pub fn run(dir: &Path) -> anyhow::Result<()> {
     let abs = absolute_no_stat(dir);
-    let abs_str = abs.display().to_string();
-    let given = dir.display().to_string();
-    let record = crate::registry::live()
-        .into_iter()
-        .find(|r| r.mountpoint == abs_str || r.mountpoint == given);
+    let record = find_record(dir);
     match (mounted_at(&abs), record) {
         // An NFS mount's server unmounts the kernel mount itself when asked to stop.
         (_, Some(r)) if r.frontend == Frontend::Nfs => stop(&r, dir),

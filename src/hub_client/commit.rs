@@ -173,6 +173,7 @@ impl HubClient {
         let http_req = Request {
             method: Method::POST,
             body: Some(("application/x-ndjson", Bytes::from(body))),
+            long_wait_fails: true,
             ..Request::get(url)
         };
         let reply = self.inner.http.send(&http_req, &ctx).await?;

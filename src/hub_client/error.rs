@@ -24,6 +24,8 @@ pub struct ErrorContext {
     pub message: Option<String>,
     /// Attempts made (1 = no retry); 0 when no request was sent.
     pub attempts: u32,
+    /// The wait a 429/503 asked for (`RateLimit: …;t=SECS` or `Retry-After`).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl ErrorContext {
@@ -155,6 +157,14 @@ impl HubClientError {
         self.ctx().error_code.as_deref()
     }
 
+    /// For a 429: how long the Hub asked us to wait before trying again.
+    pub fn rate_limited_for(&self) -> Option<std::time::Duration> {
+        match self {
+            HubClientError::RateLimited { ctx } => Some(ctx.retry_after.unwrap_or_default()),
+            _ => None,
+        }
+    }
+
     /// The path, repo or revision named by the request does not exist.
     pub fn is_not_found(&self) -> bool {
         matches!(
@@ -230,6 +240,7 @@ mod tests {
             error_code: Some("EntryNotFound".into()),
             message: None,
             attempts: 1,
+            retry_after: None,
         };
         let e = HubClientError::from_status(404, Some("EntryNotFound"), Box::new(ctx));
         assert!(matches!(e, HubClientError::NotFound { .. }));

@@ -59,6 +59,10 @@ pub(crate) struct Request {
     pub redirects: Redirects,
     /// Error statuses handed back as answers instead of errors (416 for ranges).
     pub accept: &'static [u16],
+    /// A 429/503 asking for a wait longer than [`MAX_RETRY_WAIT`] fails at once, the wait recorded
+    /// in the error, instead of being retried early (commits: the Hub's commit limit answers with
+    /// waits of minutes, and each early retry is refused again).
+    pub long_wait_fails: bool,
 }
 
 impl Request {
@@ -71,6 +75,7 @@ impl Request {
             read: BodyRead::Full { cap: 64 << 20 },
             redirects: Redirects::HubOnly,
             accept: &[],
+            long_wait_fails: false,
         }
     }
 }
@@ -155,7 +160,11 @@ impl Http {
                     if !RETRY_STATUSES.contains(&s) {
                         return Err(err);
                     }
-                    (err, retry_hint(&reply.headers))
+                    let wait = retry_hint(&reply.headers);
+                    if req.long_wait_fails && wait.is_some_and(|w| w > MAX_RETRY_WAIT) {
+                        return Err(err);
+                    }
+                    (err, wait)
                 }
                 Err(Failure::Timeout) => {
                     let msg = format!("timed out after {:?}", self.timeout);
@@ -274,6 +283,7 @@ impl Http {
             error_code: code.clone(),
             message,
             attempts,
+            retry_after: retry_hint(&reply.headers),
             ..ctx.clone()
         });
         HubClientError::from_status(status, code.as_deref(), c)

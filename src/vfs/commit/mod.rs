@@ -78,8 +78,8 @@ struct Waiter {
     tx: oneshot::Sender<Reply>,
 }
 
-/// Lock order: `overlay` → (DirtyFile state, a leaf); `waiters` and `status` are leaves and never
-/// held together with the overlay.
+/// Lock order: `overlay` → (DirtyFile state, a leaf); `waiters`, `rate_limited`, `next_title` and
+/// the status fields are leaves and never held together with the overlay.
 pub(crate) struct Writer {
     pub staging: StagingArea,
     pub overlay: Mutex<Overlay>,
@@ -95,6 +95,11 @@ pub(crate) struct Writer {
     held: Mutex<HashSet<u64>>,
     pub mountpoint: Mutex<Option<PathBuf>>,
     repo_id: String,
+    /// The Hub refused a commit with 429 and a wait (its commit rate limit): no commit is sent
+    /// before this instant; the wall-clock time is what `hubfs status` shows.
+    rate_limited: Mutex<Option<(tokio::time::Instant, chrono::DateTime<chrono::Utc>)>>,
+    /// A title for the next commit, set by `hubfs commit -m` (cleared once a commit lands).
+    next_title: Mutex<Option<String>>,
 }
 
 /// `kind/ns/name/branch`, each part made safe as one directory name.
@@ -141,6 +146,8 @@ impl Writer {
             held: Mutex::new(HashSet::new()),
             mountpoint: Mutex::new(None),
             repo_id: repo.to_string(),
+            rate_limited: Mutex::new(None),
+            next_title: Mutex::new(None),
             staging,
         };
         w.recover(subfolder.unwrap_or("").trim_matches('/'))?;
@@ -184,6 +191,52 @@ impl Writer {
             }
         }
         Ok(())
+    }
+
+    /// Records a 429 from the commit endpoint that asked for `wait`.
+    fn set_rate_limited(&self, wait: Duration) {
+        // A 429 without a usable wait still pauses commits briefly rather than retrying at once.
+        let wait = wait.max(Duration::from_secs(1));
+        let until = tokio::time::Instant::now() + wait;
+        let wall = chrono::Utc::now() + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::MAX);
+        tracing::warn!(
+            wait_secs = wait.as_secs(),
+            until = %wall.format("%Y-%m-%d %H:%M:%S UTC"),
+            "the Hub's commit rate limit was reached; commits wait, files stay staged"
+        );
+        *self.rate_limited.lock() = Some((until, wall));
+    }
+
+    /// Until when commits must wait for the Hub's rate limit (`None`: they need not).
+    fn rate_limited_until(&self) -> Option<(tokio::time::Instant, chrono::DateTime<chrono::Utc>)> {
+        let mut g = self.rate_limited.lock();
+        match *g {
+            Some((until, _)) if until > tokio::time::Instant::now() => *g,
+            Some(_) => {
+                *g = None;
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Answers everyone waiting for a commit with the rate limit (they keep their data staged).
+    fn refuse_waiters(&self, wall: chrono::DateTime<chrono::Utc>) {
+        let waiters: Vec<Waiter> = std::mem::take(&mut *self.waiters.lock());
+        if waiters.is_empty() {
+            return;
+        }
+        let e = Arc::new(VfsError::Commit {
+            msg: format!(
+                "the Hub's commit rate limit was reached; commits resume at {} (the file stays staged and is \
+                 committed then)",
+                wall.format("%H:%M:%S UTC")
+            ),
+            errno: libc::EIO,
+        });
+        for wt in waiters {
+            let _ = wt.tx.send(Err(e.clone()));
+        }
     }
 
     /// Whether a background round has something to do.
@@ -242,6 +295,30 @@ impl VirtualFs {
             Ok(r) => r.map_err(VfsError::Shared),
             Err(_) => Err(VfsError::Io("the committer stopped".into())),
         }
+    }
+
+    /// Until when the Hub's commit rate limit holds commits back (UTC), if it does now.
+    pub fn rate_limited_until(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.writer.as_ref()?.rate_limited_until().map(|(_, wall)| wall)
+    }
+
+    /// The title of the next commit instead of `--commit-message` (`hubfs commit -m`).
+    pub fn set_next_commit_title(&self, title: Option<String>) {
+        if let Some(w) = &self.writer {
+            *w.next_title.lock() = title;
+        }
+    }
+
+    /// The last commit this mount made, if any.
+    pub fn last_commit(&self) -> Option<String> {
+        self.writer.as_ref()?.last_commit.lock().clone()
+    }
+
+    /// Changes not on the Hub yet: dirty files plus pending renames and deletions.
+    pub fn pending_changes(&self) -> usize {
+        self.status_report()
+            .map(|r| r.dirty.len() + r.pending_namespace_changes)
+            .unwrap_or(0)
     }
 
     /// Commits what is pending, for at most `limit` (unmount, SIGTERM). Whatever is left stays

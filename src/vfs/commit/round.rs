@@ -40,9 +40,12 @@ impl Writer {
             parts.push(format!("delete {}", list(&deleted)));
         }
         let summary = parts.join("; ");
-        let title = self
-            .opts
-            .commit_message
+        let template = self
+            .next_title
+            .lock()
+            .clone()
+            .unwrap_or_else(|| self.opts.commit_message.clone());
+        let title = template
             .replace("{summary}", &summary)
             .replace("{count}", &ops.len().to_string());
         let mut description = String::new();
@@ -192,12 +195,18 @@ impl VirtualFs {
                 self.settle(w, &batch, &staged, &new_commit).await;
                 *w.last_commit.lock() = Some(new_commit);
                 *w.last_error.lock() = None;
+                *w.next_title.lock() = None;
                 let mut c = w.counters.lock();
                 c.commits += 1;
                 c.files_committed += staged.len() as u64;
                 Ok(true)
             }
             Err(e) => {
+                if let VfsError::Remote(h) = &e
+                    && let Some(wait) = h.rate_limited_for()
+                {
+                    w.set_rate_limited(wait);
+                }
                 self.fail(w, &batch, &e);
                 Err(commit_error(&e))
             }

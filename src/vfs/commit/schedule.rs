@@ -33,6 +33,19 @@ async fn committer_loop(weak: Weak<VirtualFs>, kick: Arc<Notify>) {
         let (urgent, ready, quiet, max_delay) = {
             let Some(vfs) = weak.upgrade() else { return };
             let Some(w) = &vfs.writer else { return };
+            // The Hub asked us to wait (429 with Retry-After): no commit before then, however urgent.
+            // Callers of close()/fsync() waiting for a commit get the reason at once; their files
+            // stay staged. Nothing is sent meanwhile, so no request is refused again.
+            if let Some((until, wall)) = w.rate_limited_until() {
+                w.refuse_waiters(wall);
+                vfs.write_status();
+                drop(vfs);
+                tokio::select! {
+                    _ = tokio::time::sleep_until(until) => {}
+                    _ = &mut notified => {}
+                }
+                continue;
+            }
             (
                 !w.waiters.lock().is_empty(),
                 w.has_ready_work(),
@@ -71,6 +84,10 @@ async fn committer_loop(weak: Weak<VirtualFs>, kick: Arc<Notify>) {
         }
         let Some(vfs) = weak.upgrade() else { return };
         match vfs.round().await {
+            // Rate limited: the wait the Hub asked for replaces the backoff (top of the loop).
+            RoundOutcome::Failed if vfs.writer.as_ref().is_some_and(|w| w.rate_limited_until().is_some()) => {
+                failed = false;
+            }
             RoundOutcome::Failed => {
                 if failed {
                     backoff = (backoff * 2).min(Duration::from_secs(60));

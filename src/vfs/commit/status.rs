@@ -31,6 +31,9 @@ pub struct StatusReport {
     /// Deletions and moves waiting for a commit.
     pub pending_namespace_changes: usize,
     pub staging_dir: String,
+    /// The Hub's commit rate limit was reached: no commit before this time (RFC 3339, UTC).
+    #[serde(default)]
+    pub rate_limited_until: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -90,6 +93,9 @@ impl VirtualFs {
             dirty,
             pending_namespace_changes: ns,
             staging_dir: w.staging.dir().display().to_string(),
+            rate_limited_until: w
+                .rate_limited_until()
+                .map(|(_, wall)| wall.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
         }
     }
 

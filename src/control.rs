@@ -1,0 +1,233 @@
+//! `hubfs commit DIR` and `hubfs sync DIR`: a writable mount listens on a unix socket in the
+//! registry directory (mode 0700, so only its user can connect) and answers two requests, one JSON
+//! line each: `{"op":"commit","message":…}` commits everything pending now, `{"op":"sync"}` waits
+//! until nothing is pending. The answer is JSON lines: `{"waiting_until":…}` while the Hub's commit
+//! rate limit holds commits back, then `{"ok":true,"commit":…}` or `{"ok":false,"error":…}`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::vfs::VirtualFs;
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+enum Request {
+    Commit { message: Option<String> },
+    Sync,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Answer {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ok: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    commit: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    /// The Hub's rate limit holds commits back until then (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waiting_until: Option<String>,
+    /// Nothing was pending (`commit` made no commit).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    nothing_pending: bool,
+}
+
+/// The listening socket; removed when dropped.
+pub struct ControlSocket {
+    path: PathBuf,
+}
+
+impl ControlSocket {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ControlSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Starts answering on `<registry dir>/<pid>.sock` (writable mounts only).
+pub fn listen(vfs: Arc<VirtualFs>, rt: &tokio::runtime::Handle) -> anyhow::Result<ControlSocket> {
+    let path = crate::registry::dir()?.join(format!("{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let listener = {
+        let _g = rt.enter();
+        tokio::net::UnixListener::bind(&path).with_context(|| format!("listening on {}", path.display()))?
+    };
+    rt.spawn(async move {
+        loop {
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    let vfs = vfs.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = serve(vfs, stream).await {
+                            tracing::debug!(error = %e, "control connection");
+                        }
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "control socket stopped accepting");
+                    return;
+                }
+            }
+        }
+    });
+    Ok(ControlSocket { path })
+}
+
+async fn send(w: &mut tokio::net::unix::OwnedWriteHalf, a: &Answer) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(a).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    w.write_all(&line).await
+}
+
+async fn serve(vfs: Arc<VirtualFs>, stream: tokio::net::UnixStream) -> std::io::Result<()> {
+    let (r, mut w) = stream.into_split();
+    let mut line = String::new();
+    BufReader::new(r).read_line(&mut line).await?;
+    let req: Request = match serde_json::from_str(&line) {
+        Ok(r) => r,
+        Err(e) => {
+            let a = Answer {
+                ok: Some(false),
+                error: Some(format!("bad request: {e}")),
+                ..Answer::default()
+            };
+            return send(&mut w, &a).await;
+        }
+    };
+    let sync = matches!(req, Request::Sync);
+    if let Request::Commit { message } = req {
+        if vfs.pending_changes() == 0 {
+            let a = Answer {
+                ok: Some(true),
+                commit: vfs.last_commit(),
+                nothing_pending: true,
+                ..Answer::default()
+            };
+            return send(&mut w, &a).await;
+        }
+        vfs.set_next_commit_title(message);
+    }
+    loop {
+        if let Some(until) = vfs.rate_limited_until() {
+            let a = Answer {
+                waiting_until: Some(until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+                ..Answer::default()
+            };
+            send(&mut w, &a).await?;
+            let wait = (until - chrono::Utc::now()).to_std().unwrap_or_default();
+            tokio::time::sleep(wait + std::time::Duration::from_millis(100)).await;
+            continue;
+        }
+        let r = vfs.sync_all().await;
+        if vfs.rate_limited_until().is_some() {
+            continue;
+        }
+        let a = match r {
+            Err(e) => Answer {
+                ok: Some(false),
+                error: Some(e.to_string()),
+                ..Answer::default()
+            },
+            // `commit` sends what was pending when asked; `sync` goes on until nothing is left
+            // (files written meanwhile, or a round that took only part of the changes), unless a
+            // file cannot be committed (a conflict with the Hub's version): that is its answer.
+            Ok(()) if sync && vfs.pending_changes() > 0 => {
+                let stuck = vfs.status_report().and_then(|r| {
+                    r.dirty
+                        .into_iter()
+                        .find_map(|d| d.error.map(|e| format!("{}: {e}", d.path)))
+                });
+                match stuck {
+                    Some(e) => Answer {
+                        ok: Some(false),
+                        error: Some(e),
+                        ..Answer::default()
+                    },
+                    None => {
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        continue;
+                    }
+                }
+            }
+            Ok(()) => Answer {
+                ok: Some(true),
+                commit: vfs.last_commit(),
+                ..Answer::default()
+            },
+        };
+        return send(&mut w, &a).await;
+    }
+}
+
+/// Client side: sends `req` to the writable mount at `dir` and reports its answer.
+fn request(dir: &Path, req: &Request) -> anyhow::Result<Answer> {
+    use std::io::{BufRead, Write};
+    let rec = crate::unmount::record_for(dir)?;
+    if rec.mode != "writable" {
+        bail!("{} is a read-only mount: there is nothing to commit", dir.display());
+    }
+    let sock = rec.control_socket.as_deref().with_context(|| {
+        format!(
+            "the mount at {} (pid {}) takes no commands (started by an older hubfs?)",
+            dir.display(),
+            rec.pid
+        )
+    })?;
+    let mut s = std::os::unix::net::UnixStream::connect(sock)
+        .with_context(|| format!("connecting to the mount at {} (pid {})", dir.display(), rec.pid))?;
+    let mut line = serde_json::to_vec(req)?;
+    line.push(b'\n');
+    s.write_all(&line)?;
+    for l in std::io::BufReader::new(s).lines() {
+        let a: Answer = serde_json::from_str(&l?).context("the mount's answer")?;
+        if let Some(t) = &a.waiting_until {
+            eprintln!("the Hub's commit rate limit was reached: waiting until {t} …");
+            continue;
+        }
+        return Ok(a);
+    }
+    bail!(
+        "the mount at {} closed the connection without an answer (see its log)",
+        dir.display()
+    )
+}
+
+/// `hubfs commit DIR [-m MESSAGE]`.
+pub fn run_commit(dir: &Path, message: Option<String>) -> anyhow::Result<()> {
+    let a = request(dir, &Request::Commit { message })?;
+    match (a.ok, a.nothing_pending, a.commit, a.error) {
+        (Some(true), true, c, _) => {
+            println!(
+                "nothing to commit{}",
+                c.map(|c| format!(" (last commit {c})")).unwrap_or_default()
+            )
+        }
+        (Some(true), false, Some(c), _) => println!("{c}"),
+        (Some(true), false, None, _) => println!("committed"),
+        (_, _, _, e) => bail!("commit failed: {}", e.unwrap_or_else(|| "no reason given".into())),
+    }
+    Ok(())
+}
+
+/// `hubfs sync DIR`.
+pub fn run_sync(dir: &Path) -> anyhow::Result<()> {
+    let a = request(dir, &Request::Sync)?;
+    match (a.ok, a.commit, a.error) {
+        (Some(true), Some(c), _) => println!("everything is committed (commit {c})"),
+        (Some(true), None, _) => println!("everything is committed"),
+        (_, _, e) => bail!(
+            "not everything could be committed: {} (the files stay staged; `hubfs status` lists them)",
+            e.unwrap_or_else(|| "no reason given".into())
+        ),
+    }
+    Ok(())
+}
