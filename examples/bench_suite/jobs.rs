@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, bail};
-use hubfs::local_hub::{DEFAULT_WRITE_TOKEN, LocalHub};
+use hubfs::local_hub::{CommitLimit, DEFAULT_WRITE_TOKEN, LocalHub};
 
 use crate::fio::{Fio, Job, Target, drop_caches};
 use crate::hub::{self, Profile, ReadRepo};
@@ -94,7 +94,14 @@ pub fn run(args: &Args, rt: &tokio::runtime::Runtime) -> anyhow::Result<Report> 
         bail!("the suite needs root (FUSE mounts, dropping the page cache)");
     }
     let s = &args.sizes;
-    let hub = rt.block_on(LocalHub::start_temp(false))?;
+    // The suite measures the mounts, not the Hub's limits: the full profile writes 10,000 small files
+    // into one repo's root (next to .gitattributes: past the Hub's 10,000 entries per folder) in as
+    // many commits as the mount makes, so it asks the local Hub for no commit budget and no folder
+    // limit.
+    let hub = rt.block_on(LocalHub::start_temp_with(false, |c| {
+        c.commit_limit = CommitLimit::UNLIMITED;
+        c.dir_entry_limit = 0;
+    }))?;
     let ep = hub.endpoint().to_string();
     println!("local Hub at {ep}; seeding the read repo");
     let t = Instant::now();

@@ -220,12 +220,19 @@ pub async fn commit(state: &HubState, req: Req, id: RepoId, rev: String) -> HubR
     let body = read_body(req.body, MAX_API_BODY).await?;
     // One commit at a time per repo, so parentCommit checks and ref moves cannot interleave.
     let _guard = repo.write.lock().await;
+    // The repo's commit budget (the Hub's "128 per hour"), checked and charged under the write lock
+    // so concurrent commits are counted in order; a refused or failed commit is not charged.
+    if let Err(limited) = state.commits.check(&id) {
+        tracing::info!(repo = %id, limit = %limited.limit, retry_after = limited.retry_after, "commit refused: rate limit for repository commits");
+        return Err(HubError::CommitRateLimited(limited));
+    }
     let base = state.store.resolve(&repo, &rev)?;
     let base_commit = state.store.commit(&repo, &base.commit)?;
     let mut creq = parse_commit(state, &body, Some(&base_commit))?;
     creq.author = author;
     creq.create_pr = create_pr;
     let out = state.store.apply_commit(&repo, &rev, creq)?;
+    state.commits.record(&id);
     tracing::info!(repo = %id, rev, commit = %out.commit, "commit landed");
     let mut v = json!({
         "success": true,

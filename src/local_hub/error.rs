@@ -36,6 +36,9 @@ pub enum HubError {
     Internal(String),
     #[error("Upstream CAS error: {0}")]
     Upstream(String),
+    /// The repo's commit budget is spent (see `limits`): 429 with `Retry-After` and `RateLimit`.
+    #[error("{}", .0.message())]
+    CommitRateLimited(super::limits::CommitRateLimited),
 }
 
 impl HubError {
@@ -64,6 +67,7 @@ impl HubError {
             HubError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             HubError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             HubError::Upstream(_) => StatusCode::BAD_GATEWAY,
+            HubError::CommitRateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -117,6 +121,17 @@ impl IntoResponse for HubError {
             && let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}"))
         {
             headers.insert(axum::http::header::CONTENT_RANGE, v);
+        }
+        if let HubError::CommitRateLimited(r) = &self {
+            for (name, value) in [
+                ("retry-after", r.retry_after.to_string()),
+                ("ratelimit", r.ratelimit_header()),
+                ("ratelimit-policy", r.policy_header()),
+            ] {
+                if let Ok(v) = HeaderValue::from_str(&value) {
+                    headers.insert(name, v);
+                }
+            }
         }
         resp
     }

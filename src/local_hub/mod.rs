@@ -12,6 +12,7 @@ pub mod error;
 pub mod faults;
 mod http_util;
 mod lfs;
+pub mod limits;
 pub mod model;
 pub mod names;
 mod resolve;
@@ -24,4 +25,5 @@ mod xet;
 
 pub use auth::{DEFAULT_READ_TOKEN, DEFAULT_WRITE_TOKEN, TokenSpec};
 pub use faults::{ClassStatsSnapshot, FaultSettings, RouteClass};
+pub use limits::{CommitLimit, RepoCommitStats};
 pub use server::{LocalHub, LocalHubConfig};

@@ -32,6 +32,7 @@ pub enum Route {
     LfsVerify { repo: RepoId },
     AdminFaults,
     AdminStats,
+    AdminLimits,
 }
 
 fn join_path(segs: &[String]) -> String {
@@ -50,6 +51,7 @@ pub fn parse(method: &Method, raw_path: &str) -> HubResult<Route> {
     match s.as_slice() {
         ["admin", "faults"] => return Ok(Route::AdminFaults),
         ["admin", "stats"] => return Ok(Route::AdminStats),
+        ["admin", "limits"] => return Ok(Route::AdminLimits),
         ["api", "whoami-v2"] => return Ok(Route::Whoami),
         ["api", "repos", "create"] => return Ok(Route::CreateRepo),
         ["api", "repos", "delete"] => return Ok(Route::DeleteRepo),

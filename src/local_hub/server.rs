@@ -20,6 +20,7 @@ use super::auth::{Auth, Caller, TokenSpec};
 use super::error::{HubError, HubResult};
 use super::faults::{FaultSettings, Faults, RouteClass};
 use super::http_util::{json_response, parse_query, read_body};
+use super::limits::{CommitLimit, RepoCommitStats};
 use super::routes::Route;
 use super::state::{HubState, HubStateParts, random_hex};
 use super::store::{RefKind, Store};
@@ -43,6 +44,13 @@ pub struct LocalHubConfig {
     pub tokens: Vec<TokenSpec>,
     pub seed_demo: bool,
     pub faults: Vec<(RouteClass, FaultSettings)>,
+    /// Accepted commits allowed per repository in a sliding window, all clients together; past it
+    /// the commit endpoint answers 429 as the Hub does. Default: the Hub's free plan, 128 per hour
+    /// ([`CommitLimit::HUB_FREE`]); [`CommitLimit::UNLIMITED`] turns it off.
+    pub commit_limit: CommitLimit,
+    /// Most entries (files and folders) a commit may leave in a directory it adds to; more is
+    /// refused with the Hub's 400. Default: the Hub's 10,000; 0 for no limit.
+    pub dir_entry_limit: usize,
 }
 
 impl LocalHubConfig {
@@ -53,6 +61,8 @@ impl LocalHubConfig {
             tokens: Vec::new(),
             seed_demo: false,
             faults: Vec::new(),
+            commit_limit: CommitLimit::default(),
+            dir_entry_limit: super::limits::MAX_DIR_ENTRIES,
         }
     }
 }
@@ -115,6 +125,7 @@ impl LocalHub {
         std::fs::create_dir_all(&cfg.data_dir)
             .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {e}", cfg.data_dir.display()))?;
         let store = Store::open(&cfg.data_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+        store.set_dir_entry_limit(cfg.dir_entry_limit);
         let faults = Faults::new();
         for (class, s) in &cfg.faults {
             faults.set(*class, s.clone()).map_err(|e| anyhow::anyhow!(e))?;
@@ -167,6 +178,7 @@ impl LocalHub {
             cas_client,
             http,
             secret: load_secret(&cfg.data_dir)?,
+            commit_limit: cfg.commit_limit,
         }));
 
         let with_faults = |r: Router, class: Option<RouteClass>| {
@@ -194,16 +206,26 @@ impl LocalHub {
         if cfg.seed_demo {
             super::seed::seed_demo(&hub.state).await?;
         }
-        tracing::info!(endpoint = %hub.endpoint(), "local hub ready");
+        tracing::info!(endpoint = %hub.endpoint(), commit_limit = %hub.commit_limit(), "local hub ready");
         Ok(hub)
     }
 
     /// A local Hub on a free loopback port with a temporary data dir (removed on drop), default
     /// tokens, no faults. For tests and `hubfs demo`.
     pub async fn start_temp(seed_demo: bool) -> anyhow::Result<LocalHub> {
+        LocalHub::start_temp_with(seed_demo, |_| {}).await
+    }
+
+    /// `start_temp` with the config adjusted first (e.g. `|c| c.commit_limit = CommitLimit::UNLIMITED`
+    /// for a test that commits more than the Hub's 128 per hour to one repo).
+    pub async fn start_temp_with(
+        seed_demo: bool,
+        adjust: impl FnOnce(&mut LocalHubConfig),
+    ) -> anyhow::Result<LocalHub> {
         let dir = tempfile::tempdir()?;
         let mut cfg = LocalHubConfig::new(dir.path());
         cfg.seed_demo = seed_demo;
+        adjust(&mut cfg);
         let mut hub = LocalHub::start(cfg).await?;
         hub._temp = Some(dir);
         Ok(hub)
@@ -243,6 +265,35 @@ impl LocalHub {
         for c in RouteClass::EVERY {
             let _ = self.state.faults.set(c, FaultSettings::default());
         }
+    }
+
+    /// The commit budget per repository now in force.
+    pub fn commit_limit(&self) -> CommitLimit {
+        self.state.commits.limit()
+    }
+
+    /// Changes the commit budget per repository; commits already made keep counting in the window.
+    pub fn set_commit_limit(&self, limit: CommitLimit) {
+        self.state.commits.set_limit(limit);
+    }
+
+    /// Accepted and refused commits per repo (`datasets/ns/name`; models without a prefix).
+    pub fn commit_stats(&self) -> std::collections::BTreeMap<String, RepoCommitStats> {
+        self.state.commits.stats()
+    }
+
+    /// Forgets every repo's commits: a full budget everywhere.
+    pub fn reset_commit_counts(&self) {
+        self.state.commits.reset();
+    }
+
+    /// Most entries a commit may leave in a directory it adds to (0 = no limit).
+    pub fn dir_entry_limit(&self) -> usize {
+        self.state.store.dir_entry_limit()
+    }
+
+    pub fn set_dir_entry_limit(&self, n: usize) {
+        self.state.store.set_dir_entry_limit(n);
     }
 
     pub fn stats(&self, class: RouteClass) -> super::faults::ClassStatsSnapshot {
@@ -327,6 +378,7 @@ async fn dispatch(state: &HubState, req: Request) -> HubResult<Response> {
         Route::LfsVerify { repo } if is(&Method::POST) => lfs::verify(state, req, repo).await,
         Route::AdminFaults => admin_faults(state, req).await,
         Route::AdminStats => admin_stats(state, req).await,
+        Route::AdminLimits => admin_limits(state, req).await,
         _ => Err(HubError::MethodNotAllowed),
     }
 }
@@ -358,6 +410,72 @@ async fn admin_faults(state: &HubState, req: Req) -> HubResult<Response> {
         .collect::<Result<_, serde_json::Error>>()
         .map_err(|e| HubError::Internal(e.to_string()))?;
     Ok(json_response(StatusCode::OK, &v))
+}
+
+/// `GET /admin/limits`: the commit budget (`"commit_limit": "128/3600"`, `"0"` = none), the
+/// entries allowed per directory (`"dir_entry_limit": 10000`, 0 = none) and each repo's commits
+/// (`in_window`, `total`, `refused`, `retry_after`). `POST` with `{"commit_limit": "6/60"}`,
+/// `{"dir_entry_limit": N}` and/or `{"reset_commits": true}` (forgets every repo's commits) changes
+/// those; settings left out keep their value. Needs a write token, as `/admin/faults`.
+async fn admin_limits(state: &HubState, req: Req) -> HubResult<Response> {
+    if !req.caller.as_ref().is_some_and(|c| c.write) {
+        return Err(HubError::Forbidden(
+            "The admin endpoint needs a write token".to_string(),
+        ));
+    }
+    if req.method == Method::POST {
+        let body = read_body(req.body, 1 << 20).await?;
+        let v: serde_json::Map<String, Value> =
+            serde_json::from_slice(&body).map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?;
+        let mut limit = None;
+        let mut entries = None;
+        let mut reset = false;
+        for (k, v) in &v {
+            match (k.as_str(), v) {
+                ("commit_limit", Value::String(s)) => {
+                    limit = Some(
+                        s.parse::<CommitLimit>()
+                            .map_err(|e| HubError::bad_request(format!("Invalid commit_limit: {e}")))?,
+                    );
+                }
+                ("commit_limit", Value::Number(n)) if n.as_u64() == Some(0) => limit = Some(CommitLimit::UNLIMITED),
+                ("dir_entry_limit", Value::Number(n)) => {
+                    let n = n.as_u64().and_then(|n| usize::try_from(n).ok()).ok_or_else(|| {
+                        HubError::bad_request(format!("Invalid dir_entry_limit {n}: a whole number ≥ 0"))
+                    })?;
+                    entries = Some(n);
+                }
+                ("reset_commits", Value::Bool(b)) => reset = *b,
+                _ => {
+                    return Err(HubError::bad_request(format!(
+                        "Unknown or invalid setting {k:?}: use \"commit_limit\": \"N/SECONDS\" (or \"0\"), \"dir_entry_limit\": N and \"reset_commits\": true"
+                    )));
+                }
+            }
+        }
+        if let Some(l) = limit {
+            state.commits.set_limit(l);
+            tracing::info!(commit_limit = %l, "commit limit changed");
+        }
+        if let Some(n) = entries {
+            state.store.set_dir_entry_limit(n);
+            tracing::info!(dir_entry_limit = n, "directory entry limit changed");
+        }
+        if reset {
+            state.commits.reset();
+            tracing::info!("commit counts reset");
+        }
+    } else if req.method != Method::GET {
+        return Err(HubError::MethodNotAllowed);
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        &serde_json::json!({
+            "commit_limit": state.commits.limit(),
+            "dir_entry_limit": state.store.dir_entry_limit(),
+            "repos": state.commits.stats(),
+        }),
+    ))
 }
 
 /// `GET /admin/stats[?reset=1]`: requests, body bytes and injected faults per class.

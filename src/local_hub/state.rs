@@ -11,6 +11,7 @@ use xet_client::cas_client::DirectAccessClient;
 use super::auth::{Auth, Caller, check_read, check_write};
 use super::error::{HubError, HubResult};
 use super::faults::Faults;
+use super::limits::{CommitLimit, CommitLimiter};
 use super::names::RepoId;
 use super::store::{RepoState, Store};
 
@@ -46,6 +47,8 @@ pub struct HubState {
     /// Whether uploads may go through Xet (write tokens, the LFS batch `xet` transfer). Off, the Hub
     /// behaves like one without Xet storage, so clients must use plain LFS.
     pub xet_uploads: std::sync::atomic::AtomicBool,
+    /// The commit budget of every repo (the Hub's "128 commits per hour").
+    pub commits: CommitLimiter,
 }
 
 pub fn unix_now() -> u64 {
@@ -72,6 +75,7 @@ pub struct HubStateParts {
     pub cas_client: Arc<dyn DirectAccessClient>,
     pub http: reqwest::Client,
     pub secret: Vec<u8>,
+    pub commit_limit: CommitLimit,
 }
 
 impl HubState {
@@ -91,6 +95,7 @@ impl HubState {
             cas_grants: Mutex::new(HashMap::new()),
             xet_materialize: tokio::sync::Mutex::new(()),
             xet_uploads: std::sync::atomic::AtomicBool::new(true),
+            commits: CommitLimiter::new(p.commit_limit),
         }
     }
 

@@ -22,6 +22,7 @@ use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
 use super::error::{HubError, HubResult};
+use super::limits;
 use super::model::{Commit, Discussion, FileEntry, Refs, RepoMeta, Snapshot};
 use super::names::{RepoId, RepoType, validate_ref_name};
 
@@ -58,6 +59,8 @@ pub struct Store {
     snapshots: moka::sync::Cache<String, Arc<Snapshot>>,
     bindings: RwLock<HashMap<String, XetBinding>>,
     bindings_file: Mutex<()>,
+    /// Most entries one directory may hold after a commit (the Hub's 10,000); 0 = no limit.
+    dir_entry_limit: std::sync::atomic::AtomicUsize,
     /// Held for a whole repo creation (before `repos`).
     create_lock: Mutex<()>,
 }
@@ -200,12 +203,22 @@ impl Store {
                 .build(),
             bindings: RwLock::new(bindings),
             bindings_file: Mutex::new(()),
+            dir_entry_limit: std::sync::atomic::AtomicUsize::new(limits::MAX_DIR_ENTRIES),
             create_lock: Mutex::new(()),
         })
     }
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Most entries (files and folders) a commit may leave in one directory it adds to; 0 = no limit.
+    pub fn dir_entry_limit(&self) -> usize {
+        self.dir_entry_limit.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn set_dir_entry_limit(&self, n: usize) {
+        self.dir_entry_limit.store(n, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn cas_dir(&self) -> PathBuf {
@@ -477,9 +490,14 @@ impl Store {
         }
         let base = self.commit(repo, &resolved.commit)?;
         let mut files = base.files.clone();
+        // Directories that gain entries, and the paths added (for the Hub's limits below).
+        let mut touched = std::collections::BTreeSet::new();
+        let mut added = Vec::new();
         for op in req.ops {
             match op {
                 Op::Put { path, entry } => {
+                    touched.extend(limits::ancestors(&path).map(str::to_string));
+                    added.push(path.clone());
                     let prefix = format!("{path}/");
                     if files
                         .range(prefix.clone()..)
@@ -518,6 +536,20 @@ impl Store {
                 }
             }
         }
+        // The Hub's pre-receive checks, named by the ref being written.
+        let git_ref = if req.create_pr {
+            format!("refs/pr/{}", repo.refs.read().next_discussion_num())
+        } else {
+            limits::full_ref(resolved.branch.as_deref().unwrap_or_default())
+        };
+        limits::check_regular_sizes(
+            added
+                .iter()
+                .filter_map(|p| files.get_key_value(p))
+                .map(|(p, e)| (p.as_str(), e)),
+            &git_ref,
+        )?;
+        limits::check_dir_entries(&files, &touched, &git_ref, self.dir_entry_limit())?;
         let mut commit = Commit {
             id: String::new(),
             parents: vec![resolved.commit.clone()],
