@@ -9,6 +9,7 @@
 #   5. ci/nfs-smoke.sh (libnfs's nfs-ls / nfs-cat against `hubfs serve-nfs`)
 #      tests/conformance/run.sh (stock huggingface_hub against `hubfs local-hub`, xet and noxet modes)
 #      ci/write-smoke.sh (a writable mount driven by shell tools, checked with huggingface_hub; kill -9)
+#      ci/commit-plan.sh (copies and steady writers into writable mounts against the Hub's commit limit)
 #      tests/workflows/run.sh (`mount --daemon` from shells that exit, then Python loaders, datasets,
 #        pyarrow, sqlite, git, tar, unzip, libnfs on the mounts; `status`, `unmount`; checked on the Hub)
 #      ci/posix.sh (pjdfstest and fsx on a writable mount; installs both with cargo install)
@@ -177,6 +178,8 @@ script_step "nfs smoke (libnfs)" nfs-smoke 0 bash ci/nfs-smoke.sh "$HUBFS_BIN"
 script_step "conformance" conformance 1 env HUBFS_BIN="$HUBFS_BIN" bash tests/conformance/run.sh
 # needs the conformance venv, hence skipped by --quick too
 script_step "write smoke (shell tools + huggingface_hub)" write-smoke 1 bash ci/write-smoke.sh "$HUBFS_BIN" "$VENV_PY"
+# Commit planning against the local Hub's default commit limit (about 2 minutes; needs the venv's python)
+script_step "commit planning (budget, 429, close latency)" commit-plan 1 bash ci/commit-plan.sh "$HUBFS_BIN" "$VENV_PY"
 # needs the conformance venv (numpy, safetensors, pyarrow, pandas, datasets pinned there)
 script_step "workflows (daemon mounts + real programs)" workflows 1 bash tests/workflows/run.sh "$HUBFS_BIN" "$VENV_PY"
 script_step "posix (pjdfstest + fsx)" posix 1 bash ci/posix.sh "$HUBFS_BIN" ${POSIX_LONG:+--long}

@@ -123,6 +123,19 @@ pub struct SourceArgs {
     /// `hubfs sync`, fsync and unmount commit at once whatever this says.
     #[arg(long, value_parser = parse_duration, requires = "write")]
     pub commit_every: Option<Duration>,
+    /// With --write: this mount's share of the repo's commit budget, N/SECONDS (the Hub allows a
+    /// repo 128 commits an hour on the free plan, shared by all its clients). Commits wait for it;
+    /// closes do not. 0: no budget (commit whenever there is work).
+    #[arg(long, default_value = "64/3600", value_parser = parse_budget, requires = "write")]
+    pub commit_budget: BudgetArg,
+}
+
+/// `--commit-budget`: a budget, or none (`0`).
+#[derive(Debug, Clone, Copy)]
+pub struct BudgetArg(pub Option<crate::vfs::BudgetSpec>);
+
+fn parse_budget(s: &str) -> Result<BudgetArg, String> {
+    crate::vfs::BudgetSpec::parse(s).map(BudgetArg)
 }
 
 impl SourceArgs {
@@ -159,6 +172,7 @@ impl SourceArgs {
                 w.quiet_period = every;
                 w.max_batch_delay = every;
             }
+            w.commit_budget = self.commit_budget.0;
             vfs.write = Some(w);
         }
         (client, vfs)
@@ -185,10 +199,13 @@ pub struct MountArgs {
     /// With --nfs: serve only, do not mount (for a kernel without an NFS client, or another host).
     #[arg(long, requires = "nfs")]
     pub serve_only: bool,
-    /// With --write: what close() waits for. `commit` (default): the Hub commit holding the file,
-    /// so close() reports upload errors. `stage`: the file is durable in the local journal and is
-    /// committed with others in the next group commit (bulk copies; fsync still commits at once).
-    #[arg(long, default_value = "commit", value_parser = ["commit", "stage"], requires = "write")]
+    /// With --write: what close() waits for. `upload` (default): the file is durable in the local
+    /// journal and, if the Hub stores it through LFS/Xet (files of 1 MiB and more), its content is
+    /// uploaded, so close() reports upload errors; the commit follows, grouped with others. `commit`:
+    /// the Hub commit holding the file (one commit per close when closes come one by one: mind the
+    /// Hub's 128 commits an hour). `stage`: durable in the local journal only; upload and commit
+    /// follow, grouped. fsync does what `upload` does (`commit` with --close commit).
+    #[arg(long, default_value = "upload", value_parser = ["upload", "commit", "stage"], requires = "write")]
     pub close: String,
 }
 
@@ -287,6 +304,10 @@ pub struct LocalHubArgs {
         allow_hyphen_values = true
     )]
     pub commit_limit: crate::local_hub::CommitLimit,
+    /// Most entries (files and folders) a commit may leave in one folder, like the Hub's 10,000;
+    /// more is refused with the Hub's 400. 0 for no limit.
+    #[arg(long, value_name = "N", default_value_t = crate::local_hub::limits::MAX_DIR_ENTRIES)]
+    pub dir_entry_limit: usize,
     #[command(flatten)]
     pub faults: FaultArgs,
 }
@@ -401,6 +422,7 @@ fn run_local_hub(args: LocalHubArgs) -> anyhow::Result<()> {
         seed_demo: args.seed_demo,
         faults,
         commit_limit: args.commit_limit,
+        dir_entry_limit: args.dir_entry_limit,
     };
     let rt = runtime()?;
     rt.block_on(async move {

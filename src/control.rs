@@ -28,9 +28,12 @@ struct Answer {
     commit: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
-    /// The Hub's rate limit holds commits back until then (RFC 3339).
+    /// Commits are held back until then (RFC 3339): by the Hub's rate limit, or by this mount's
+    /// commit budget (`reason`).
     #[serde(skip_serializing_if = "Option::is_none")]
     waiting_until: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
     /// Nothing was pending (`commit` made no commit).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     nothing_pending: bool,
@@ -120,6 +123,7 @@ async fn serve(vfs: Arc<VirtualFs>, stream: tokio::net::UnixStream) -> std::io::
         if let Some(until) = vfs.rate_limited_until() {
             let a = Answer {
                 waiting_until: Some(until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+                reason: Some("hub".into()),
                 ..Answer::default()
             };
             send(&mut w, &a).await?;
@@ -127,7 +131,28 @@ async fn serve(vfs: Arc<VirtualFs>, stream: tokio::net::UnixStream) -> std::io::
             tokio::time::sleep(wait + std::time::Duration::from_millis(100)).await;
             continue;
         }
-        let r = vfs.sync_all().await;
+        // While the round waits for the mount's commit budget, say until when (once per wait).
+        let round = vfs.sync_all();
+        tokio::pin!(round);
+        let mut told = None;
+        let r = loop {
+            tokio::select! {
+                r = &mut round => break r,
+                _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => {
+                    if let Some(t) = vfs.budget_wait_until()
+                        && told != Some(t)
+                    {
+                        told = Some(t);
+                        let a = Answer {
+                            waiting_until: Some(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+                            reason: Some("budget".into()),
+                            ..Answer::default()
+                        };
+                        send(&mut w, &a).await?;
+                    }
+                }
+            }
+        };
         if vfs.rate_limited_until().is_some() {
             continue;
         }
@@ -190,7 +215,10 @@ fn request(dir: &Path, req: &Request) -> anyhow::Result<Answer> {
     for l in std::io::BufReader::new(s).lines() {
         let a: Answer = serde_json::from_str(&l?).context("the mount's answer")?;
         if let Some(t) = &a.waiting_until {
-            eprintln!("the Hub's commit rate limit was reached: waiting until {t} …");
+            match a.reason.as_deref() {
+                Some("budget") => eprintln!("waiting for the next slot of the mount's commit budget, at {t} …"),
+                _ => eprintln!("the Hub's commit rate limit was reached: waiting until {t} …"),
+            }
             continue;
         }
         return Ok(a);

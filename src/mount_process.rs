@@ -188,7 +188,11 @@ pub fn run_mount(mut args: MountArgs) -> anyhow::Result<()> {
     tune_malloc();
     let (client, mut vfs) = args.source.to_settings();
     if let Some(w) = vfs.write.as_mut() {
-        w.close_waits = args.close == "commit";
+        w.close = match args.close.as_str() {
+            "commit" => crate::vfs::CloseMode::Commit,
+            "stage" => crate::vfs::CloseMode::Stage,
+            _ => crate::vfs::CloseMode::Upload,
+        };
     }
     let drain = args.source.drain_timeout;
     let req = MountRequest {

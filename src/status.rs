@@ -96,6 +96,13 @@ fn print_writable(m: &StatusReport) {
     if let Some(t) = &m.rate_limited_until {
         println!("  rate-limited by the Hub until {t}: commits wait, files stay staged");
     }
+    if let Some(b) = &m.commit_budget {
+        let used = m.commits_in_window.unwrap_or(0);
+        match &m.budget_wait_until {
+            Some(t) => println!("  commit budget {b}: {used} used; the next commit waits until {t}"),
+            None => println!("  commit budget {b}: {used} used"),
+        }
+    }
     if m.dirty.is_empty() && m.pending_namespace_changes == 0 {
         println!("  everything is committed");
     }

@@ -118,6 +118,43 @@ fn line_count(p: &Path) -> usize {
     std::fs::read_to_string(p).map(|s| s.lines().count()).unwrap_or(0)
 }
 
+/// `hubfs unmount DIR` succeeds and returns once the mount's process is gone.
+fn unmount_ok(cli: &Cli, dir: &Path, pid: i32) {
+    let o = cli.run(&["unmount", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "unmount {}: {}", dir.display(), text(&o));
+    wait_gone(pid);
+    assert!(!mounted(dir));
+}
+
+/// A new dataset repo `local/NAME` on the Hub at `ep`.
+fn create_dataset(rt: &tokio::runtime::Runtime, ep: &str, name: &str) -> common::Repo {
+    let repo = common::Repo::dataset(&format!("local/{name}"));
+    rt.block_on(common::create_repo_ok(
+        &common::client(),
+        ep,
+        "hf_local_write",
+        &repo,
+        false,
+    ));
+    repo
+}
+
+/// The bytes of `path` at main, as the Hub serves them.
+fn hub_file(rt: &tokio::runtime::Runtime, ep: &str, repo: &common::Repo, path: &str) -> Vec<u8> {
+    rt.block_on(async {
+        common::client()
+            .get(repo.resolve(ep, "main", path))
+            .header("authorization", common::bearer("hf_local_write"))
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap()
+            .to_vec()
+    })
+}
+
 fn hub() -> (tokio::runtime::Runtime, LocalHub) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -244,15 +281,7 @@ fn daemon_outlives_its_parent_hides_the_token_and_answers_python_quietly() {
 fn status_lists_fuse_writable_and_nfs_mounts_of_three_cache_dirs() {
     let (rt, hub) = hub();
     let cli = Cli::new(hub.endpoint());
-    let c = common::client();
-    let repo = common::Repo::dataset("local/daemon-w");
-    rt.block_on(common::create_repo_ok(
-        &c,
-        hub.endpoint(),
-        "hf_local_write",
-        &repo,
-        false,
-    ));
+    let repo = create_dataset(&rt, hub.endpoint(), "daemon-w");
     let dirs: Vec<PathBuf> = ["ro", "rw", "nfs"].iter().map(|d| cli.path(d)).collect();
     for d in &dirs {
         std::fs::create_dir(d).unwrap();
@@ -318,10 +347,9 @@ fn status_lists_fuse_writable_and_nfs_mounts_of_three_cache_dirs() {
     assert!(n["nfs_addr"].as_str().unwrap().starts_with("127.0.0.1:"));
     assert!(a["writable"].is_null() && n["writable"].is_null());
     assert_eq!(b["writable"]["repo"], "datasets/local/daemon-w", "{b:#}");
-    assert!(
-        b["writable"]["last_commit"].is_string(),
-        "the note was committed at close: {b:#}"
-    );
+    // The default share of the Hub's commit budget; the note itself is committed in the
+    // background (checked on the Hub after unmount).
+    assert_eq!(b["writable"]["commit_budget"], "64/3600s", "{b:#}");
     // --cache-dir narrows the list; the text form names every mount.
     let only = cli.status(&["--cache-dir", &cache("rw")]);
     assert_eq!(only.len(), 1);
@@ -343,24 +371,14 @@ fn status_lists_fuse_writable_and_nfs_mounts_of_three_cache_dirs() {
         assert!(text(&o).contains(want), "{}", text(&o));
     }
     for (d, pid) in dirs.iter().zip([ro, rw, nfs]) {
-        let o = cli.run(&["unmount", &s(d)]);
-        assert!(o.status.success(), "unmount {}: {}", d.display(), text(&o));
-        wait_gone(pid);
-        assert!(!mounted(d));
+        unmount_ok(&cli, d, pid);
     }
     assert!(cli.status(&[]).is_empty());
     // The writable mount's file is on the Hub, byte for byte.
-    let got = rt.block_on(async {
-        c.get(repo.resolve(hub.endpoint(), "main", "note.txt"))
-            .header("authorization", common::bearer("hf_local_write"))
-            .send()
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap()
-    });
-    assert_eq!(&got[..], b"written through a daemon mount\n");
+    assert_eq!(
+        hub_file(&rt, hub.endpoint(), &repo, "note.txt"),
+        b"written through a daemon mount\n"
+    );
     rt.block_on(hub.stop());
 }
 
@@ -398,9 +416,7 @@ fn daemon_log_is_capped_and_rotated_once() {
     );
     assert!(cur <= cap && old <= cap, "log {cur} B, rotated {old} B, cap {cap} B");
     assert!(old > cap / 2, "the rotated file was full: {old} B");
-    let o = cli.run(&["unmount", mnt.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", text(&o));
-    wait_gone(pid);
+    unmount_ok(&cli, &mnt, pid);
     rt.block_on(hub.stop());
 }
 
@@ -409,14 +425,7 @@ fn commit_and_sync_publish_what_a_staging_mount_holds() {
     let (rt, hub) = hub();
     let cli = Cli::new(hub.endpoint());
     let c = common::client();
-    let repo = common::Repo::dataset("local/daemon-commit");
-    rt.block_on(common::create_repo_ok(
-        &c,
-        hub.endpoint(),
-        "hf_local_write",
-        &repo,
-        false,
-    ));
+    let repo = create_dataset(&rt, hub.endpoint(), "daemon-commit");
     let mnt = cli.path("w");
     std::fs::create_dir(&mnt).unwrap();
     let m = mnt.to_str().unwrap();
@@ -516,9 +525,115 @@ fn commit_and_sync_publish_what_a_staging_mount_holds() {
         assert!(text(&o).contains(want), "{}", text(&o));
     }
     for (d, p) in [(ro, ro_pid), (mnt, pid)] {
-        let o = cli.run(&["unmount", d.to_str().unwrap()]);
-        assert!(o.status.success(), "{}", text(&o));
-        wait_gone(p);
+        unmount_ok(&cli, &d, p);
     }
     rt.block_on(hub.stop());
+}
+
+/// The Hub's repo-wide commit limit, as the real Hub answers it (429, Retry-After): hubfs waits it
+/// out without retrying in a loop, says so in `status`, loses nothing to `kill -9` meanwhile, and
+/// `hubfs sync` returns once the files are on the Hub.
+#[test]
+fn the_hubs_commit_rate_limit_is_waited_out_and_nothing_is_lost() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let data = tempfile::tempdir().unwrap();
+    // Two commits per 20 s for every client of a repo together.
+    let hub = rt.block_on(common::spawn_cli(data.path(), &["--commit-limit", "2/20"], &[], None));
+    let cli = Cli::new(&hub.endpoint);
+    let c = common::client();
+    let ep = hub.endpoint.clone();
+    let repo = create_dataset(&rt, &ep, "limited");
+    let admin = |body: &str| -> Value {
+        rt.block_on(async {
+            let mut r = c.get(format!("{ep}/admin/limits"));
+            if !body.is_empty() {
+                r = c.post(format!("{ep}/admin/limits")).body(body.to_string());
+            }
+            r.header("authorization", common::bearer("hf_local_write"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap()
+        })
+    };
+    admin(r#"{"reset_commits": true}"#);
+    let mnt = cli.path("w");
+    std::fs::create_dir(&mnt).unwrap();
+    let m = mnt.to_str().unwrap().to_string();
+    let cache = cli.path("cache").to_str().unwrap().to_string();
+    let mount = || {
+        daemon_started(&cli.run_env(
+            &[
+                "mount",
+                "--write",
+                "datasets/local/limited",
+                &m,
+                "--daemon",
+                "--cache-dir",
+                &cache,
+                // hubfs's own budget off: this test is about the Hub's limit.
+                "--commit-budget",
+                "0",
+            ],
+            &[("HF_TOKEN", "hf_local_write")],
+        ))
+    };
+    let (pid, _) = mount();
+    let writable = |cli: &Cli| cli.status(&[])[0]["writable"].clone();
+    let wait_for = |what: &str, f: &dyn Fn(&Value) -> bool| {
+        let t = Instant::now();
+        loop {
+            let w = writable(&cli);
+            if f(&w) {
+                return w;
+            }
+            assert!(t.elapsed() < Duration::from_secs(30), "{what}: {w:#}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // The mount's commit and another client's spend the repo's two; the mount's next is refused.
+    std::fs::write(mnt.join("a.txt"), "a.txt\n").unwrap();
+    wait_for("a commit", &|w| w["counters"]["commits"] == 1);
+    rt.block_on(common::commit_ok(
+        &c,
+        &ep,
+        "hf_local_write",
+        &repo,
+        &[
+            common::header_line("another client", None),
+            common::file_line("other.txt", b"other\n"),
+        ],
+    ));
+    std::fs::write(mnt.join("c.txt"), "c.txt\n").unwrap();
+    let w = wait_for("rate limited", &|w| w["rate_limited_until"].is_string());
+    assert_eq!(w["dirty"][0]["path"], "c.txt", "{w:#}");
+    let text_status = text(&cli.run(&["status"]));
+    assert!(text_status.contains("rate-limited by the Hub until"), "{text_status}");
+    // No retry in a loop while the Hub says wait: one refused commit after two seconds.
+    std::thread::sleep(Duration::from_secs(2));
+    let refused = |v: &Value| v["repos"]["datasets/local/limited"]["refused"].as_u64().unwrap_or(0);
+    assert_eq!(refused(&admin("")), 1, "{:#}", admin(""));
+
+    // kill -9 during the wait: the journal keeps c.txt; the next mount commits it once the
+    // window opens, and `hubfs sync` returns then.
+    // SAFETY: kill(2) on the daemon this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    wait_gone(pid);
+    let _ = Command::new("umount").arg("-l").arg(&mnt).status();
+    let (pid, _) = mount();
+    let t = Instant::now();
+    let o = cli.run(&["sync", &m]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("everything is committed"), "{}", text(&o));
+    assert!(t.elapsed() < Duration::from_secs(40), "sync took {:?}", t.elapsed());
+    assert_eq!(hub_file(&rt, &ep, &repo, "c.txt"), b"c.txt\n");
+    assert!(refused(&admin("")) <= 3, "bounded refusals: {:#}", admin(""));
+    unmount_ok(&cli, &mnt, pid);
+    rt.block_on(hub.kill9());
 }

@@ -189,7 +189,7 @@ impl Bench {
                 staging_root: self.dirs.path().join(format!("staging-{tag}")),
                 upload_timeout: UPLOAD_TIMEOUT,
                 quiet_period: Duration::from_millis(200),
-                close_waits: true,
+                close: hubfs::vfs::CloseMode::Commit,
                 ..WriteOptions::default()
             }),
             ..VfsOptions::default()
@@ -569,4 +569,97 @@ fn fault_matrix() {
     }
     println!("matrix took {:.1}s", started.elapsed().as_secs_f64());
     assert!(failures.is_empty(), "fault matrix failures:\n{}", failures.join("\n"));
+}
+
+/// The commit step × a 429 that asks for a long wait: the Hub's commit rate limit (the matrix's
+/// own 429 asks for 1 s, which the HTTP layer waits out within the request). close() must fail
+/// at once with EIO instead of retrying into the refusal, the file stays staged, the mount shows
+/// until when it waits, nothing is sent meanwhile, and the file lands once the window opens.
+#[test]
+fn commit_step_under_the_hubs_commit_rate_limit() {
+    let rt = Arc::new(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap(),
+    );
+    let hub = rt.block_on(LocalHub::start_temp(false)).expect("local hub");
+    let bench = Bench {
+        rt: rt.clone(),
+        hub,
+        fault: Fault::Throttle429,
+        seed: 77,
+        dirs: tempfile::tempdir().unwrap(),
+    };
+    let name = "w-commit-limit";
+    let ep = bench.hub.endpoint().to_string();
+    rt.block_on(async {
+        let r = reqwest::Client::new()
+            .post(format!("{ep}/api/repos/create"))
+            .bearer_auth(DEFAULT_WRITE_TOKEN)
+            .json(&json!({"name": name, "organization": "local", "type": "dataset"}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "create {name}: {}", r.status());
+    });
+    let window = 12;
+    bench
+        .hub
+        .set_commit_limit(hubfs::local_hub::CommitLimit::new(1, window).unwrap());
+    let m = bench.mount(&format!("datasets/local/{name}"), true, name);
+    let root = m.mountpoint.clone();
+    // The repo's one commit of the window.
+    assert_eq!(write_and_close(&root.join("warm.txt"), b"warm\n"), (0, 0));
+    let data = pseudo(FILE_LEN, 78);
+    let t = Instant::now();
+    let (rc, errno) = write_and_close(&root.join("data.bin"), &data);
+    let took = t.elapsed();
+    assert_eq!((rc, errno), (-1, libc::EIO), "close under the commit limit");
+    let bound = TIMEOUT + SLACK;
+    assert!(
+        took < bound,
+        "close took {took:?}, bound {bound:?}: no retry into the refusal"
+    );
+    let status = m.vfs.status_report().unwrap();
+    assert!(status.rate_limited_until.is_some(), "{status:?}");
+    assert_eq!(m.vfs.dirty_paths(), vec!["data.bin".to_string()]);
+    let refused = |hub: &LocalHub| {
+        rt.block_on(async {
+            let v: serde_json::Value = reqwest::Client::new()
+                .get(format!("{}/admin/limits", hub.endpoint()))
+                .bearer_auth(DEFAULT_WRITE_TOKEN)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            v["repos"][format!("datasets/local/{name}")]["refused"]
+                .as_u64()
+                .unwrap_or(0)
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(refused(&bench.hub), 1, "nothing is sent while the Hub says wait");
+    // The window opens: the staged file lands, byte for byte.
+    let repo = RepoRef::dataset(&format!("local/{name}")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(window + 15);
+    loop {
+        let files = bench.hub_files(&repo);
+        if files.get("data.bin").is_some_and(|(_, served)| *served == sha(&data)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "data.bin never landed: {:?}", files.keys());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(m.vfs.status_report().unwrap().rate_limited_until.is_none());
+    println!(
+        "commit × 429 with Retry-After ({window} s window): close EIO in {:.2}s, 1 refusal, landed after the window",
+        took.as_secs_f64()
+    );
+    drop(m);
+    let Bench { hub, .. } = bench;
+    rt.block_on(hub.stop());
 }

@@ -76,7 +76,11 @@ impl Env {
                 status_dir: Some(self.cache.path().join("mounts")),
                 upload_timeout: Duration::from_secs(20),
                 quiet_period: Duration::from_millis(200),
-                close_waits,
+                close: if close_waits {
+                    hubfs::vfs::CloseMode::Commit
+                } else {
+                    hubfs::vfs::CloseMode::Stage
+                },
                 ..WriteOptions::default()
             }),
             ..VfsOptions::default()

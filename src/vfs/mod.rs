@@ -25,7 +25,7 @@ use crate::chunk_store::ChunkStore;
 use crate::hub_client::{HubClient, RepoRef};
 use crate::write::staging::DirtyFile;
 use commit::Writer;
-pub use commit::{Counters, DirtyReport, StatusReport, WriteOptions};
+pub use commit::{BudgetSpec, CloseMode, Counters, DirtyReport, StatusReport, UPLOAD_AHEAD_MIN, WriteOptions};
 use error::{VfsError, VfsResult};
 pub use inode::{Ino, ROOT_INO};
 use meta::Listing;

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use super::error::{VfsError, VfsResult};
 use super::read::ReadState;
 use super::remote::FileMeta;
-use super::{Attr, Found, Handle, Ino, Node, VirtualFs, join};
+use super::{Attr, CloseMode, Found, Handle, Ino, Node, VirtualFs, join};
 use crate::write::overlay::{Entry, Overlay};
 use crate::write::staging::DirtyFile;
 
@@ -280,12 +280,17 @@ impl VirtualFs {
     /// close() (FUSE flush; may come several times per open): a handle that can write commits the
     /// file's content and returns the outcome, so close() reports upload errors.
     pub async fn flush(&self, fh: u64) -> VfsResult<()> {
-        self.sync_handle(fh, self.close_waits()).await
+        self.sync_handle(fh, self.close_mode()).await
     }
 
-    /// fsync(): commit now, whatever close() does.
+    /// fsync(): the file durable in the journal and its content uploaded (`--close upload` and
+    /// `stage`: no commit is spent), or committed (`--close commit`).
     pub async fn fsync(&self, fh: u64) -> VfsResult<()> {
-        self.sync_handle(fh, true).await
+        let mode = match self.close_mode() {
+            CloseMode::Commit => CloseMode::Commit,
+            CloseMode::Upload | CloseMode::Stage => CloseMode::Upload,
+        };
+        self.sync_handle(fh, mode).await
     }
 
     /// NFS COMMIT (and stable WRITEs) through a write handle: what fsync does before the network,
@@ -319,18 +324,24 @@ impl VirtualFs {
     }
 
     /// Makes a written file durable and journaled as final (before the network is touched), then
-    /// commits it and waits (`wait`) or leaves it to the next group commit.
-    async fn sync_handle(&self, fh: u64, wait: bool) -> VfsResult<()> {
+    /// commits it and waits (`Commit`), uploads its content (`Upload`), or leaves both to the next
+    /// group commit (`Stage`).
+    async fn sync_handle(&self, fh: u64, mode: CloseMode) -> VfsResult<()> {
         let h = self.handles.lock().get(&fh).cloned();
         let Some(h) = h else { return Ok(()) };
         if let Handle::Local { file, write: true, .. } = h.as_ref()
             && file.is_dirty()
         {
             file.seal()?;
-            if wait {
-                return self.commit_file(file).await;
+            match mode {
+                CloseMode::Commit => return self.commit_file(file).await,
+                CloseMode::Upload => {
+                    let r = self.upload_ahead(file).await;
+                    self.kick();
+                    return r;
+                }
+                CloseMode::Stage => self.kick(),
             }
-            self.kick();
         }
         Ok(())
     }

@@ -175,6 +175,9 @@ struct State {
     /// The journal says closed under the current path: a seal then needs only the data fsync
     /// (NFS COMMITs and stable WRITEs seal a file many times while it is being written).
     sealed: bool,
+    /// This generation's content is already in the Hub's LFS/Xet storage (uploaded at close): the
+    /// commit refers to it without hashing or uploading again.
+    uploaded: Option<Snapshot>,
 }
 
 /// One staged file. Lock order: `st` is a leaf; file I/O happens outside it except where the size
@@ -196,6 +199,8 @@ pub struct Snapshot {
     pub size: u64,
     pub sha256: String,
     pub sample: Vec<u8>,
+    /// The content is already in LFS/Xet storage: commit it as an LFS file, no preupload.
+    pub uploaded: bool,
 }
 
 impl DirtyFile {
@@ -216,6 +221,7 @@ impl DirtyFile {
                 error: None,
                 discarded: false,
                 sealed: false,
+                uploaded: None,
             }),
             journal: Mutex::new(()),
         }
@@ -422,10 +428,25 @@ impl DirtyFile {
         Ok(())
     }
 
-    /// Size, sha256 and the preupload sample of the current content, read from disk.
+    /// Records that `snap` (a snapshot of this file) is stored in LFS/Xet.
+    pub fn set_uploaded(&self, snap: &Snapshot) {
+        let mut s = self.st.lock();
+        if s.generation == snap.generation {
+            s.uploaded = Some(Snapshot {
+                uploaded: true,
+                ..snap.clone()
+            });
+        }
+    }
+
+    /// Size, sha256 and the preupload sample of the current content, read from disk (or the
+    /// snapshot taken when this content was uploaded, if nothing changed since).
     pub fn snapshot(&self) -> std::io::Result<Snapshot> {
         let (generation, size) = {
             let s = self.st.lock();
+            if let Some(u) = s.uploaded.as_ref().filter(|u| u.generation == s.generation) {
+                return Ok(u.clone());
+            }
             (s.generation, s.size)
         };
         let mut f = File::open(&self.data_path)?;
@@ -455,6 +476,7 @@ impl DirtyFile {
             size,
             sha256: hex::encode(hasher.finalize()),
             sample,
+            uploaded: false,
         })
     }
 

@@ -98,10 +98,57 @@ impl Uploader {
         })
     }
 
+    /// Uploads one closed file's content now if the Hub stores it through LFS/Xet, so that the
+    /// commit that follows only refers to it. Returns whether it is an LFS file (false: it goes
+    /// inline in the commit, nothing to upload ahead).
+    pub async fn upload_ahead(&self, f: &Staged) -> Result<bool, UploadError> {
+        let offer = [PreuploadFile {
+            path: f.repo_path.clone(),
+            size: f.snap.size,
+            sample: f.snap.sample.clone(),
+        }];
+        let mode = self.client.preupload(&self.repo, &self.branch, &offer).await?;
+        let Some(m) = mode.into_iter().find(|m| m.path == f.repo_path) else {
+            return Ok(false);
+        };
+        if !m.lfs || f.snap.size == 0 {
+            return Ok(false);
+        }
+        if m.remote_oid.as_deref() != Some(f.snap.sha256.as_str()) {
+            let limit = self.base_timeout + Duration::from_secs(f.snap.size / MIN_UPLOAD_RATE);
+            match tokio::time::timeout(limit, self.upload(&[f])).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    if matches!(e, UploadError::Xet(_)) {
+                        self.renew_session();
+                    }
+                    return Err(e);
+                }
+                Err(_) => {
+                    self.renew_session();
+                    return Err(UploadError::Timeout(limit));
+                }
+            }
+        }
+        self.stats.files.fetch_add(1, Ordering::Relaxed);
+        self.stats.bytes_in.fetch_add(f.snap.size, Ordering::Relaxed);
+        Ok(true)
+    }
+
     /// Commit operations for `files`: inline or LFS as the Hub says, LFS content uploaded first.
+    /// Files uploaded ahead (at close) become LFS operations without asking the Hub again.
     pub async fn prepare(&self, files: &[Staged]) -> Result<Vec<CommitOp>, UploadError> {
+        let (ahead, files): (Vec<&Staged>, Vec<&Staged>) = files.iter().partition(|f| f.snap.uploaded);
+        let mut ops: Vec<CommitOp> = ahead
+            .iter()
+            .map(|f| CommitOp::Lfs {
+                path: f.repo_path.clone(),
+                sha256: f.snap.sha256.clone(),
+                size: f.snap.size,
+            })
+            .collect();
         if files.is_empty() {
-            return Ok(Vec::new());
+            return Ok(ops);
         }
         let offer: Vec<PreuploadFile> = files
             .iter()
@@ -118,7 +165,7 @@ impl Uploader {
             .into_iter()
             .map(|m| (m.path, (m.lfs, m.remote_oid)))
             .collect();
-        let mut ops = Vec::with_capacity(files.len());
+        ops.reserve(files.len());
         let mut to_upload: Vec<&Staged> = Vec::new();
         for f in files {
             let (lfs, remote_oid) = modes.get(&f.repo_path).cloned().unwrap_or((false, None));

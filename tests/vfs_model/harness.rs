@@ -107,7 +107,7 @@ impl World {
                 upload_timeout: Duration::from_secs(30),
                 quiet_period: Duration::from_millis(100),
                 max_batch_delay: Duration::from_millis(500),
-                close_waits: true,
+                close: hubfs::vfs::CloseMode::Commit,
                 ..WriteOptions::default()
             }),
             ..VfsOptions::default()

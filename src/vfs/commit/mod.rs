@@ -15,6 +15,7 @@
 //! work and waits for it; `round` is one commit round, `schedule` decides when rounds run, and
 //! `status` is what `hubfs status` shows.
 
+mod budget;
 mod round;
 mod schedule;
 mod status;
@@ -33,6 +34,7 @@ use crate::hub_client::{HubClient, RepoRef};
 use crate::write::overlay::{Entry, Overlay};
 use crate::write::staging::{DirtyFile, Phase, StagingArea};
 use crate::write::upload::Uploader;
+pub use budget::BudgetSpec;
 pub use status::{Counters, DirtyReport, StatusReport};
 
 /// Settings of a writable mount.
@@ -50,10 +52,28 @@ pub struct WriteOptions {
     pub max_batch_delay: Duration,
     /// Where this mount writes its status file for `hubfs status` (`None`: no file).
     pub status_dir: Option<PathBuf>,
-    /// close() waits for the commit (true), or returns once the content is durable in the local
-    /// journal and leaves the commit to the next group round (false: bulk copies, few commits).
-    pub close_waits: bool,
+    /// What close() (and fsync) wait for.
+    pub close: CloseMode,
+    /// This mount's share of the repo's commit budget (`None`: commit whenever there is work).
+    pub commit_budget: Option<BudgetSpec>,
 }
+
+/// What close() waits for on a writable mount (`--close`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseMode {
+    /// The Hub commit holding the file (close reports commit errors; spends a commit per close
+    /// when closes come one by one). fsync commits too.
+    Commit,
+    /// The file is durable in the local journal and, if the Hub stores it through LFS/Xet, its
+    /// content is uploaded; the commit follows, grouped with others. fsync does the same.
+    Upload,
+    /// The file is durable in the local journal; upload and commit follow, grouped.
+    Stage,
+}
+
+/// Files at least this large are uploaded at close (`CloseMode::Upload`); smaller ones are mostly
+/// sent inline in the commit, and one preupload call for the whole commit decides for them.
+pub const UPLOAD_AHEAD_MIN: u64 = 1 << 20;
 
 impl Default for WriteOptions {
     fn default() -> Self {
@@ -64,7 +84,8 @@ impl Default for WriteOptions {
             quiet_period: Duration::from_millis(500),
             max_batch_delay: Duration::from_secs(5),
             status_dir: None,
-            close_waits: true,
+            close: CloseMode::Commit,
+            commit_budget: None,
         }
     }
 }
@@ -78,8 +99,8 @@ struct Waiter {
     tx: oneshot::Sender<Reply>,
 }
 
-/// Lock order: `overlay` → (DirtyFile state, a leaf); `waiters`, `rate_limited`, `next_title` and
-/// the status fields are leaves and never held together with the overlay.
+/// Lock order: `overlay` → (DirtyFile state, a leaf); `waiters`, `rate_limited`, `next_title`,
+/// `budget`, `budget_wait` and the status fields are leaves and never held together with the overlay.
 pub(crate) struct Writer {
     pub staging: StagingArea,
     pub overlay: Mutex<Overlay>,
@@ -100,6 +121,13 @@ pub(crate) struct Writer {
     rate_limited: Mutex<Option<(tokio::time::Instant, chrono::DateTime<chrono::Utc>)>>,
     /// A title for the next commit, set by `hubfs commit -m` (cleared once a commit lands).
     next_title: Mutex<Option<String>>,
+    /// Spent by every commit; rounds wait for it (see `budget`).
+    budget: Mutex<Option<budget::CommitBudget>>,
+    /// When the committer waits for the budget: until when (for `hubfs status`).
+    budget_wait: Mutex<Option<chrono::DateTime<chrono::Utc>>>,
+    /// Stopping (unmount, SIGTERM): what is left is committed without waiting for the mount's
+    /// budget (the Hub's own limit still applies), so that an unmount leaves nothing staged.
+    draining: std::sync::atomic::AtomicBool,
 }
 
 /// `kind/ns/name/branch`, each part made safe as one directory name.
@@ -148,6 +176,12 @@ impl Writer {
             repo_id: repo.to_string(),
             rate_limited: Mutex::new(None),
             next_title: Mutex::new(None),
+            budget: Mutex::new(
+                opts.commit_budget
+                    .map(|b| budget::CommitBudget::new(b, tokio::time::Instant::now())),
+            ),
+            budget_wait: Mutex::new(None),
+            draining: std::sync::atomic::AtomicBool::new(false),
             staging,
         };
         w.recover(subfolder.unwrap_or("").trim_matches('/'))?;
@@ -302,6 +336,13 @@ impl VirtualFs {
         self.writer.as_ref()?.rate_limited_until().map(|(_, wall)| wall)
     }
 
+    /// Until when the next commit waits for this mount's commit budget (UTC), if it does now.
+    pub fn budget_wait_until(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        let w = self.writer.as_ref()?;
+        let t = (*w.budget_wait.lock())?;
+        (t > chrono::Utc::now()).then_some(t)
+    }
+
     /// The title of the next commit instead of `--commit-message` (`hubfs commit -m`).
     pub fn set_next_commit_title(&self, title: Option<String>) {
         if let Some(w) = &self.writer {
@@ -325,6 +366,7 @@ impl VirtualFs {
     /// staged for the next mount. Returns the number of files still dirty.
     pub async fn drain(&self, limit: Duration) -> usize {
         let Some(w) = &self.writer else { return 0 };
+        w.draining.store(true, std::sync::atomic::Ordering::Relaxed);
         let deadline = Instant::now() + limit;
         while w.has_ready_work() && Instant::now() < deadline {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -353,9 +395,49 @@ impl VirtualFs {
         }
     }
 
-    /// Whether close() waits for the commit.
-    pub(crate) fn close_waits(&self) -> bool {
-        self.writer.as_ref().is_some_and(|w| w.opts.close_waits)
+    /// What close() waits for.
+    pub(crate) fn close_mode(&self) -> CloseMode {
+        self.writer.as_ref().map_or(CloseMode::Commit, |w| w.opts.close)
+    }
+
+    /// `CloseMode::Upload`: uploads `file`'s content now if it is large enough to be an LFS file
+    /// (see [`UPLOAD_AHEAD_MIN`]), so that the commit only refers to it. An upload error is the
+    /// caller's error; the file stays staged and the commit round uploads it again.
+    pub(crate) async fn upload_ahead(&self, file: &Arc<DirtyFile>) -> VfsResult<()> {
+        let Some(w) = &self.writer else {
+            return Err(VfsError::ReadOnly);
+        };
+        if file.size() < UPLOAD_AHEAD_MIN || !file.is_dirty() {
+            return Ok(());
+        }
+        let f = file.clone();
+        let snap = tokio::task::spawn_blocking(move || f.snapshot())
+            .await
+            .map_err(|e| VfsError::Io(e.to_string()))??;
+        if snap.uploaded {
+            return Ok(());
+        }
+        let staged = crate::write::upload::Staged {
+            repo_path: file.repo_path(),
+            file: file.clone(),
+            snap,
+        };
+        match w.uploader.upload_ahead(&staged).await {
+            Ok(true) => {
+                file.set_uploaded(&staged.snap);
+                Ok(())
+            }
+            Ok(false) => Ok(()),
+            Err(e) => {
+                let e = match e {
+                    crate::write::upload::UploadError::Hub(h) => VfsError::Remote(h),
+                    other => VfsError::Upload(other.to_string()),
+                };
+                tracing::warn!(path = %file.repo_path(), error = %e, "upload at close failed; the file stays staged");
+                file.set_error(Some(e.to_string()));
+                Err(round::commit_error(&e))
+            }
+        }
     }
 
     /// A write handle closed: commit in the background whatever its flush did not.

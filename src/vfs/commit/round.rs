@@ -67,8 +67,30 @@ struct Batch {
     gones: Vec<String>,
 }
 
+/// Changes one commit carries at most; the rest wait for the next round (which follows at once if
+/// the budget allows). The Hub recommends fewer than 100 files per commit for plain files, but a
+/// mount also has the Hub's commit rate limit to respect; a `cp -r` of thousands of small files in
+/// commits of this size stays within both reasonably (2,000 files: four commits).
+pub const MAX_CHANGES_PER_COMMIT: usize = 500;
+
+impl Batch {
+    /// Keeps at most `n` changes: deletions first (they make room: a file may take the name of a
+    /// directory whose last file is deleted), then moves, then files. Each part is cut in path
+    /// order, so a directory's files tend to travel together.
+    fn limit(&mut self, n: usize) {
+        self.gones.sort();
+        self.gones.truncate(n);
+        let left = n - self.gones.len();
+        self.moves.sort_by(|a, b| a.0.cmp(&b.0));
+        self.moves.truncate(left);
+        let left = left - self.moves.len();
+        self.uploads.sort_by(|a, b| a.0.cmp(&b.0));
+        self.uploads.truncate(left);
+    }
+}
+
 /// A commit failure as the errno a caller of close() can act on.
-fn commit_error(e: &VfsError) -> VfsError {
+pub(super) fn commit_error(e: &VfsError) -> VfsError {
     let errno = match e {
         VfsError::Remote(HubClientError::Unauthorized { .. } | HubClientError::Forbidden { .. }) => libc::EACCES,
         VfsError::Remote(HubClientError::BadInput { ctx }) if ctx.status == Some(413) => libc::ENOSPC,
@@ -173,6 +195,7 @@ impl VirtualFs {
         if batch.uploads.is_empty() && batch.moves.is_empty() && batch.gones.is_empty() {
             return Ok(false);
         }
+        batch.limit(MAX_CHANGES_PER_COMMIT);
         let base = self.commit().await?;
         let (ops, staged) = match self.build_ops(w, &base, &batch).await {
             Ok(x) => x,
@@ -196,6 +219,9 @@ impl VirtualFs {
                 *w.last_commit.lock() = Some(new_commit);
                 *w.last_error.lock() = None;
                 *w.next_title.lock() = None;
+                if let Some(b) = w.budget.lock().as_mut() {
+                    b.spend(tokio::time::Instant::now());
+                }
                 let mut c = w.counters.lock();
                 c.commits += 1;
                 c.files_committed += staged.len() as u64;

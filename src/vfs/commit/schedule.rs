@@ -4,6 +4,8 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use super::Writer;
+
 use tokio::sync::Notify;
 
 use super::round::RoundOutcome;
@@ -82,6 +84,33 @@ async fn committer_loop(weak: Weak<VirtualFs>, kick: Arc<Notify>) {
                 }
             }
         }
+        // The mount's commit budget: wait for a slot. Closes meanwhile join this round. A kick
+        // re-checks (a drain at unmount does not wait for the budget).
+        loop {
+            let woken = kick.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let slot = match weak.upgrade() {
+                Some(v) => {
+                    let slot = v.writer.as_ref().and_then(|w| w.budget_slot());
+                    match slot {
+                        Some(_) => v.write_status(),
+                        None => {
+                            if let Some(w) = &v.writer {
+                                *w.budget_wait.lock() = None;
+                            }
+                        }
+                    }
+                    slot
+                }
+                None => return,
+            };
+            let Some(at) = slot else { break };
+            tokio::select! {
+                _ = tokio::time::sleep_until(at) => {}
+                _ = &mut woken => {}
+            }
+        }
         let Some(vfs) = weak.upgrade() else { return };
         match vfs.round().await {
             // Rate limited: the wait the Hub asked for replaces the backoff (top of the loop).
@@ -105,5 +134,26 @@ async fn committer_loop(weak: Weak<VirtualFs>, kick: Arc<Notify>) {
                 notified.await;
             }
         }
+    }
+}
+
+impl Writer {
+    /// When the budget lets the next commit go, if that is later than now; noted for `status`.
+    fn budget_slot(&self) -> Option<tokio::time::Instant> {
+        if self.draining.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        let now = tokio::time::Instant::now();
+        let at = self.budget.lock().as_mut()?.next_slot(now);
+        if at <= now {
+            return None;
+        }
+        let wall = chrono::Utc::now() + chrono::Duration::from_std(at - now).unwrap_or(chrono::Duration::zero());
+        *self.budget_wait.lock() = Some(wall);
+        tracing::debug!(
+            wait_ms = (at - now).as_millis() as u64,
+            "commit waits for the mount's commit budget"
+        );
+        Some(at)
     }
 }

@@ -34,6 +34,15 @@ pub struct StatusReport {
     /// The Hub's commit rate limit was reached: no commit before this time (RFC 3339, UTC).
     #[serde(default)]
     pub rate_limited_until: Option<String>,
+    /// This mount's commit budget (`N/SECONDS`), if it has one.
+    #[serde(default)]
+    pub commit_budget: Option<String>,
+    /// Commits this mount made within the budget's window.
+    #[serde(default)]
+    pub commits_in_window: Option<usize>,
+    /// The next commit waits for the budget until then (RFC 3339, UTC).
+    #[serde(default)]
+    pub budget_wait_until: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -77,6 +86,12 @@ impl VirtualFs {
             }
         }
         dirty.sort_by(|a, b| a.path.cmp(&b.path));
+        // One statement per lock: a guard taken inside the struct literal below would live until
+        // its end, and a second `lock()` there would deadlock.
+        let (commit_budget, commits_in_window) = match w.budget.lock().as_mut() {
+            Some(b) => (Some(b.spec().to_string()), Some(b.used(tokio::time::Instant::now()))),
+            None => (None, None),
+        };
         StatusReport {
             pid: std::process::id(),
             repo: w.repo_id.clone(),
@@ -96,6 +111,13 @@ impl VirtualFs {
             rate_limited_until: w
                 .rate_limited_until()
                 .map(|(_, wall)| wall.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+            commit_budget,
+            commits_in_window,
+            budget_wait_until: w
+                .budget_wait
+                .lock()
+                .filter(|t| *t > chrono::Utc::now())
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
         }
     }
 

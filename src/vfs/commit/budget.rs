@@ -1,0 +1,200 @@
+//! The commit budget of a writable mount: how many commits it may make per time window.
+//!
+//! The Hub allows a repository a fixed number of commits per hour (128 on the free plan), shared by
+//! every client of the repo. A mount takes a share of that (`--commit-budget`, default 64 an hour:
+//! half, leaving the rest to other clients) and spends it in two ways at once:
+//! - a token bucket refilled at `limit / window`, holding at most `burst` tokens: an idle mount
+//!   commits a lone close at once, a steady writer commits at most once per `window / limit`;
+//! - a sliding log of its own commit times: never more than `limit` commits in any `window`,
+//!   whatever the bucket says (the Hub counts the same way).
+//!
+//! Commits wait for the budget; closes do not (with `--close upload` or `stage`), so what is closed
+//! meanwhile joins the next commit.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// `N/WINDOW`: at most N commits per WINDOW (`None`: no budget).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetSpec {
+    pub limit: u32,
+    pub window: Duration,
+}
+
+impl BudgetSpec {
+    /// `64/3600`, `64/1h`, `3/60s`; `0` means no budget (`None`).
+    pub fn parse(s: &str) -> Result<Option<BudgetSpec>, String> {
+        let s = s.trim();
+        if s == "0" {
+            return Ok(None);
+        }
+        let bad = || format!("{s:?} is not a commit budget: write N/SECONDS (e.g. 64/3600, 64/1h) or 0 for none");
+        let (n, w) = s.split_once('/').ok_or_else(bad)?;
+        let limit: u32 = n.trim().parse().map_err(|_| bad())?;
+        let w = w.trim();
+        let window = if w.chars().all(|c| c.is_ascii_digit()) {
+            Duration::from_secs(w.parse().map_err(|_| bad())?)
+        } else {
+            crate::cli::parse_duration(w).map_err(|_| bad())?
+        };
+        if limit == 0 {
+            return Ok(None);
+        }
+        if window.is_zero() {
+            return Err(bad());
+        }
+        Ok(Some(BudgetSpec { limit, window }))
+    }
+
+    /// Tokens an idle mount may spend at once: an eighth of the budget, between 1 and 8.
+    pub fn burst(&self) -> u32 {
+        self.limit.div_ceil(8).clamp(1, 8)
+    }
+}
+
+impl std::fmt::Display for BudgetSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}s", self.limit, self.window.as_secs())
+    }
+}
+
+/// The budget's state. Times are tokio instants, so tests can run them on a paused clock.
+#[derive(Debug)]
+pub struct CommitBudget {
+    spec: BudgetSpec,
+    tokens: f64,
+    refilled: Instant,
+    /// When this mount's commits within the last window were made, oldest first.
+    log: VecDeque<Instant>,
+}
+
+impl CommitBudget {
+    pub fn new(spec: BudgetSpec, now: Instant) -> CommitBudget {
+        CommitBudget {
+            spec,
+            tokens: spec.burst() as f64,
+            refilled: now,
+            log: VecDeque::new(),
+        }
+    }
+
+    pub fn spec(&self) -> BudgetSpec {
+        self.spec
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let rate = self.spec.limit as f64 / self.spec.window.as_secs_f64();
+        let dt = now.saturating_duration_since(self.refilled).as_secs_f64();
+        self.tokens = (self.tokens + dt * rate).min(self.spec.burst() as f64);
+        self.refilled = now;
+        while self
+            .log
+            .front()
+            .is_some_and(|t| now.saturating_duration_since(*t) >= self.spec.window)
+        {
+            self.log.pop_front();
+        }
+    }
+
+    /// When the next commit may be made: `now` if it may be made now.
+    pub fn next_slot(&mut self, now: Instant) -> Instant {
+        self.refill(now);
+        let by_tokens = if self.tokens >= 1.0 {
+            now
+        } else {
+            let rate = self.spec.limit as f64 / self.spec.window.as_secs_f64();
+            now + Duration::from_secs_f64((1.0 - self.tokens) / rate)
+        };
+        let by_log = if (self.log.len() as u32) < self.spec.limit {
+            now
+        } else {
+            self.log.front().map_or(now, |t| *t + self.spec.window)
+        };
+        by_tokens.max(by_log)
+    }
+
+    /// A commit was made at `now`.
+    pub fn spend(&mut self, now: Instant) {
+        self.refill(now);
+        self.tokens = (self.tokens - 1.0).max(0.0);
+        self.log.push_back(now);
+    }
+
+    /// Commits made within the last window.
+    pub fn used(&mut self, now: Instant) -> usize {
+        self.refill(now);
+        self.log.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(s: &str) -> BudgetSpec {
+        BudgetSpec::parse(s).unwrap().unwrap()
+    }
+
+    #[test]
+    fn parses_budgets_and_refuses_nonsense() {
+        assert_eq!(spec("64/3600").window, Duration::from_secs(3600));
+        assert_eq!(spec("64/1h"), spec("64/3600"));
+        assert_eq!(spec("3/60s").limit, 3);
+        assert_eq!(BudgetSpec::parse("0").unwrap(), None);
+        assert_eq!(BudgetSpec::parse("0/60").unwrap(), None);
+        for bad in ["abc", "5", "5/0", "-1/60", "5/x"] {
+            assert!(BudgetSpec::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(spec("64/3600").burst(), 8);
+        assert_eq!(spec("3/60").burst(), 1);
+        assert_eq!(spec("1000/3600").burst(), 8);
+    }
+
+    #[test]
+    fn an_idle_mount_commits_at_once_then_spaces_commits() {
+        let t0 = Instant::now();
+        let mut b = CommitBudget::new(spec("64/3600"), t0);
+        // The burst: eight commits at once.
+        for _ in 0..8 {
+            assert_eq!(b.next_slot(t0), t0);
+            b.spend(t0);
+        }
+        // Then one per window/limit (56.25 s).
+        let next = b.next_slot(t0);
+        assert!((next - t0).as_secs_f64() > 56.0 && (next - t0).as_secs_f64() < 56.5);
+        b.spend(next);
+        let after = b.next_slot(next);
+        assert!((after - next).as_secs_f64() > 56.0);
+    }
+
+    #[test]
+    fn never_more_than_the_limit_in_any_window() {
+        let t0 = Instant::now();
+        let mut b = CommitBudget::new(spec("6/60"), t0);
+        let mut now = t0;
+        let mut made = Vec::new();
+        // A writer that wants a commit every 100 ms for five minutes.
+        while now < t0 + Duration::from_secs(300) {
+            let slot = b.next_slot(now);
+            if slot <= now {
+                b.spend(now);
+                made.push(now);
+            }
+            now += Duration::from_millis(100);
+        }
+        for (i, t) in made.iter().enumerate() {
+            let in_window = made[i..]
+                .iter()
+                .take_while(|u| **u < *t + Duration::from_secs(60))
+                .count();
+            assert!(in_window <= 6, "{in_window} commits in the minute from commit {i}");
+        }
+        assert!(
+            made.len() <= 30 && made.len() >= 25,
+            "{} commits in 5 minutes",
+            made.len()
+        );
+    }
+}
