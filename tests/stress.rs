@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hubfs::hub_client::{HubClient, HubClientConfig, RepoRef, TreeEntry};
-use hubfs::local_hub::{CommitLimit, DEFAULT_WRITE_TOKEN, LocalHub};
+use hubfs::local_hub::{DEFAULT_WRITE_TOKEN, LocalHub};
 use hubfs::mount::{MountRequest, mount};
-use hubfs::vfs::{VfsOptions, WriteOptions};
+use hubfs::vfs::{BudgetSpec, CloseMode, VfsOptions, WriteOptions};
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -364,14 +364,11 @@ fn thirty_two_threads_on_one_writable_mount() {
         .enable_all()
         .build()
         .unwrap();
-    // 32 writers commit to one repo for HUBFS_STRESS_SECS: about 130 commits in the default 20 s,
-    // past the Hub's 128 per hour, and more in longer runs. The test is about concurrency, not
-    // the commit budget, so it asks the local Hub for none.
-    let hub = rt
-        .block_on(LocalHub::start_temp_with(false, |c| {
-            c.commit_limit = CommitLimit::UNLIMITED
-        }))
-        .expect("local hub");
+    // The local Hub at its default commit limit (128 an hour per repo, as the real Hub), the mount
+    // with the CLI's defaults (close uploads, commits planned within a budget of 64 an hour): 32
+    // writers for HUBFS_STRESS_SECS stay within the Hub's limit (one commit per close would make
+    // about 130 in 20 s and be refused).
+    let hub = rt.block_on(LocalHub::start_temp(false)).expect("local hub");
     let ep = hub.endpoint().to_string();
     rt.block_on(async {
         let r = reqwest::Client::new()
@@ -403,6 +400,8 @@ fn thirty_two_threads_on_one_writable_mount() {
             write: Some(WriteOptions {
                 staging_root: dirs.path().join("staging"),
                 status_dir: Some(dirs.path().join("mounts")),
+                close: CloseMode::Upload,
+                commit_budget: BudgetSpec::parse("64/3600").unwrap(),
                 ..WriteOptions::default()
             }),
             ..VfsOptions::default()
@@ -481,12 +480,13 @@ fn thirty_two_threads_on_one_writable_mount() {
     );
     assert!(total > THREADS as u64, "hardly any operation ran: {total}");
 
-    // Background work (renames, deletes) drains; then the Hub must hold exactly the model.
+    // Pending work drains as at unmount (past the mount's budget, within the Hub's limit); then the
+    // Hub must hold exactly the model.
     let settle = Instant::now();
     let deadline = settle + Duration::from_secs(90);
     let mut last = BTreeMap::new();
     loop {
-        let _ = rt.block_on(m.vfs.sync_all());
+        let _ = rt.block_on(m.vfs.drain(Duration::from_secs(30)));
         if m.vfs.dirty_paths().is_empty() {
             last = hub_files(&rt, &hub, &repo);
             if last == expected {
@@ -508,6 +508,18 @@ fn thirty_two_threads_on_one_writable_mount() {
         "  {} files checked on the Hub by sha256 ({:.1}s to settle after the run)",
         expected.len(),
         settle.elapsed().as_secs_f64()
+    );
+    let commits = hub
+        .commit_stats()
+        .remove("datasets/local/stress")
+        .expect("the stress repo's commit counts");
+    println!(
+        "  {} commits ({} refused by the Hub's limit of 128 an hour)",
+        commits.total, commits.refused
+    );
+    assert_eq!(
+        commits.refused, 0,
+        "the mount ran into the Hub's commit limit: {commits:?}"
     );
     // The mount shows the same bytes.
     for (p, s) in &expected {

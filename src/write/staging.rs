@@ -9,7 +9,7 @@
 //! Staged data is deleted only after the commit holding it succeeded (or the file was unlinked).
 
 use std::fs::{File, OpenOptions};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -83,6 +83,10 @@ impl StagingArea {
                 max = max.max(id);
             }
         }
+        // Copies frozen for uploads (see `DirtyFile::snapshot`) of a run that stopped are stale.
+        let uploads = dir.join(UPLOADS_DIR);
+        let _ = std::fs::remove_dir_all(&uploads);
+        std::fs::create_dir_all(&uploads)?;
         Ok(StagingArea {
             dir: dir.to_path_buf(),
             next_id: AtomicU64::new(max + 1),
@@ -190,6 +194,8 @@ pub struct DirtyFile {
     st: Mutex<State>,
     /// Serialises journal updates (they share one temporary file name).
     journal: Mutex<()>,
+    /// Writes under way (see `write_at` and `snapshot`).
+    in_flight: std::sync::atomic::AtomicU32,
 }
 
 /// What a commit round saw of a file.
@@ -201,6 +207,40 @@ pub struct Snapshot {
     pub sample: Vec<u8>,
     /// The content is already in LFS/Xet storage: commit it as an LFS file, no preupload.
     pub uploaded: bool,
+    /// A copy of exactly these bytes, deleted when the last snapshot holding it goes.
+    pub frozen: Option<std::sync::Arc<Frozen>>,
+}
+
+impl Snapshot {
+    /// The file holding exactly the snapshot's bytes.
+    pub fn path(&self) -> std::io::Result<&Path> {
+        self.frozen
+            .as_deref()
+            .map(|f| f.path.as_path())
+            .ok_or_else(|| std::io::Error::other("this snapshot has no copy to read (already uploaded)"))
+    }
+
+    /// The whole content (small files sent inline in a commit).
+    pub fn read_all(&self) -> std::io::Result<Bytes> {
+        Ok(Bytes::from(std::fs::read(self.path()?)?))
+    }
+}
+
+/// Where frozen copies live, below the staging directory.
+const UPLOADS_DIR: &str = "uploads";
+/// Makes frozen copies' names unique within a run.
+static FROZEN_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A frozen copy of a staged file's content for one upload; removed when dropped.
+#[derive(Debug)]
+pub struct Frozen {
+    path: PathBuf,
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 impl DirtyFile {
@@ -224,6 +264,7 @@ impl DirtyFile {
                 uploaded: None,
             }),
             journal: Mutex::new(()),
+            in_flight: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -390,12 +431,18 @@ impl DirtyFile {
 
     /// Writes at `offset`, growing the file as needed.
     pub fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        self.file.write_all_at(data, offset)?;
-        let mut s = self.st.lock();
-        s.size = s.size.max(offset + data.len() as u64);
-        s.generation += 1;
-        s.mtime = SystemTime::now();
-        Ok(())
+        // Announced before the bytes move, retired after the generation moved: a snapshot that
+        // sees neither an announced write nor a new generation copied a consistent file.
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let r = self.file.write_all_at(data, offset);
+        if r.is_ok() {
+            let mut s = self.st.lock();
+            s.size = s.size.max(offset + data.len() as u64);
+            s.generation += 1;
+            s.mtime = SystemTime::now();
+        }
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        r
     }
 
     /// Reads up to `len` bytes at `offset`; short only at end of file.
@@ -432,52 +479,85 @@ impl DirtyFile {
     pub fn set_uploaded(&self, snap: &Snapshot) {
         let mut s = self.st.lock();
         if s.generation == snap.generation {
+            // The frozen copy is no longer needed: the commit only names the sha256.
             s.uploaded = Some(Snapshot {
                 uploaded: true,
+                frozen: None,
                 ..snap.clone()
             });
         }
     }
 
-    /// Size, sha256 and the preupload sample of the current content, read from disk (or the
-    /// snapshot taken when this content was uploaded, if nothing changed since).
+    /// Size, sha256 and the preupload sample of the current content, and a frozen copy of it to
+    /// upload from (or the snapshot taken when this content was uploaded, if nothing changed
+    /// since). The copy matters: the staged file may be written again while its upload runs (a
+    /// writer reopening it once close() returned), and bytes that differ from the sha256 declared
+    /// for them would bind that sha256 to other content on the Hub.
     pub fn snapshot(&self) -> std::io::Result<Snapshot> {
-        let (generation, size) = {
-            let s = self.st.lock();
-            if let Some(u) = s.uploaded.as_ref().filter(|u| u.generation == s.generation) {
-                return Ok(u.clone());
+        for attempt in 0..50u32 {
+            let (generation, size) = {
+                let s = self.st.lock();
+                if let Some(u) = s.uploaded.as_ref().filter(|u| u.generation == s.generation) {
+                    return Ok(u.clone());
+                }
+                (s.generation, s.size)
+            };
+            if self.in_flight.load(Ordering::SeqCst) == 0 {
+                let n = FROZEN_SEQ.fetch_add(1, Ordering::Relaxed);
+                let path = self
+                    .data_path
+                    .parent()
+                    .unwrap_or(Path::new("."))
+                    .join(UPLOADS_DIR)
+                    .join(format!("{}-{n}.data", self.id));
+                let frozen = Frozen { path };
+                let (sha256, sample) = self.copy_and_hash(&frozen.path, size)?;
+                let unchanged = self.in_flight.load(Ordering::SeqCst) == 0 && self.st.lock().generation == generation;
+                if unchanged {
+                    return Ok(Snapshot {
+                        generation,
+                        size,
+                        sha256,
+                        sample,
+                        uploaded: false,
+                        frozen: Some(std::sync::Arc::new(frozen)),
+                    });
+                }
             }
-            (s.generation, s.size)
-        };
-        let mut f = File::open(&self.data_path)?;
+            // Written meanwhile: try again once the writer is done.
+            std::thread::sleep(std::time::Duration::from_millis(2 + u64::from(attempt)));
+        }
+        Err(std::io::Error::other(
+            "the file kept changing while it was being copied for upload; it will be tried again",
+        ))
+    }
+
+    /// Copies the first `size` bytes of the staged file to `dest`, hashing them on the way.
+    fn copy_and_hash(&self, dest: &Path, size: u64) -> std::io::Result<(String, Vec<u8>)> {
+        let mut out = File::create(dest)?;
         let mut hasher = Sha256::new();
         let mut sample = Vec::with_capacity(SAMPLE_BYTES);
         let mut buf = vec![0u8; 1 << 20];
-        let mut left = size;
-        while left > 0 {
-            let want = (buf.len() as u64).min(left) as usize;
-            let n = f.read(&mut buf[..want])?;
-            if n == 0 {
-                // Shorter on disk than recorded (only after a crash): hash the zeros a read returns.
+        let mut done = 0u64;
+        while done < size {
+            let want = (buf.len() as u64).min(size - done) as usize;
+            let n = self.file.read_at(&mut buf[..want], done)?;
+            let chunk = if n == 0 {
+                // Shorter on disk than recorded (only after a crash): the zeros a read returns.
                 buf[..want].fill(0);
-                hasher.update(&buf[..want]);
-                left -= want as u64;
-                continue;
-            }
+                &buf[..want]
+            } else {
+                &buf[..n]
+            };
             if sample.len() < SAMPLE_BYTES {
-                let take = (SAMPLE_BYTES - sample.len()).min(n);
-                sample.extend_from_slice(&buf[..take]);
+                let take = (SAMPLE_BYTES - sample.len()).min(chunk.len());
+                sample.extend_from_slice(&chunk[..take]);
             }
-            hasher.update(&buf[..n]);
-            left -= n as u64;
+            hasher.update(chunk);
+            out.write_all(chunk)?;
+            done += chunk.len() as u64;
         }
-        Ok(Snapshot {
-            generation,
-            size,
-            sha256: hex::encode(hasher.finalize()),
-            sample,
-            uploaded: false,
-        })
+        Ok((hex::encode(hasher.finalize()), sample))
     }
 
     /// The whole content (small files sent inline in a commit).
@@ -514,6 +594,51 @@ mod tests {
     fn journal_phase(f: &DirtyFile) -> (String, Phase) {
         let m: Meta = serde_json::from_slice(&std::fs::read(&f.meta_path).unwrap()).unwrap();
         (m.path, m.phase)
+    }
+
+    /// A snapshot taken while another thread keeps rewriting the file is a consistent copy: its
+    /// bytes hash to its sha256, whatever the writer did meanwhile (uploads read the copy).
+    #[test]
+    fn snapshots_are_consistent_copies_under_concurrent_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let area = StagingArea::open(dir.path()).unwrap();
+        let f = std::sync::Arc::new(area.create("busy.bin").unwrap());
+        f.write_at(0, &[0u8; 65536]).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (f, stop) = (f.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut i = 0u8;
+                while !stop.load(Ordering::Relaxed) {
+                    i = i.wrapping_add(1);
+                    f.write_at(u64::from(i) * 97, &[i; 4096]).unwrap();
+                    // Writes land between and during copies (a copy of 64 KiB takes tens of µs).
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+            })
+        };
+        let mut checked = 0;
+        for _ in 0..100 {
+            match f.snapshot() {
+                Ok(snap) => {
+                    let bytes = std::fs::read(snap.path().unwrap()).unwrap();
+                    assert_eq!(bytes.len() as u64, snap.size);
+                    assert_eq!(hex::encode(Sha256::digest(&bytes)), snap.sha256, "a torn copy");
+                    checked += 1;
+                }
+                // Kept changing for every attempt: the caller retries later.
+                Err(e) => assert!(e.to_string().contains("kept changing"), "{e}"),
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap();
+        let last = f.snapshot().unwrap();
+        let copy = last.path().unwrap().to_path_buf();
+        assert!(copy.exists());
+        drop(last);
+        assert!(!copy.exists(), "the frozen copy goes with its last snapshot");
+        assert!(checked > 0, "no snapshot could be taken while the writer ran");
+        println!("{checked} of 100 snapshots taken while the writer ran");
     }
 
     /// A seal with a writer still there (an NFS COMMIT) journals the file as closed under its

@@ -181,9 +181,8 @@ impl Uploader {
                     size: f.snap.size,
                 });
             } else {
-                let file = f.file.clone();
-                let size = f.snap.size;
-                let content = tokio::task::spawn_blocking(move || file.read_all(size))
+                let snap = f.snap.clone();
+                let content = tokio::task::spawn_blocking(move || snap.read_all())
                     .await
                     .map_err(|e| UploadError::Io(std::io::Error::other(e)))??;
                 ops.push(CommitOp::Inline {
@@ -248,7 +247,7 @@ impl Uploader {
             if a.upload.is_some() {
                 self.stats.bytes_uploaded.fetch_add(a.size, Ordering::Relaxed);
             }
-            self.client.lfs_put(a, f.file.data_path()).await?;
+            self.client.lfs_put(a, f.snap.path()?).await?;
         }
         Ok(())
     }
@@ -267,7 +266,7 @@ impl Uploader {
             .map_err(xet)?;
         for f in files {
             commit
-                .upload_from_path(f.file.data_path().to_path_buf(), Sha256Policy::from_hex(&f.snap.sha256))
+                .upload_from_path(f.snap.path()?.to_path_buf(), Sha256Policy::from_hex(&f.snap.sha256))
                 .await
                 .map_err(xet)?;
         }
