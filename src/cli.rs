@@ -426,6 +426,8 @@ fn run_local_hub(args: LocalHubArgs) -> anyhow::Result<()> {
     };
     let rt = runtime()?;
     rt.block_on(async move {
+        // Caught before the endpoint is printed: a stop sent right after it shuts down cleanly.
+        let mut signals = StopSignals::new()?;
         let hub = LocalHub::start(cfg).await?;
         if default_tokens {
             eprintln!(
@@ -437,20 +439,41 @@ fn run_local_hub(args: LocalHubArgs) -> anyhow::Result<()> {
         println!("endpoint: {}", hub.endpoint());
         use std::io::Write;
         std::io::stdout().flush()?;
-        wait_for_signal().await?;
+        signals.recv().await;
         tracing::info!("shutting down");
         hub.stop().await;
         Ok(())
     })
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub async fn wait_for_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r?,
-        _ = term.recv() => {}
+/// SIGINT and SIGTERM, caught from the moment this is created: a mount creates it before it says
+/// it is ready, so a stop sent right after that unmounts and drains instead of killing the process.
+pub struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Must run inside the tokio runtime.
+    pub fn new() -> anyhow::Result<StopSignals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
     }
+
+    /// Resolves at the next SIGINT or SIGTERM (or one that arrived since `new`).
+    pub async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM (caught from this call on).
+pub async fn wait_for_signal() -> anyhow::Result<()> {
+    StopSignals::new()?.recv().await;
     Ok(())
 }

@@ -16,6 +16,10 @@ use crate::vfs::VfsOptions;
 pub fn run(dir: &Path, exit: bool) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let rt = runtime()?;
+    let signals = {
+        let _g = rt.enter();
+        crate::cli::StopSignals::new()?
+    };
     let hub = rt
         .block_on(LocalHub::start_temp(true))
         .context("starting the local Hub")?;
@@ -45,7 +49,7 @@ pub fn run(dir: &Path, exit: bool) -> anyhow::Result<()> {
         "\nThe mount stays until Ctrl-C. Try: ls -l {0}; head -c 200 {0}/config.json",
         dir.display()
     );
-    let r = wait_until_unmounted(&rt, mounted);
+    let r = wait_until_unmounted(&rt, mounted, signals);
     rt.block_on(hub.stop());
     r
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::cli::{DaemonArgs, MountArgs, ServeNfsArgs, SourceArgs, runtime, wait_for_signal};
+use crate::cli::{DaemonArgs, MountArgs, ServeNfsArgs, SourceArgs, StopSignals, runtime};
 use crate::mount::{MountRequest, Mounted};
 use crate::registry::{Frontend, MountRecord};
 
@@ -204,6 +204,10 @@ pub fn run_mount(mut args: MountArgs) -> anyhow::Result<()> {
         allow_other: args.allow_other,
     };
     let rt = runtime()?;
+    let signals = {
+        let _g = rt.enter();
+        StopSignals::new()?
+    };
     let mounted = crate::mount::mount(req, &rt)?;
     let mut rec = record(
         &args.source,
@@ -225,7 +229,7 @@ pub fn run_mount(mut args: MountArgs) -> anyhow::Result<()> {
         &setup,
     )?;
     let vfs = mounted.vfs.clone();
-    let r = wait_until_unmounted(&rt, mounted);
+    let r = wait_until_unmounted(&rt, mounted, signals);
     if vfs.is_writable() {
         // The kernel released every handle: commit what is left, within the drain timeout.
         let left = rt.block_on(vfs.drain(drain));
@@ -274,6 +278,10 @@ fn run_nfs(
     let ttl = vfs.metadata_ttl;
     let drain = source.drain_timeout;
     let rt = runtime()?;
+    let mut signals = {
+        let _g = rt.enter();
+        StopSignals::new()?
+    };
     let opened = crate::mount::open_vfs(&source.repo, source.revision.as_deref(), &client, &vfs, &rt)?;
     rt.block_on(async {
         let server = crate::nfs::server::NfsServer::start(opened.vfs.clone(), addr).await?;
@@ -305,7 +313,7 @@ fn run_nfs(
             (None, None) => format!("serving {}@{}", source.repo, opened.commit),
         };
         announce(line, &setup)?;
-        wait_for_signal().await?;
+        signals.recv().await;
         tracing::info!("signal received, stopping the NFS server");
         if let Some(d) = &kernel_dir
             && let Err(e) = crate::mount::unmount(d)
@@ -328,7 +336,11 @@ fn run_nfs(
 }
 
 /// Waits for SIGINT/SIGTERM (then unmounts) or for an external unmount.
-pub fn wait_until_unmounted(rt: &tokio::runtime::Runtime, mounted: Mounted) -> anyhow::Result<()> {
+pub fn wait_until_unmounted(
+    rt: &tokio::runtime::Runtime,
+    mounted: Mounted,
+    mut signals: StopSignals,
+) -> anyhow::Result<()> {
     let dir = mounted.mountpoint.clone();
     let (tx, rx) = tokio::sync::oneshot::channel();
     let joiner = std::thread::spawn(move || {
@@ -338,8 +350,7 @@ pub fn wait_until_unmounted(rt: &tokio::runtime::Runtime, mounted: Mounted) -> a
     });
     rt.block_on(async {
         tokio::select! {
-            r = wait_for_signal() => {
-                r?;
+            _ = signals.recv() => {
                 tracing::info!("signal received, unmounting");
                 crate::mount::unmount(&dir)?;
             }

@@ -283,6 +283,21 @@ impl Bench {
         })
     }
 
+    /// A new dataset repo `local/NAME`.
+    fn create_dataset(&self, name: &str) {
+        let ep = self.hub.endpoint().to_string();
+        self.rt.block_on(async {
+            let r = reqwest::Client::new()
+                .post(format!("{ep}/api/repos/create"))
+                .bearer_auth(DEFAULT_WRITE_TOKEN)
+                .json(&json!({"name": name, "organization": "local", "type": "dataset"}))
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success(), "create {name}: {}", r.status());
+        });
+    }
+
     fn set_fault(&self, step: Step) {
         self.hub.reset_stats();
         self.hub.set_faults(step.class(), self.fault.settings()).unwrap();
@@ -411,17 +426,7 @@ impl Bench {
         let step = cell.step;
         let name = format!("w-{}", format!("{step:?}").to_lowercase());
         let repo = RepoRef::dataset(&format!("local/{name}")).unwrap();
-        let ep = self.hub.endpoint().to_string();
-        self.rt.block_on(async {
-            let r = reqwest::Client::new()
-                .post(format!("{ep}/api/repos/create"))
-                .bearer_auth(DEFAULT_WRITE_TOKEN)
-                .json(&json!({"name": name, "organization": "local", "type": "dataset"}))
-                .send()
-                .await
-                .unwrap();
-            assert!(r.status().is_success(), "create {name}: {}", r.status());
-        });
+        self.create_dataset(&name);
         let m = self.mount(&format!("datasets/local/{name}"), true, &name);
         let root = m.mountpoint.clone();
         std::fs::write(root.join("warm.txt"), b"warm\n").unwrap();
@@ -593,17 +598,7 @@ fn commit_step_under_the_hubs_commit_rate_limit() {
         dirs: tempfile::tempdir().unwrap(),
     };
     let name = "w-commit-limit";
-    let ep = bench.hub.endpoint().to_string();
-    rt.block_on(async {
-        let r = reqwest::Client::new()
-            .post(format!("{ep}/api/repos/create"))
-            .bearer_auth(DEFAULT_WRITE_TOKEN)
-            .json(&json!({"name": name, "organization": "local", "type": "dataset"}))
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success(), "create {name}: {}", r.status());
-    });
+    bench.create_dataset(name);
     let window = 12;
     bench
         .hub
