@@ -383,18 +383,29 @@ async fn dispatch(state: &HubState, req: Request) -> HubResult<Response> {
     }
 }
 
-/// `GET /admin/faults` shows every class (coarse and CAS steps); `POST` takes `{"api": {...},
-/// "xorb-upload": {...}}` (classes left out keep their settings). Needs a write token: faults affect everyone using this Hub.
-async fn admin_faults(state: &HubState, req: Req) -> HubResult<Response> {
+/// The settings object of a `POST` to an admin endpoint (`None` for a `GET`, 405 for any other
+/// method); every admin endpoint needs a write token.
+async fn admin_post(req: Req) -> HubResult<Option<serde_json::Map<String, Value>>> {
     if !req.caller.as_ref().is_some_and(|c| c.write) {
         return Err(HubError::Forbidden(
             "The admin endpoint needs a write token".to_string(),
         ));
     }
-    if req.method == Method::POST {
-        let body = read_body(req.body, 1 << 20).await?;
-        let v: serde_json::Map<String, Value> =
-            serde_json::from_slice(&body).map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?;
+    match req.method {
+        Method::POST => {}
+        Method::GET => return Ok(None),
+        _ => return Err(HubError::MethodNotAllowed),
+    }
+    let body = read_body(req.body, 1 << 20).await?;
+    serde_json::from_slice(&body)
+        .map(Some)
+        .map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))
+}
+
+/// `GET /admin/faults` shows every class (coarse and CAS steps); `POST` takes `{"api": {...},
+/// "xorb-upload": {...}}` (classes left out keep their settings). Needs a write token: faults affect everyone using this Hub.
+async fn admin_faults(state: &HubState, req: Req) -> HubResult<Response> {
+    if let Some(v) = admin_post(req).await? {
         for (k, s) in v {
             let class =
                 RouteClass::parse(&k).ok_or_else(|| HubError::bad_request(format!("Unknown route class {k:?}")))?;
@@ -418,15 +429,7 @@ async fn admin_faults(state: &HubState, req: Req) -> HubResult<Response> {
 /// `{"dir_entry_limit": N}` and/or `{"reset_commits": true}` (forgets every repo's commits) changes
 /// those; settings left out keep their value. Needs a write token, as `/admin/faults`.
 async fn admin_limits(state: &HubState, req: Req) -> HubResult<Response> {
-    if !req.caller.as_ref().is_some_and(|c| c.write) {
-        return Err(HubError::Forbidden(
-            "The admin endpoint needs a write token".to_string(),
-        ));
-    }
-    if req.method == Method::POST {
-        let body = read_body(req.body, 1 << 20).await?;
-        let v: serde_json::Map<String, Value> =
-            serde_json::from_slice(&body).map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?;
+    if let Some(v) = admin_post(req).await? {
         let mut limit = None;
         let mut entries = None;
         let mut reset = false;
@@ -465,8 +468,6 @@ async fn admin_limits(state: &HubState, req: Req) -> HubResult<Response> {
             state.commits.reset();
             tracing::info!("commit counts reset");
         }
-    } else if req.method != Method::GET {
-        return Err(HubError::MethodNotAllowed);
     }
     Ok(json_response(
         StatusCode::OK,

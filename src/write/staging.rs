@@ -559,20 +559,6 @@ impl DirtyFile {
         }
         Ok((hex::encode(hasher.finalize()), sample))
     }
-
-    /// The whole content (small files sent inline in a commit).
-    pub fn read_all(&self, size: u64) -> std::io::Result<Bytes> {
-        let mut buf = vec![0u8; size as usize];
-        let n = self.file.read_at(&mut buf, 0)?;
-        let mut done = n;
-        while done < buf.len() {
-            match self.file.read_at(&mut buf[done..], done as u64)? {
-                0 => break,
-                n => done += n,
-            }
-        }
-        Ok(Bytes::from(buf))
-    }
 }
 
 impl Drop for DirtyFile {
