@@ -128,6 +128,13 @@ pub struct SourceArgs {
     /// closes do not. 0: no budget (commit whenever there is work).
     #[arg(long, default_value = "64/3600", value_parser = parse_budget, requires = "write")]
     pub commit_budget: BudgetArg,
+    /// With --write: what happens to what the Hub cannot store. `practical` (default): modes,
+    /// owners, times, symlinks, FIFOs, sockets and device nodes are kept by the mount (and across
+    /// remounts with the same cache dir), never committed; `hubfs status` counts them. `strict`:
+    /// chmod, chown, symlink and mknod of a non-regular file answer EPERM, so every change either
+    /// reaches the Hub or fails.
+    #[arg(long, default_value = "practical", value_parser = ["practical", "strict"], requires = "write")]
+    pub posix: String,
 }
 
 /// `--commit-budget`: a budget, or none (`0`).
@@ -173,6 +180,7 @@ impl SourceArgs {
                 w.max_batch_delay = every;
             }
             w.commit_budget = self.commit_budget.0;
+            w.posix_strict = self.posix == "strict";
             vfs.write = Some(w);
         }
         (client, vfs)

@@ -14,7 +14,7 @@ use fuser::{
 };
 
 use crate::vfs::error::VfsError;
-use crate::vfs::{Attr, Kind, OpenMode, RenameFlags as VfsRenameFlags, SetAttr, VirtualFs};
+use crate::vfs::{Attr, Caller, Kind, NewNode, OpenMode, RenameFlags as VfsRenameFlags, SetAttr, TimeSet, VirtualFs};
 
 /// Largest read the kernel sends when max_read allows it (its own cap is 1 MiB).
 pub const MAX_READ: u32 = 1 << 20;
@@ -40,26 +40,46 @@ fn errno(e: &VfsError) -> Errno {
     Errno::from_i32(n)
 }
 
+fn file_type(k: Kind) -> FileType {
+    match k {
+        Kind::Dir => FileType::Directory,
+        Kind::File => FileType::RegularFile,
+        Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::Socket => FileType::Socket,
+        Kind::CharDevice => FileType::CharDevice,
+        Kind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
 pub fn to_fuse(a: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(a.ino),
         size: a.size,
         blocks: a.size.div_ceil(512),
-        atime: a.mtime,
+        atime: a.atime,
         mtime: a.mtime,
-        ctime: a.mtime,
+        ctime: a.ctime,
         crtime: a.mtime,
-        kind: match a.kind {
-            Kind::Dir => FileType::Directory,
-            Kind::File => FileType::RegularFile,
-        },
+        kind: file_type(a.kind),
         perm: a.perm,
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
-        rdev: 0,
+        rdev: a.rdev,
         blksize: 1 << 20,
         flags: 0,
+    }
+}
+
+/// The creator of a new entry: the ids the kernel sent with the request.
+fn new_node(req: &Request, mode: u32) -> NewNode {
+    NewNode {
+        mode: Some(mode),
+        caller: Some(Caller {
+            uid: req.uid(),
+            gid: req.gid(),
+        }),
     }
 }
 
@@ -67,10 +87,10 @@ fn name_of(name: &OsStr) -> Option<String> {
     name.to_str().map(str::to_string)
 }
 
-fn time_of(t: TimeOrNow) -> std::time::SystemTime {
+fn time_of(t: TimeOrNow) -> TimeSet {
     match t {
-        TimeOrNow::SpecificTime(t) => t,
-        TimeOrNow::Now => std::time::SystemTime::now(),
+        TimeOrNow::SpecificTime(t) => TimeSet::At(t),
+        TimeOrNow::Now => TimeSet::Now,
     }
 }
 
@@ -131,7 +151,7 @@ impl Filesystem for FuseAdapter {
         uid: Option<u32>,
         gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<TimeOrNow>,
+        atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<std::time::SystemTime>,
         fh: Option<FileHandle>,
@@ -144,6 +164,7 @@ impl Filesystem for FuseAdapter {
         let (vfs, ttl) = (self.vfs.clone(), self.ttl);
         let req = SetAttr {
             size,
+            atime: atime.map(time_of),
             mtime: mtime.map(time_of),
             mode,
             uid,
@@ -158,37 +179,26 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    fn mknod(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _u: u32, _r: u32, reply: ReplyEntry) {
-        if mode & libc::S_IFMT != libc::S_IFREG {
-            // FIFOs, sockets and device nodes have no Hub representation.
-            return reply.error(Errno::from_i32(libc::EPERM));
-        }
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _u: u32, rdev: u32, reply: ReplyEntry) {
         let Some(name) = name_of(name) else {
             return reply.error(bad_name());
         };
-        let (vfs, ttl) = (self.vfs.clone(), self.ttl);
+        let (vfs, ttl, node) = (self.vfs.clone(), self.ttl, new_node(req, mode));
         self.rt.spawn(async move {
-            match vfs.create(parent.0, &name, true, false).await {
-                Ok((a, fh)) => {
-                    let r = vfs.flush(fh).await;
-                    vfs.release(fh);
-                    match r {
-                        Ok(()) => reply.entry(&ttl, &to_fuse(&a), Generation(0)),
-                        Err(e) => reply.error(errno(&e)),
-                    }
-                }
+            match vfs.mknod(parent.0, &name, mode, rdev, node).await {
+                Ok(a) => reply.entry(&ttl, &to_fuse(&a), Generation(0)),
                 Err(e) => reply.error(errno(&e)),
             }
         });
     }
 
-    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, _m: u32, _u: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _u: u32, reply: ReplyEntry) {
         let Some(name) = name_of(name) else {
             return reply.error(bad_name());
         };
-        let (vfs, ttl) = (self.vfs.clone(), self.ttl);
+        let (vfs, ttl, node) = (self.vfs.clone(), self.ttl, new_node(req, mode));
         self.rt.spawn(async move {
-            match vfs.mkdir(parent.0, &name).await {
+            match vfs.mkdir_as(parent.0, &name, node).await {
                 Ok(a) => reply.entry(&ttl, &to_fuse(&a), Generation(0)),
                 Err(e) => reply.error(errno(&e)),
             }
@@ -221,14 +231,17 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    fn symlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _t: &std::path::Path, reply: ReplyEntry) {
-        // The Hub stores no symlinks (docs/SEMANTICS.md).
-        let e = if self.vfs.is_writable() {
-            libc::EPERM
-        } else {
-            libc::EROFS
+    fn symlink(&self, req: &Request, parent: INodeNo, name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
+        let (Some(name), Some(target)) = (name_of(name), target.to_str().map(str::to_string)) else {
+            return reply.error(bad_name());
         };
-        reply.error(Errno::from_i32(e));
+        let (vfs, ttl, node) = (self.vfs.clone(), self.ttl, new_node(req, 0o777));
+        self.rt.spawn(async move {
+            match vfs.symlink(parent.0, &name, &target, node).await {
+                Ok(a) => reply.entry(&ttl, &to_fuse(&a), Generation(0)),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     fn rename(
@@ -257,22 +270,26 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    fn link(&self, _req: &Request, _i: INodeNo, _np: INodeNo, _nn: &OsStr, reply: ReplyEntry) {
-        // The Hub stores no hard links (docs/SEMANTICS.md).
-        let e = if self.vfs.is_writable() {
-            libc::EPERM
-        } else {
-            libc::EROFS
+    /// Hard links are refused (EPERM; docs/SEMANTICS.md), after the checks that come first.
+    fn link(&self, _req: &Request, ino: INodeNo, new_parent: INodeNo, new_name: &OsStr, reply: ReplyEntry) {
+        let Some(new_name) = name_of(new_name) else {
+            return reply.error(bad_name());
         };
-        reply.error(Errno::from_i32(e));
+        let vfs = self.vfs.clone();
+        self.rt.spawn(async move {
+            match vfs.link(ino.0, new_parent.0, &new_name).await {
+                Ok(_) => reply.error(Errno::from_i32(libc::EPERM)),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        _mode: u32,
+        mode: u32,
         _umask: u32,
         flags: i32,
         reply: ReplyCreate,
@@ -280,11 +297,11 @@ impl Filesystem for FuseAdapter {
         let Some(name) = name_of(name) else {
             return reply.error(bad_name());
         };
-        let (vfs, ttl) = (self.vfs.clone(), self.ttl);
+        let (vfs, ttl, node) = (self.vfs.clone(), self.ttl, new_node(req, mode));
         let exclusive = flags & libc::O_EXCL != 0;
         let truncate = flags & libc::O_TRUNC != 0;
         self.rt.spawn(async move {
-            match vfs.create(parent.0, &name, exclusive, truncate).await {
+            match vfs.create_as(parent.0, &name, exclusive, truncate, node).await {
                 Ok((a, fh)) => reply.created(&ttl, &to_fuse(&a), Generation(0), FileHandle(fh), FopenFlags::empty()),
                 Err(e) => reply.error(errno(&e)),
             }
@@ -401,9 +418,15 @@ impl Filesystem for FuseAdapter {
         reply.ok();
     }
 
-    /// No file here is a symbolic link (the Hub stores none).
-    fn readlink(&self, _req: &Request, _ino: INodeNo, reply: ReplyData) {
-        reply.error(Errno::EINVAL);
+    /// A symlink's target (symlinks exist only in writable mounts; anything else is EINVAL).
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let vfs = self.vfs.clone();
+        self.rt.spawn(async move {
+            match vfs.readlink(ino.0).await {
+                Ok(t) => reply.data(t.as_bytes()),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     /// No ioctl is supported: "not a terminal" (what a regular file answers TCGETS).
@@ -566,11 +589,7 @@ impl Filesystem for FuseAdapter {
             Err(e) => return reply.error(errno(&e)),
         };
         for (i, e) in entries.iter().enumerate().skip(offset as usize) {
-            let kind = if e.attr.kind == Kind::Dir {
-                FileType::Directory
-            } else {
-                FileType::RegularFile
-            };
+            let kind = file_type(e.attr.kind);
             if reply.add(INodeNo(e.attr.ino), i as u64 + 1, kind, &e.name) {
                 break;
             }

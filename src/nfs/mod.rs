@@ -27,15 +27,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use bytes::Bytes;
 use nfsserve::nfs::{
-    fattr3, fileid3, filename3, fsinfo3, ftype3, nfs_fh3, nfspath3, nfsstat3, nfstime3, post_op_attr, sattr3, set_gid3,
-    set_mode3, set_mtime, set_size3, set_uid3, specdata3,
+    fattr3, fileid3, filename3, fsinfo3, ftype3, nfs_fh3, nfspath3, nfsstat3, nfstime3, post_op_attr, sattr3,
+    set_atime, set_gid3, set_mode3, set_mtime, set_size3, set_uid3, specdata3,
 };
 use nfsserve::vfs::{DirEntry as NfsDirEntry, NFSFileSystem, ReadDirResult, VFSCapabilities};
 
 use self::release::{HeldDir, HeldFile, InUse, Releaser};
 use self::rpc::{Served, Stability};
 use crate::vfs::error::VfsError;
-use crate::vfs::{Attr, ContentId, DirEntry, Hold, Ino, Kind, OpenMode, ROOT_INO, RenameFlags, SetAttr, VirtualFs};
+use crate::vfs::{
+    Attr, ContentId, DirEntry, Hold, Ino, Kind, OpenMode, ROOT_INO, RenameFlags, SetAttr, TimeSet, VirtualFs,
+};
 
 /// Largest READ/WRITE transfer offered to clients (the Linux client's own cap is 1 MiB).
 pub const MAX_TRANSFER: u32 = 1 << 20;
@@ -289,11 +291,16 @@ impl NfsAdapter {
     }
 
     fn fattr(&self, a: &Attr) -> fattr3 {
-        let (ftype, mode) = match a.kind {
-            Kind::Dir => (ftype3::NF3DIR, a.perm as u32),
-            Kind::File => (ftype3::NF3REG, a.perm as u32),
+        let ftype = match a.kind {
+            Kind::Dir => ftype3::NF3DIR,
+            Kind::File => ftype3::NF3REG,
+            Kind::Symlink => ftype3::NF3LNK,
+            Kind::Fifo => ftype3::NF3FIFO,
+            Kind::Socket => ftype3::NF3SOCK,
+            Kind::CharDevice => ftype3::NF3CHR,
+            Kind::BlockDevice => ftype3::NF3BLK,
         };
-        let t = nfs_time(a.mtime);
+        let mode = a.perm as u32;
         fattr3 {
             ftype,
             mode,
@@ -302,12 +309,15 @@ impl NfsAdapter {
             gid: a.gid,
             size: a.size,
             used: a.size.div_ceil(4096) * 4096,
-            rdev: specdata3::default(),
+            rdev: specdata3 {
+                specdata1: libc::major(a.rdev as libc::dev_t),
+                specdata2: libc::minor(a.rdev as libc::dev_t),
+            },
             fsid: self.fsid,
             fileid: a.ino,
-            atime: t,
-            mtime: t,
-            ctime: t,
+            atime: nfs_time(a.atime),
+            mtime: nfs_time(a.mtime),
+            ctime: nfs_time(a.ctime),
         }
     }
 
@@ -466,9 +476,18 @@ impl NFSFileSystem for NfsAdapter {
                 set_size3::size(s) => Some(s),
                 set_size3::Void => None,
             },
+            atime: match setattr.atime {
+                set_atime::SET_TO_CLIENT_TIME(t) => {
+                    Some(TimeSet::At(UNIX_EPOCH + Duration::new(t.seconds as u64, t.nseconds)))
+                }
+                set_atime::SET_TO_SERVER_TIME => Some(TimeSet::Now),
+                set_atime::DONT_CHANGE => None,
+            },
             mtime: match setattr.mtime {
-                set_mtime::SET_TO_CLIENT_TIME(t) => Some(UNIX_EPOCH + Duration::new(t.seconds as u64, t.nseconds)),
-                set_mtime::SET_TO_SERVER_TIME => Some(SystemTime::now()),
+                set_mtime::SET_TO_CLIENT_TIME(t) => {
+                    Some(TimeSet::At(UNIX_EPOCH + Duration::new(t.seconds as u64, t.nseconds)))
+                }
+                set_mtime::SET_TO_SERVER_TIME => Some(TimeSet::Now),
                 set_mtime::DONT_CHANGE => None,
             },
             mode: match setattr.mode {
@@ -533,7 +552,7 @@ impl NFSFileSystem for NfsAdapter {
         self.releaser.flush();
         let r = match child.kind {
             Kind::Dir => self.vfs.rmdir(dirid, name).await,
-            Kind::File => self.vfs.unlink(dirid, name).await,
+            _ => self.vfs.unlink(dirid, name).await,
         };
         r.map_err(|e| nfs_status(&e))
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::error::{VfsError, VfsResult};
 use super::remote::{ContentId, FileMeta};
-use super::{Attr, Found, Ino, Kind, Node, VirtualFs};
+use super::{Found, Node, VirtualFs};
 use crate::hub_client::{HubClient, RepoRef, TreeEntry};
 use crate::write::overlay::Entry;
 
@@ -150,45 +150,6 @@ impl VirtualFs {
         self.points.try_get_with(key, fetch).await.map_err(VfsError::Shared)
     }
 
-    pub(super) fn attr(&self, ino: Ino, node: &Node) -> Attr {
-        let w = self.writer.is_some();
-        let (kind, size, perm, nlink) = match node {
-            Node::Dir => (Kind::Dir, 0, if w { 0o755 } else { 0o555 }, 2),
-            Node::File(f) => (Kind::File, f.size, if w { 0o644 } else { 0o444 }, 1),
-        };
-        Attr {
-            ino,
-            kind,
-            size,
-            mtime: self.mtime,
-            perm,
-            nlink,
-            uid: self.opts.uid,
-            gid: self.opts.gid,
-        }
-    }
-
-    pub(crate) fn found_attr(&self, ino: Ino, f: &Found) -> Attr {
-        match f {
-            Found::Dir => self.attr(ino, &Node::Dir),
-            Found::Remote(m) => self.attr(ino, &Node::File(m.clone())),
-            Found::Local(d) => Attr {
-                size: d.size(),
-                mtime: d.mtime(),
-                ..self.attr(
-                    ino,
-                    &Node::File(FileMeta {
-                        remote_path: String::new(),
-                        commit: Arc::from(""),
-                        size: 0,
-                        id: ContentId::Git(String::new()),
-                        sha256: None,
-                    }),
-                )
-            },
-        }
-    }
-
     /// What `path` is in the mount's view: the overlay first, then the commit's tree.
     pub(crate) async fn find(&self, commit: &str, path: &str) -> VfsResult<Option<Found>> {
         if let Some(w) = &self.writer {
@@ -197,6 +158,7 @@ impl VirtualFs {
                 Some(Entry::Moved(m)) => return Ok(Some(Found::Remote(m.clone()))),
                 Some(Entry::Dir) => return Ok(Some(Found::Dir)),
                 Some(Entry::Gone) => return Ok(None),
+                Some(Entry::Special { .. }) => return Ok(Some(Found::Special)),
                 None => {}
             }
             // The committer moves the mount's commit first and then drops the overlay entries that
@@ -279,6 +241,9 @@ impl VirtualFs {
                 Entry::Gone => {
                     map.remove(&name);
                 }
+                Entry::Special { .. } => {
+                    map.insert(name, Found::Special);
+                }
             }
         }
         Ok(map.into_iter().collect())
@@ -292,5 +257,30 @@ fn basename(p: &str) -> &str {
 fn entry_path(e: &TreeEntry) -> &str {
     match e {
         TreeEntry::File { path, .. } | TreeEntry::Dir { path, .. } => path,
+    }
+}
+
+impl VirtualFs {
+    /// A directory's link count on a writable mount: 2 plus its subdirectories, counted from its
+    /// listing when that is cached at `commit` or the directory exists only in the mount (never
+    /// fetched for this: a `stat` must not cost a listing). Otherwise 2 plus the subdirectories
+    /// made through the mount.
+    pub(super) async fn dir_nlink(&self, commit: &str, path: &str) -> u32 {
+        let Some(w) = &self.writer else { return 2 };
+        let listing = self.listings.get(&(commit.to_string(), path.to_string())).await;
+        let mut dirs: BTreeMap<String, bool> = BTreeMap::new();
+        if let Some(l) = listing {
+            for (name, node) in &l.entries {
+                dirs.insert(name.clone(), matches!(node, Node::Dir));
+            }
+        }
+        for (name, e) in w.overlay.lock().children(path) {
+            match e {
+                Entry::Dir => dirs.insert(name, true),
+                Entry::Gone => dirs.remove(&name),
+                _ => dirs.insert(name, false),
+            };
+        }
+        2 + dirs.values().filter(|d| **d).count().min(u32::MAX as usize - 2) as u32
     }
 }

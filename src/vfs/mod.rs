@@ -5,12 +5,14 @@
 //! says how often a branch or tag is re-resolved to its current commit. File content is addressed
 //! by hash, so cached bytes are never stale.
 
+mod attrs;
 mod commit;
 pub mod error;
 pub mod inode;
 mod meta;
 pub mod read;
 pub mod remote;
+mod special;
 mod write;
 
 use std::collections::HashMap;
@@ -24,6 +26,7 @@ use parking_lot::Mutex;
 use crate::chunk_store::ChunkStore;
 use crate::hub_client::{HubClient, RepoRef};
 use crate::write::staging::DirtyFile;
+pub use attrs::{Caller, NewNode, may_access};
 use commit::Writer;
 pub use commit::{BudgetSpec, CloseMode, Counters, DirtyReport, StatusReport, UPLOAD_AHEAD_MIN, WriteOptions};
 use error::{VfsError, VfsResult};
@@ -32,7 +35,7 @@ use meta::Listing;
 use read::{ReadState, Reader};
 pub use remote::ContentId;
 use remote::{FileMeta, Remote};
-pub use write::{RenameFlags, SetAttr};
+pub use write::{RenameFlags, SetAttr, TimeSet};
 
 #[derive(Debug, Clone)]
 pub struct VfsOptions {
@@ -75,6 +78,11 @@ pub enum Node {
 pub enum Kind {
     Dir,
     File,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
 }
 
 /// Attributes as every frontend reports them.
@@ -83,11 +91,16 @@ pub struct Attr {
     pub ino: Ino,
     pub kind: Kind,
     pub size: u64,
+    pub atime: SystemTime,
     pub mtime: SystemTime,
+    pub ctime: SystemTime,
+    /// Permission bits with setuid, setgid and sticky (`0o7777`).
     pub perm: u16,
     pub nlink: u32,
     pub uid: u32,
     pub gid: u32,
+    /// Device number of a character or block device node (`makedev` encoding).
+    pub rdev: u32,
 }
 
 /// How a frontend holds the inode numbers it is given. The kernel (FUSE) counts lookups and
@@ -111,6 +124,8 @@ pub(crate) enum Found {
     Dir,
     Remote(FileMeta),
     Local(Arc<DirtyFile>),
+    /// A symlink, FIFO, socket or device node (local only).
+    Special,
 }
 
 enum Handle {
@@ -245,6 +260,7 @@ impl VirtualFs {
                 _ => return Err(VfsError::NotFound),
             }
         }
+        vfs.restore_local().await?;
         Ok(vfs)
     }
 
@@ -310,7 +326,11 @@ impl VirtualFs {
             Hold::Counted => self.inodes.ino_for(&path, 1),
             Hold::Remembered => self.inodes.remember(&path),
         };
-        Ok(self.found_attr(ino, &found))
+        let mut a = self.attr_at(ino, Some(&path), &found);
+        if matches!(found, Found::Dir) {
+            a.nlink = self.dir_nlink(&commit, &path).await;
+        }
+        Ok(a)
     }
 
     pub fn forget(&self, ino: Ino, n: u64) {
@@ -329,25 +349,33 @@ impl VirtualFs {
         let h = fh.and_then(|fh| self.handles.lock().get(&fh).cloned());
         match h.as_deref() {
             Some(Handle::Local { ino: hino, file, .. }) if *hino == ino => {
-                Ok(self.found_attr(ino, &Found::Local(file.clone())))
+                Ok(self.attr_at(ino, None, &Found::Local(file.clone())))
             }
             Some(Handle::File { ino: hino, meta, .. }) if *hino == ino => {
-                Ok(self.found_attr(ino, &Found::Remote(meta.clone())))
+                Ok(self.attr_at(ino, None, &Found::Remote(meta.clone())))
             }
             _ => self.getattr(ino).await,
         }
     }
 
     pub async fn getattr(&self, ino: Ino) -> VfsResult<Attr> {
-        let found = match self.path_of(ino) {
+        let (path, found) = match self.path_of(ino) {
             Ok(path) => {
                 let commit = self.commit().await?;
-                self.find(&commit, &path).await?
+                let found = self.find(&commit, &path).await?;
+                (Some(path), found)
             }
-            Err(_) => None,
+            Err(_) => (None, None),
         };
         match found {
-            Some(f) => Ok(self.found_attr(ino, &f)),
+            Some(Found::Dir) => {
+                let path = path.unwrap_or_default();
+                let mut a = self.attr_at(ino, Some(&path), &Found::Dir);
+                let commit = self.commit().await?;
+                a.nlink = self.dir_nlink(&commit, &path).await;
+                Ok(a)
+            }
+            Some(f) => Ok(self.attr_at(ino, path.as_deref(), &f)),
             // Unlinked (or renamed over) while open: the kernel's fstat comes without the handle,
             // so answer from an open one, with no links left.
             None => self.open_attr(ino).ok_or(VfsError::NotFound),
@@ -364,7 +392,7 @@ impl VirtualFs {
         drop(handles);
         Some(Attr {
             nlink: 0,
-            ..self.found_attr(ino, &found)
+            ..self.attr_at(ino, None, &found)
         })
     }
 
@@ -378,6 +406,7 @@ impl VirtualFs {
             None => return Err(VfsError::NotFound),
         }
         let merged = self.merged_listing(&commit, &path).await?;
+        let parent_path = path.rsplit_once('/').map(|(p, _)| p).unwrap_or("");
         let parent_ino = match path.rsplit_once('/') {
             Some((p, _)) => self.inodes.ino_for(p, 0),
             None => ROOT_INO,
@@ -385,17 +414,18 @@ impl VirtualFs {
         let mut entries = Vec::with_capacity(merged.len() + 2);
         entries.push(DirEntry {
             name: ".".into(),
-            attr: self.attr(ino, &Node::Dir),
+            attr: self.attr_at(ino, Some(&path), &Found::Dir),
         });
         entries.push(DirEntry {
             name: "..".into(),
-            attr: self.attr(parent_ino, &Node::Dir),
+            attr: self.attr_at(parent_ino, Some(parent_path), &Found::Dir),
         });
         for (name, found) in &merged {
-            let child_ino = self.inodes.ino_for(&join(&path, name), 0);
+            let child = join(&path, name);
+            let child_ino = self.inodes.ino_for(&child, 0);
             entries.push(DirEntry {
                 name: name.clone(),
-                attr: self.found_attr(child_ino, found),
+                attr: self.attr_at(child_ino, Some(&child), found),
             });
         }
         Ok(self.add_handle(Handle::Dir(Arc::new(entries))))
@@ -484,6 +514,7 @@ impl VirtualFs {
             // Staged content has no Hub id yet: name it by staging slot and generation.
             Some(Found::Local(d)) => Ok(ContentId::Git(format!("staged:{}:{}", d.id(), d.generation()))),
             Some(Found::Dir) => Err(VfsError::IsDir),
+            Some(Found::Special) => Err(VfsError::Invalid("not a regular file")),
             None => Err(VfsError::NotFound),
         }
     }
@@ -522,6 +553,7 @@ impl VirtualFs {
                 return Ok((self.add_handle(h), false));
             }
             Some(Found::Dir) => return Err(VfsError::IsDir),
+            Some(Found::Special) => return Err(VfsError::Invalid("not a regular file")),
             None => return Err(VfsError::NotFound),
         };
         self.inodes.opened(ino);
@@ -599,6 +631,7 @@ impl VirtualFs {
             Some(Handle::Local { ino, file, write }) => {
                 self.inodes.closed(*ino);
                 if *write {
+                    self.save_record(file);
                     self.writer_closed(file);
                 }
             }

@@ -9,10 +9,12 @@ use std::time::SystemTime;
 
 use parking_lot::Mutex;
 
+use super::attrs::NewNode;
 use super::error::{VfsError, VfsResult};
 use super::read::ReadState;
 use super::remote::FileMeta;
 use super::{Attr, CloseMode, Found, Handle, Ino, Node, VirtualFs, join};
+use crate::write::metadata::Stamp;
 use crate::write::overlay::{Entry, Overlay};
 use crate::write::staging::DirtyFile;
 
@@ -23,12 +25,29 @@ const FILL_BLOCK: u32 = 8 << 20;
 #[derive(Debug, Clone, Default)]
 pub struct SetAttr {
     pub size: Option<u64>,
-    pub mtime: Option<SystemTime>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
     pub mode: Option<u32>,
     pub uid: Option<u32>,
     pub gid: Option<u32>,
     /// The handle the change came through, if any.
     pub fh: Option<u64>,
+}
+
+/// A time to set: a given one, or the time the change is made (`UTIME_NOW`, NFS SET_TO_SERVER_TIME).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeSet {
+    Now,
+    At(SystemTime),
+}
+
+impl TimeSet {
+    fn stamp(self, now: Stamp) -> Stamp {
+        match self {
+            TimeSet::Now => now,
+            TimeSet::At(t) => Stamp::from(t),
+        }
+    }
 }
 
 /// Rename flags (Linux renameat2).
@@ -39,7 +58,7 @@ pub struct RenameFlags {
 }
 
 /// Checks a new name: what POSIX forbids, and what the Hub cannot store as a path component.
-fn check_name(name: &str) -> VfsResult<()> {
+pub(super) fn check_name(name: &str) -> VfsResult<()> {
     if name.len() > 255 {
         return Err(VfsError::NameTooLong);
     }
@@ -57,7 +76,7 @@ fn check_name(name: &str) -> VfsResult<()> {
 /// Checks a new entry's full repo path against what the Hub refuses to store although every name in
 /// it is valid: the `.git` folder at the repo root. Refusing here keeps a doomed file from being
 /// staged and retried forever.
-fn check_repo_path(remote_path: &str) -> VfsResult<()> {
+pub(super) fn check_repo_path(remote_path: &str) -> VfsResult<()> {
     if remote_path == ".git" || remote_path.starts_with(".git/") {
         return Err(VfsError::Invalid("the Hub reserves the .git folder"));
     }
@@ -99,6 +118,23 @@ impl VirtualFs {
         Ok(matches!(self.node_at(commit, path).await?, Some(Node::File(_))))
     }
 
+    /// Whether something laid at `path` must also delete what the Hub has (or may soon have)
+    /// there: the commit's tree has an entry, or a local file or move there may be in a round
+    /// being committed right now.
+    pub(super) async fn replaces_remote(&self, commit: &str, path: &str) -> VfsResult<bool> {
+        // The commit shown now, not the caller's: a round may have landed `path` meanwhile.
+        let now = self.revision.lock().await.commit.clone();
+        let remote = self.node_at(&now, path).await?.is_some() || self.node_at(commit, path).await?.is_some();
+        let Some(w) = &self.writer else {
+            return Err(VfsError::ReadOnly);
+        };
+        Ok(remote
+            || matches!(
+                w.overlay.lock().get(path),
+                Some(Entry::File(_) | Entry::Moved(_) | Entry::Gone | Entry::Special { hides: true })
+            ))
+    }
+
     /// Puts a whiteout at `path` when the commit's tree has something there, else clears it.
     async fn hide(&self, commit: &str, path: &str) -> VfsResult<()> {
         // The commit shown now, not the caller's: a round may have landed `path` meanwhile.
@@ -108,7 +144,12 @@ impl VirtualFs {
             return Err(VfsError::ReadOnly);
         };
         let mut o = w.overlay.lock();
-        if remote || matches!(o.get(path), Some(Entry::File(_) | Entry::Moved(_))) {
+        if remote
+            || matches!(
+                o.get(path),
+                Some(Entry::File(_) | Entry::Moved(_) | Entry::Special { hides: true })
+            )
+        {
             // A local file or move may be in a round being committed right now: if that lands,
             // the whiteout deletes the path in the next round; if not, the next round drops it
             // (nothing there to delete).
@@ -142,6 +183,7 @@ impl VirtualFs {
             }
             Some(Found::Remote(m)) => m,
             Some(Found::Dir) => return Err(VfsError::IsDir),
+            Some(Found::Special) => return Err(VfsError::Invalid("not a regular file")),
             None => return Err(VfsError::NotFound),
         };
         if let Some(d) = self.open_staged_copy(path) {
@@ -224,6 +266,9 @@ impl VirtualFs {
         let path = self.path_of(ino)?;
         let commit = self.commit().await?;
         let file = self.stage(&commit, &path, truncate).await?;
+        if truncate {
+            self.content_changed(&path);
+        }
         file.add_writer()?;
         self.writer_opened(&path, &file);
         self.inodes.opened(ino);
@@ -231,8 +276,22 @@ impl VirtualFs {
         Ok((fh, false))
     }
 
-    /// Creates (or with `exclusive` false, opens) `name` in `parent` for writing.
+    /// Creates (or with `exclusive` false, opens) `name` in `parent` for writing, with the mount's
+    /// default mode and owner.
     pub async fn create(&self, parent: Ino, name: &str, exclusive: bool, truncate: bool) -> VfsResult<(Attr, u64)> {
+        self.create_as(parent, name, exclusive, truncate, NewNode::default())
+            .await
+    }
+
+    /// `create`; a new file gets `node`'s mode and owner.
+    pub async fn create_as(
+        &self,
+        parent: Ino,
+        name: &str,
+        exclusive: bool,
+        truncate: bool,
+        node: NewNode,
+    ) -> VfsResult<(Attr, u64)> {
         self.writable()?;
         check_name(name)?;
         let commit = self.commit().await?;
@@ -244,13 +303,23 @@ impl VirtualFs {
             Some(Found::Dir) if exclusive => return Err(VfsError::Exists),
             Some(Found::Dir) => return Err(VfsError::IsDir),
             Some(_) if exclusive => return Err(VfsError::Exists),
-            Some(_) => self.stage(&commit, &path, truncate).await?,
+            Some(_) => {
+                let d = self.stage(&commit, &path, truncate).await?;
+                if truncate {
+                    self.content_changed(&path);
+                }
+                d
+            }
             None => {
                 let Some(w) = &self.writer else {
                     return Err(VfsError::ReadOnly);
                 };
                 let d = Arc::new(w.staging.create(&self.remote_path(&path))?);
+                // A whiteout here (the Hub's file was deleted) stays a deletion: the new file
+                // replaces the Hub's at its commit.
                 w.overlay.lock().set(&path, Entry::File(d.clone()));
+                self.new_record(&path, false, node, None);
+                self.dir_changed(&parent_path);
                 d
             }
         };
@@ -258,7 +327,7 @@ impl VirtualFs {
         self.writer_opened(&path, &file);
         let ino = self.inodes.ino_for(&path, 1);
         self.inodes.opened(ino);
-        let attr = self.found_attr(ino, &Found::Local(file.clone()));
+        let attr = self.attr_at(ino, Some(&path), &Found::Local(file.clone()));
         let fh = self.add_handle(Handle::Local { ino, file, write: true });
         Ok((attr, fh))
     }
@@ -267,9 +336,14 @@ impl VirtualFs {
     pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> VfsResult<u32> {
         let h = self.handles.lock().get(&fh).cloned().ok_or(VfsError::BadHandle)?;
         match h.as_ref() {
-            Handle::Local { file, write: true, .. } => {
+            Handle::Local {
+                file, write: true, ino, ..
+            } => {
                 file.write_at(offset, data)?;
                 self.unhold(file);
+                if let Ok(path) = self.path_of(*ino) {
+                    self.content_changed(&path);
+                }
                 Ok(data.len() as u32)
             }
             Handle::Dir(_) => Err(VfsError::IsDir),
@@ -290,7 +364,8 @@ impl VirtualFs {
             CloseMode::Commit => CloseMode::Commit,
             CloseMode::Upload | CloseMode::Stage => CloseMode::Upload,
         };
-        self.sync_handle(fh, mode).await
+        self.sync_handle(fh, mode).await?;
+        Ok(self.sync_records()?)
     }
 
     /// NFS COMMIT (and stable WRITEs) through a write handle: what fsync does before the network,
@@ -329,6 +404,10 @@ impl VirtualFs {
     async fn sync_handle(&self, fh: u64, mode: CloseMode) -> VfsResult<()> {
         let h = self.handles.lock().get(&fh).cloned();
         let Some(h) = h else { return Ok(()) };
+        if let Handle::Local { file, write: true, .. } = h.as_ref() {
+            // The file's times go to the metadata log (written, not fsynced: fsync does that).
+            self.save_record(file);
+        }
         if let Handle::Local { file, write: true, .. } = h.as_ref()
             && file.is_dirty()
         {
@@ -346,6 +425,9 @@ impl VirtualFs {
         Ok(())
     }
 
+    /// chmod, chown, truncate and utimens. Modes, owners and times are kept by the mount
+    /// (`attrs`); a size change stages the file. Permission checks are the caller's (the kernel's
+    /// `default_permissions` for FUSE, the NFS adapter's own).
     pub async fn setattr(&self, ino: Ino, req: SetAttr) -> VfsResult<Attr> {
         let path = match self.path_of(ino) {
             Ok(p) => p,
@@ -353,20 +435,25 @@ impl VirtualFs {
         };
         let commit = self.commit().await?;
         let found = self.find(&commit, &path).await?.ok_or(VfsError::NotFound)?;
-        let current = self.found_attr(ino, &found);
         if self.writer.is_none() {
             return Err(VfsError::ReadOnly);
         }
-        if req.mode.is_some_and(|m| (m & 0o7777) as u16 != current.perm)
-            || req.uid.is_some_and(|u| u != current.uid)
-            || req.gid.is_some_and(|g| g != current.gid)
+        let current = self.attr_at(ino, Some(&path), &found);
+        if self.strict()
+            && (req.mode.is_some_and(|m| (m & 0o7777) as u16 != current.perm)
+                || req.uid.is_some_and(|u| u != current.uid)
+                || req.gid.is_some_and(|g| g != current.gid))
         {
-            return Err(VfsError::NotPermitted("the Hub stores no modes or owners"));
+            return Err(VfsError::NotPermitted(
+                "--posix strict: the Hub stores no modes or owners",
+            ));
         }
         let mut found = found;
         if let Some(size) = req.size {
-            if matches!(found, Found::Dir) {
-                return Err(VfsError::IsDir);
+            match found {
+                Found::Dir => return Err(VfsError::IsDir),
+                Found::Special => return Err(VfsError::Invalid("not a regular file")),
+                _ => {}
             }
             let through_handle = req
                 .fh
@@ -389,14 +476,49 @@ impl VirtualFs {
             }
             found = Found::Local(file);
         }
-        if let (Some(t), Found::Local(d)) = (req.mtime, &found) {
-            d.set_mtime(t);
+        if req.mode.is_none() && req.uid.is_none() && req.gid.is_none() && req.atime.is_none() && req.mtime.is_none() {
+            if req.size.is_some() {
+                // truncate(2) and ftruncate(2) move mtime and ctime even when the size stays.
+                let now = Stamp::now();
+                self.update_record(&path, &found, |m| {
+                    m.mtime = now;
+                    m.ctime = now;
+                });
+            }
+            return Ok(self.attr_at(ino, Some(&path), &found));
         }
-        Ok(self.found_attr(ino, &found))
+        let now = Stamp::now();
+        let sized = req.size.is_some();
+        self.update_record(&path, &found, |m| {
+            if let Some(mode) = req.mode {
+                m.mode = mode & 0o7777;
+            }
+            if let Some(uid) = req.uid {
+                m.uid = uid;
+            }
+            if let Some(gid) = req.gid {
+                m.gid = gid;
+            }
+            if let Some(t) = req.atime {
+                m.atime = t.stamp(now);
+            }
+            if sized {
+                m.mtime = now;
+            }
+            if let Some(t) = req.mtime {
+                m.mtime = t.stamp(now);
+            }
+            m.ctime = now;
+        });
+        if let (Some(t), Found::Local(d)) = (req.mtime, &found) {
+            d.set_mtime(SystemTime::from(t.stamp(now)));
+        }
+        Ok(self.attr_at(ino, Some(&path), &found))
     }
 
-    /// ftruncate/futimens of a file unlinked (or renamed over) while open: it has no path any
-    /// more, but its handle still names it (`None`: no such handle).
+    /// ftruncate/fchmod/futimens of a file unlinked (or renamed over) while open: it has no path
+    /// any more, but its handle still names it (`None`: no such handle). Its mode and owner are
+    /// gone with its name: accepted, not kept.
     fn setattr_unlinked(&self, ino: Ino, req: &SetAttr) -> Option<VfsResult<Attr>> {
         let file = req
             .fh
@@ -408,28 +530,27 @@ impl VirtualFs {
                 }) if *i == ino => Some(file.clone()),
                 _ => None,
             })?;
-        let current = self.found_attr(ino, &Found::Local(file.clone()));
-        if req.mode.is_some_and(|m| (m & 0o7777) as u16 != current.perm)
-            || req.uid.is_some_and(|u| u != current.uid)
-            || req.gid.is_some_and(|g| g != current.gid)
-        {
-            return Some(Err(VfsError::NotPermitted("the Hub stores no modes or owners")));
-        }
         if let Some(size) = req.size
             && let Err(e) = file.truncate(size)
         {
             return Some(Err(e.into()));
         }
         if let Some(t) = req.mtime {
-            file.set_mtime(t);
+            file.set_mtime(SystemTime::from(t.stamp(Stamp::now())));
         }
         Some(Ok(Attr {
             nlink: 0,
-            ..self.found_attr(ino, &Found::Local(file))
+            ..self.attr_at(ino, None, &Found::Local(file))
         }))
     }
 
+    /// mkdir with the mount's default mode and owner.
     pub async fn mkdir(&self, parent: Ino, name: &str) -> VfsResult<Attr> {
+        self.mkdir_as(parent, name, NewNode::default()).await
+    }
+
+    /// mkdir; the directory gets `node`'s mode and owner.
+    pub async fn mkdir_as(&self, parent: Ino, name: &str, node: NewNode) -> VfsResult<Attr> {
         self.writable()?;
         check_name(name)?;
         let commit = self.commit().await?;
@@ -444,21 +565,27 @@ impl VirtualFs {
         if let Some(w) = &self.writer {
             w.overlay.lock().set(&path, Entry::Dir);
         }
+        self.drop_records(&path);
+        self.new_record(&path, true, node, None);
+        self.dir_changed(&parent_path);
         let ino = self.inodes.ino_for(&path, 1);
-        Ok(self.found_attr(ino, &Found::Dir))
+        Ok(self.attr_at(ino, Some(&path), &Found::Dir))
     }
 
     pub async fn unlink(&self, parent: Ino, name: &str) -> VfsResult<()> {
         self.writable()?;
         let commit = self.commit().await?;
-        let path = join(&self.path_of(parent)?, name);
+        let parent_path = self.path_of(parent)?;
+        let path = join(&parent_path, name);
         match self.find(&commit, &path).await? {
             None => return Err(VfsError::NotFound),
             Some(Found::Dir) => return Err(VfsError::IsDir),
             Some(Found::Local(d)) => d.discard(),
-            Some(Found::Remote(_)) => {}
+            Some(Found::Remote(_) | Found::Special) => {}
         }
         self.hide(&commit, &path).await?;
+        self.drop_records(&path);
+        self.dir_changed(&parent_path);
         self.kick();
         self.inodes.detach(&path);
         Ok(())
@@ -473,7 +600,8 @@ impl VirtualFs {
             return Err(VfsError::NotEmpty);
         }
         let commit = self.commit().await?;
-        let path = join(&self.path_of(parent)?, name);
+        let parent_path = self.path_of(parent)?;
+        let path = join(&parent_path, name);
         match self.find(&commit, &path).await? {
             None => return Err(VfsError::NotFound),
             Some(Found::Dir) => {}
@@ -483,6 +611,8 @@ impl VirtualFs {
             return Err(VfsError::NotEmpty);
         }
         self.hide(&commit, &path).await?;
+        self.drop_records(&path);
+        self.dir_changed(&parent_path);
         self.inodes.detach(&path);
         Ok(())
     }
@@ -515,7 +645,8 @@ impl VirtualFs {
         }
         check_name(new_name)?;
         let commit = self.commit().await?;
-        let from = join(&self.path_of(parent)?, name);
+        let from_parent = self.path_of(parent)?;
+        let from = join(&from_parent, name);
         let to_parent = self.path_of(new_parent)?;
         self.expect_dir(&commit, &to_parent).await?;
         let to = join(&to_parent, new_name);
@@ -556,8 +687,14 @@ impl VirtualFs {
         if let Some(Found::Local(old)) = &dst {
             old.discard();
         }
+        let moved = src.clone();
         match src {
             Found::Dir => self.rename_dir(&commit, &from, &to).await?,
+            Found::Special => {
+                let hides = self.replaces_remote(&commit, &to).await?;
+                self.place(&to, Entry::Special { hides });
+                self.hide(&commit, &from).await?;
+            }
             Found::Local(d) => {
                 d.set_path(&self.remote_path(&to))?;
                 self.place(&to, Entry::File(d));
@@ -592,6 +729,11 @@ impl VirtualFs {
             }
         }
         self.inodes.rename(&from, &to);
+        self.move_records(&from, &to, &moved);
+        self.dir_changed(&from_parent);
+        if to_parent != from_parent {
+            self.dir_changed(&to_parent);
+        }
         self.kick();
         Ok(())
     }
@@ -696,6 +838,8 @@ impl VirtualFs {
                     sets.push((new, e.clone()));
                 }
                 Entry::Moved(_) | Entry::Dir => sets.push((new, e.clone())),
+                // The Hub file it replaced stays deleted at the old place (`hide` below).
+                Entry::Special { .. } => sets.push((new, Entry::Special { hides: false })),
                 // A remote file already deleted: it stays deleted at the old place only.
                 Entry::Gone => continue,
             }
@@ -713,6 +857,11 @@ impl VirtualFs {
             }
             o.set(to, Entry::Dir);
             for (p, e) in sets {
+                // A special file laid over a whiteout takes over its deletion.
+                let e = match (e, o.get(&p)) {
+                    (Entry::Special { .. }, Some(Entry::Gone)) => Entry::Special { hides: true },
+                    (e, _) => e,
+                };
                 o.set(&p, e);
             }
         }

@@ -22,6 +22,11 @@ pub enum Entry {
     Dir,
     /// Hides the remote path: deleted or moved away.
     Gone,
+    /// A symlink, FIFO, socket or device node: it exists only in the mount (the Hub stores regular
+    /// files only; its details are in the metadata store). `hides`: the commit's tree still has a
+    /// file here that must be deleted (the entry replaced it); the committer deletes it, then
+    /// clears the flag.
+    Special { hides: bool },
 }
 
 impl std::fmt::Debug for Entry {
@@ -31,6 +36,7 @@ impl std::fmt::Debug for Entry {
             Entry::Moved(m) => write!(f, "Moved({})", m.remote_path),
             Entry::Dir => f.write_str("Dir"),
             Entry::Gone => f.write_str("Gone"),
+            Entry::Special { hides } => write!(f, "Special(hides: {hides})"),
         }
     }
 }

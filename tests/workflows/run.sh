@@ -24,6 +24,10 @@
 #      sqlite dbs open, the git repository downloaded from the Hub passes fsck
 #   7. mixed-read soak (WORKFLOW_SOAK_SECS, default 20) through the --daemon mounts; logs under cap
 #   8. `hubfs unmount` of each mount (returns once the process is gone); a plain dir is refused
+#   9. POSIX tools into a writable mount (tests/workflows/posix_tools.sh): rsync -a (twice: the second
+#      prints nothing and commits nothing), cp -a, tar -xp, unzip, git clone into a --write mount; modes,
+#      owners, mtimes and symlinks through the mount, after the commit and after a remount; regular files
+#      on the Hub with their source's sha256, symlinks not; nfs-cp into a --write NFS server
 #
 # Prints each check as `ok`/`FAIL`, ends with `workflows: N passed, M failed`; exits non-zero if any
 # check failed. Everything it starts is stopped and its scratch dir removed on exit, also on failure.
@@ -406,6 +410,12 @@ out="$(timeout 30 "$BIN" unmount "$WORK/plain" 2>&1)"
 rc=$?
 [ "$rc" -ne 0 ] && grep -q "not a hubfs mount" <<<"$out"
 chk "hubfs unmount of a plain directory fails with 'not a hubfs mount'" $? || echo "          | exit $rc: $out"
+
+# ---------------------------------------------------------------------------------------------------------
+# 9. POSIX tools into a writable mount
+# ---------------------------------------------------------------------------------------------------------
+# shellcheck source=tests/workflows/posix_tools.sh
+. "$HERE/posix_tools.sh"
 
 echo "workflows: took $(( $(date +%s) - T0 )) s"
 echo "workflows: $PASSED passed, $FAILED failed"

@@ -31,6 +31,7 @@ use tokio::sync::{Notify, oneshot};
 use super::VirtualFs;
 use super::error::{VfsError, VfsResult};
 use crate::hub_client::{HubClient, RepoRef};
+use crate::write::metadata::MetaStore;
 use crate::write::overlay::{Entry, Overlay};
 use crate::write::staging::{DirtyFile, Phase, StagingArea};
 use crate::write::upload::Uploader;
@@ -56,6 +57,9 @@ pub struct WriteOptions {
     pub close: CloseMode,
     /// This mount's share of the repo's commit budget (`None`: commit whenever there is work).
     pub commit_budget: Option<BudgetSpec>,
+    /// `--posix strict`: refuse what the Hub cannot store (modes, owners, symlinks, special files)
+    /// with EPERM instead of keeping it in the mount.
+    pub posix_strict: bool,
 }
 
 /// What close() waits for on a writable mount (`--close`).
@@ -86,6 +90,7 @@ impl Default for WriteOptions {
             status_dir: None,
             close: CloseMode::Commit,
             commit_budget: None,
+            posix_strict: false,
         }
     }
 }
@@ -106,7 +111,7 @@ pub(crate) struct Writer {
     pub overlay: Mutex<Overlay>,
     pub uploader: Uploader,
     pub branch: String,
-    opts: WriteOptions,
+    pub(super) opts: WriteOptions,
     kick: Arc<Notify>,
     waiters: Mutex<Vec<Waiter>>,
     last_commit: Mutex<Option<String>>,
@@ -128,6 +133,8 @@ pub(crate) struct Writer {
     /// Stopping (unmount, SIGTERM): what is left is committed without waiting for the mount's
     /// budget (the Hub's own limit still applies), so that an unmount leaves nothing staged.
     draining: std::sync::atomic::AtomicBool,
+    /// Modes, owners, times and special files kept by the mount (`write::metadata`).
+    pub(super) meta: MetaStore,
 }
 
 /// `kind/ns/name/branch`, each part made safe as one directory name.
@@ -159,6 +166,8 @@ impl Writer {
                 dir.display()
             ))
         })?;
+        let meta = MetaStore::open(&dir)
+            .map_err(|e| VfsError::Cache(format!("cannot read the metadata log in {}: {e}", dir.display())))?;
         let uploader = Uploader::new(client.clone(), repo.clone(), revision.to_string(), opts.upload_timeout)
             .map_err(|e| VfsError::Xet(e.to_string()))?;
         let w = Writer {
@@ -182,6 +191,7 @@ impl Writer {
             ),
             budget_wait: Mutex::new(None),
             draining: std::sync::atomic::AtomicBool::new(false),
+            meta,
             staging,
         };
         w.recover(subfolder.unwrap_or("").trim_matches('/'))?;
@@ -279,6 +289,7 @@ impl Writer {
         self.overlay.lock().all().iter().any(|(_, e)| match e {
             Entry::File(d) => d.is_dirty() && d.writers() == 0 && !held.contains(&d.id()),
             Entry::Moved(_) | Entry::Gone => true,
+            Entry::Special { hides } => *hides,
             Entry::Dir => false,
         })
     }
@@ -367,6 +378,9 @@ impl VirtualFs {
     pub async fn drain(&self, limit: Duration) -> usize {
         let Some(w) = &self.writer else { return 0 };
         w.draining.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Err(e) = w.meta.sync() {
+            tracing::warn!(error = %e, "could not make the metadata log durable");
+        }
         let deadline = Instant::now() + limit;
         while w.has_ready_work() && Instant::now() < deadline {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -378,6 +392,9 @@ impl VirtualFs {
                 }
                 Err(_) => break,
             }
+        }
+        if let Err(e) = w.meta.sync() {
+            tracing::warn!(error = %e, "could not make the metadata log durable");
         }
         let left = self.status().dirty.len();
         if left > 0 {
@@ -474,7 +491,7 @@ impl VirtualFs {
     }
 
     /// The mount-relative path of a repo path (`None` outside a subfolder mount's folder).
-    fn mount_path(&self, repo_path: &str) -> Option<String> {
+    pub(super) fn mount_path(&self, repo_path: &str) -> Option<String> {
         if self.subfolder.is_empty() {
             return Some(repo_path.to_string());
         }

@@ -188,7 +188,8 @@ impl VirtualFs {
                     batch.uploads.push((path, d))
                 }
                 Entry::Moved(m) => batch.moves.push((path, m)),
-                Entry::Gone => batch.gones.push(path),
+                // A symlink or special file that replaced a Hub file: the Hub file is deleted.
+                Entry::Gone | Entry::Special { hides: true } => batch.gones.push(path),
                 _ => {}
             }
         }
@@ -421,8 +422,12 @@ impl VirtualFs {
             }
         }
         for path in stale_gones {
-            if matches!(overlay.get(&path), Some(Entry::Gone)) {
-                overlay.remove(&path);
+            match overlay.get(&path) {
+                Some(Entry::Gone) => {
+                    overlay.remove(&path);
+                }
+                Some(Entry::Special { hides: true }) => overlay.set(&path, Entry::Special { hides: false }),
+                _ => {}
             }
         }
     }

@@ -81,7 +81,7 @@ impl VirtualFs {
                     open: d.writers() > 0,
                     error: d.error(),
                 }),
-                Entry::Moved(_) | Entry::Gone => ns += 1,
+                Entry::Moved(_) | Entry::Gone | Entry::Special { hides: true } => ns += 1,
                 _ => {}
             }
         }

@@ -1,0 +1,478 @@
+//! Local metadata: what a writable mount keeps that the Hub cannot store (modes, owners, times,
+//! symlinks, FIFOs, sockets and device nodes), per repo path.
+//!
+//! Kept in memory and in an append-only log (`metadata.log`) in the staging directory, so a remount
+//! of the same repo, branch and cache dir shows the same modes, times and symlinks, and a file whose
+//! staged copy was dropped after its commit keeps them. Each change appends one JSON line; the log is
+//! replayed at startup and rewritten compactly when it has grown well past the live records.
+//! Lines are written at once (a crash of the process loses nothing) and fsynced by `sync`, which the
+//! mount calls where it makes staged content durable (close, fsync, unmount). A write's mtime is
+//! kept in memory and logged at the file's next seal, not once per write.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+/// An entry that exists only in the mount: the Hub stores regular files only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "lowercase")]
+pub enum Special {
+    Symlink { target: String },
+    Fifo,
+    Socket,
+    Char { rdev: u32 },
+    Block { rdev: u32 },
+}
+
+/// A point in time as seconds and nanoseconds since the epoch (negative seconds allowed: `touch -d
+/// 1960-01-01` is valid on a local disk).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Stamp {
+    pub s: i64,
+    pub n: u32,
+}
+
+impl Stamp {
+    pub fn now() -> Stamp {
+        Stamp::from(SystemTime::now())
+    }
+}
+
+impl From<SystemTime> for Stamp {
+    fn from(t: SystemTime) -> Stamp {
+        match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => Stamp {
+                s: d.as_secs() as i64,
+                n: d.subsec_nanos(),
+            },
+            Err(e) => {
+                let d = e.duration();
+                let (s, n) = (d.as_secs() as i64, d.subsec_nanos());
+                if n == 0 {
+                    Stamp { s: -s, n: 0 }
+                } else {
+                    Stamp {
+                        s: -s - 1,
+                        n: 1_000_000_000 - n,
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl From<Stamp> for SystemTime {
+    fn from(t: Stamp) -> SystemTime {
+        if t.s >= 0 {
+            UNIX_EPOCH + Duration::new(t.s as u64, t.n)
+        } else {
+            UNIX_EPOCH - Duration::from_secs(t.s.unsigned_abs()) + Duration::from_nanos(t.n as u64)
+        }
+    }
+}
+
+/// What the mount shows for one path beyond what the Hub has.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Meta {
+    /// A directory's record (kept apart so a file replacing a directory never inherits its mode).
+    #[serde(default)]
+    pub dir: bool,
+    /// Permission bits with setuid, setgid and sticky (`0o7777`).
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub atime: Stamp,
+    pub mtime: Stamp,
+    pub ctime: Stamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub special: Option<Special>,
+}
+
+/// One line of the log.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+enum Line {
+    /// `path` has this record now.
+    Set { p: String, m: Meta },
+    /// `path` and everything below it have no record.
+    Del { p: String },
+    /// The records of `from` and everything below it move to `to` (any there are replaced).
+    Mv { from: String, to: String },
+}
+
+const LOG_NAME: &str = "metadata.log";
+
+/// The log is rewritten when it holds this many lines more than twice the live records.
+const COMPACT_SLACK: usize = 10_000;
+
+/// Lock order: `inner` is a leaf: nothing else is locked while it is held.
+pub struct MetaStore {
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    map: HashMap<String, Meta>,
+    /// Paths whose in-memory record is newer than the log (a write's mtime).
+    unsaved: HashSet<String>,
+    log: Option<File>,
+    path: Option<PathBuf>,
+    lines: usize,
+    /// The last write to the log failed: the next sync reports it.
+    error: Option<String>,
+}
+
+fn under(path: &str, root: &str) -> bool {
+    root.is_empty() || path == root || (path.starts_with(root) && path.as_bytes().get(root.len()) == Some(&b'/'))
+}
+
+fn moved(path: &str, from: &str, to: &str) -> String {
+    if path == from {
+        to.to_string()
+    } else if from.is_empty() {
+        format!("{to}/{path}")
+    } else if to.is_empty() {
+        path[from.len() + 1..].to_string()
+    } else {
+        format!("{to}{}", &path[from.len()..])
+    }
+}
+
+impl Inner {
+    fn apply(&mut self, line: Line) {
+        match line {
+            Line::Set { p, m } => {
+                self.map.insert(p, m);
+            }
+            Line::Del { p } => self.remove_tree(&p),
+            Line::Mv { from, to } => {
+                self.remove_tree(&to);
+                let keys: Vec<String> = self.map.keys().filter(|k| under(k, &from)).cloned().collect();
+                for k in keys {
+                    if let Some(m) = self.map.remove(&k) {
+                        self.map.insert(moved(&k, &from, &to), m);
+                    }
+                    if self.unsaved.remove(&k) {
+                        self.unsaved.insert(moved(&k, &from, &to));
+                    }
+                }
+            }
+        }
+    }
+
+    fn remove_tree(&mut self, root: &str) {
+        if self.map.remove(root).is_some() {
+            self.unsaved.remove(root);
+        }
+        let prefix = format!("{root}/");
+        if self.map.keys().any(|k| k.starts_with(&prefix)) {
+            self.map.retain(|k, _| !k.starts_with(&prefix));
+            self.unsaved.retain(|k| !k.starts_with(&prefix));
+        }
+    }
+
+    fn append(&mut self, line: &Line) {
+        let Some(log) = &mut self.log else { return };
+        let mut text = match serde_json::to_string(line) {
+            Ok(t) => t,
+            Err(e) => {
+                self.error = Some(e.to_string());
+                return;
+            }
+        };
+        text.push('\n');
+        if let Err(e) = log.write_all(text.as_bytes()) {
+            tracing::warn!(error = %e, "could not append to the metadata log");
+            self.error = Some(e.to_string());
+        }
+        self.lines += 1;
+        if self.lines > 2 * self.map.len() + COMPACT_SLACK
+            && let Err(e) = self.compact()
+        {
+            tracing::warn!(error = %e, "could not compact the metadata log");
+        }
+    }
+
+    /// Rewrites the log as one `Set` per live record (temporary file, fsync, rename).
+    fn compact(&mut self) -> std::io::Result<()> {
+        let Some(path) = self.path.clone() else { return Ok(()) };
+        let tmp = path.with_extension("log.tmp");
+        let mut out = std::io::BufWriter::new(File::create(&tmp)?);
+        let mut keys: Vec<&String> = self.map.keys().collect();
+        keys.sort();
+        for k in keys {
+            let line = Line::Set {
+                p: k.clone(),
+                m: self.map[k].clone(),
+            };
+            serde_json::to_writer(&mut out, &line)?;
+            out.write_all(b"\n")?;
+        }
+        let file = out.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, &path)?;
+        if let Some(dir) = path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+        self.log = Some(OpenOptions::new().append(true).open(&path)?);
+        self.lines = self.map.len();
+        self.unsaved.clear();
+        Ok(())
+    }
+}
+
+impl MetaStore {
+    /// A store kept in memory only (read-only mounts have nothing to keep; tests).
+    pub fn in_memory() -> MetaStore {
+        MetaStore {
+            inner: Mutex::new(Inner {
+                map: HashMap::new(),
+                unsaved: HashSet::new(),
+                log: None,
+                path: None,
+                lines: 0,
+                error: None,
+            }),
+        }
+    }
+
+    /// Opens (creating) the log in `dir` and replays it. A line that cannot be parsed (a torn last
+    /// line after a crash) is skipped with a warning; the log is then compacted so it parses again.
+    pub fn open(dir: &Path) -> std::io::Result<MetaStore> {
+        let path = dir.join(LOG_NAME);
+        let mut inner = Inner {
+            map: HashMap::new(),
+            unsaved: HashSet::new(),
+            log: None,
+            path: Some(path.clone()),
+            lines: 0,
+            error: None,
+        };
+        let mut bad = 0usize;
+        match File::open(&path) {
+            Ok(f) => {
+                for line in BufReader::new(f).split(b'\n') {
+                    let line = line?;
+                    if line.is_empty() {
+                        continue;
+                    }
+                    match serde_json::from_slice::<Line>(&line) {
+                        Ok(l) => {
+                            inner.apply(l);
+                            inner.lines += 1;
+                        }
+                        Err(e) => {
+                            bad += 1;
+                            tracing::warn!(error = %e, "skipped an unreadable line of the metadata log");
+                        }
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        inner.log = Some(OpenOptions::new().create(true).append(true).open(&path)?);
+        if bad > 0 {
+            inner.compact()?;
+        }
+        Ok(MetaStore {
+            inner: Mutex::new(inner),
+        })
+    }
+
+    pub fn get(&self, path: &str) -> Option<Meta> {
+        self.inner.lock().map.get(path).cloned()
+    }
+
+    /// Sets `path`'s record and logs it.
+    pub fn set(&self, path: &str, m: Meta) {
+        let mut g = self.inner.lock();
+        g.unsaved.remove(path);
+        let line = Line::Set {
+            p: path.to_string(),
+            m: m.clone(),
+        };
+        g.map.insert(path.to_string(), m);
+        g.append(&line);
+    }
+
+    /// Changes `path`'s record in memory only (a write's times); logged by `save` or `sync`.
+    /// Returns false when `path` has no record.
+    pub fn touch(&self, path: &str, f: impl FnOnce(&mut Meta)) -> bool {
+        let mut g = self.inner.lock();
+        let Some(m) = g.map.get_mut(path) else { return false };
+        f(m);
+        g.unsaved.insert(path.to_string());
+        true
+    }
+
+    /// Logs `path`'s in-memory record if it is newer than the log.
+    pub fn save(&self, path: &str) {
+        let mut g = self.inner.lock();
+        if g.unsaved.remove(path)
+            && let Some(m) = g.map.get(path).cloned()
+        {
+            g.append(&Line::Set { p: path.to_string(), m });
+        }
+    }
+
+    /// Removes the records of `path` and everything below it.
+    pub fn remove_tree(&self, path: &str) {
+        let mut g = self.inner.lock();
+        let prefix = format!("{path}/");
+        if !g.map.contains_key(path) && !g.map.keys().any(|k| k.starts_with(&prefix)) {
+            return;
+        }
+        let line = Line::Del { p: path.to_string() };
+        g.apply(Line::Del { p: path.to_string() });
+        g.append(&line);
+    }
+
+    /// Moves the records of `from` and everything below it to `to`.
+    pub fn rename(&self, from: &str, to: &str) {
+        let mut g = self.inner.lock();
+        let line = Line::Mv {
+            from: from.to_string(),
+            to: to.to_string(),
+        };
+        g.append(&line);
+        g.apply(line);
+    }
+
+    /// Logs every unsaved record and fsyncs the log.
+    pub fn sync(&self) -> std::io::Result<()> {
+        let mut g = self.inner.lock();
+        let unsaved: Vec<String> = g.unsaved.drain().collect();
+        for p in unsaved {
+            if let Some(m) = g.map.get(&p).cloned() {
+                g.append(&Line::Set { p, m });
+            }
+        }
+        if let Some(e) = g.error.take() {
+            return Err(std::io::Error::other(format!("metadata log: {e}")));
+        }
+        match &g.log {
+            Some(f) => f.sync_data(),
+            None => Ok(()),
+        }
+    }
+
+    /// Every record (path, record), sorted by path.
+    pub fn all(&self) -> Vec<(String, Meta)> {
+        let g = self.inner.lock();
+        let mut v: Vec<(String, Meta)> = g.map.iter().map(|(k, m)| (k.clone(), m.clone())).collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.lock().map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(mode: u32) -> Meta {
+        Meta {
+            dir: false,
+            mode,
+            uid: 1,
+            gid: 2,
+            atime: Stamp { s: 10, n: 1 },
+            mtime: Stamp { s: 20, n: 2 },
+            ctime: Stamp { s: 30, n: 3 },
+            special: None,
+        }
+    }
+
+    #[test]
+    fn stamps_round_trip_before_and_after_the_epoch() {
+        for t in [
+            UNIX_EPOCH + Duration::new(1_700_000_000, 123),
+            UNIX_EPOCH - Duration::new(5, 250_000_000),
+            UNIX_EPOCH - Duration::from_secs(7),
+            UNIX_EPOCH,
+        ] {
+            assert_eq!(SystemTime::from(Stamp::from(t)), t);
+        }
+        assert_eq!(
+            Stamp::from(UNIX_EPOCH - Duration::new(5, 250_000_000)),
+            Stamp { s: -6, n: 750_000_000 }
+        );
+    }
+
+    #[test]
+    fn replay_gives_the_same_records_after_sets_moves_and_deletes() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = MetaStore::open(dir.path()).unwrap();
+            s.set("a", meta(0o755));
+            s.set("a/x", meta(0o600));
+            s.set(
+                "a/l",
+                Meta {
+                    special: Some(Special::Symlink { target: "x".into() }),
+                    ..meta(0o777)
+                },
+            );
+            s.set("ab", meta(0o644));
+            s.rename("a", "b");
+            s.set("c", meta(0o640));
+            s.remove_tree("c");
+            assert!(s.touch("b/x", |m| m.mtime = Stamp { s: 99, n: 0 }));
+            s.sync().unwrap();
+        }
+        let s = MetaStore::open(dir.path()).unwrap();
+        let all = s.all();
+        let paths: Vec<&str> = all.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(paths, ["ab", "b", "b/l", "b/x"]);
+        assert_eq!(s.get("b/x").unwrap().mtime, Stamp { s: 99, n: 0 });
+        assert_eq!(
+            s.get("b/l").unwrap().special,
+            Some(Special::Symlink { target: "x".into() })
+        );
+    }
+
+    #[test]
+    fn a_torn_last_line_is_skipped_and_the_log_repaired() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = MetaStore::open(dir.path()).unwrap();
+            s.set("a", meta(0o600));
+            s.sync().unwrap();
+        }
+        let mut f = OpenOptions::new().append(true).open(dir.path().join(LOG_NAME)).unwrap();
+        f.write_all(b"{\"op\":\"set\",\"p\":\"b\",\"m\":{\"mo").unwrap();
+        drop(f);
+        let s = MetaStore::open(dir.path()).unwrap();
+        assert_eq!(s.get("a").unwrap().mode, 0o600);
+        assert!(s.get("b").is_none());
+        s.set("c", meta(0o644));
+        drop(s);
+        let s = MetaStore::open(dir.path()).unwrap();
+        assert_eq!(s.len(), 2);
+    }
+
+    #[test]
+    fn moving_onto_a_path_replaces_its_records_and_root_moves_work() {
+        let s = MetaStore::in_memory();
+        s.set("x", meta(0o600));
+        s.set("y", meta(0o644));
+        s.set("y/z", meta(0o644));
+        s.rename("x", "y");
+        assert_eq!(s.get("y").unwrap().mode, 0o600);
+        assert!(s.get("y/z").is_none());
+        assert_eq!(moved("a/b", "a", "c/d"), "c/d/b");
+        assert!(under("a/b", "a") && !under("ab", "a") && under("a", "a"));
+    }
+}
