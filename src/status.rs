@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::registry::{Frontend, MountRecord};
 use crate::vfs::StatusReport;
+use crate::write::metadata::{Special, differs};
 
 /// One line of `status --json`: the registry record and, for a writable mount, its report.
 #[derive(Debug, Serialize)]
@@ -82,7 +83,7 @@ fn prune_status_files(cache_dir: &Path) {
     }
 }
 
-fn print_writable(m: &StatusReport) {
+fn print_writable(m: &StatusReport, verbose: bool) {
     println!(
         "  last commit: {}   commits: {}   files committed: {}   uploaded: {} bytes",
         m.last_commit.as_deref().unwrap_or("none yet"),
@@ -119,9 +120,46 @@ fn print_writable(m: &StatusReport) {
             m.pending_namespace_changes
         );
     }
+    if m.local_only_entries > 0 || m.metadata_changes > 0 {
+        println!(
+            "  kept in this mount only, never on the Hub: {} symlink(s) or special file(s), {} mode/owner change(s){}",
+            m.local_only_entries,
+            m.metadata_changes,
+            if verbose { "" } else { " (--verbose lists them)" }
+        );
+    }
+    if verbose {
+        print_local_only(m);
+    }
 }
 
-pub fn run(cache_dir: Option<&Path>, json: bool) -> anyhow::Result<()> {
+/// Lists what a writable mount keeps only locally, from its metadata log.
+fn print_local_only(m: &StatusReport) {
+    let records = match crate::write::metadata::read_log(Path::new(&m.staging_dir)) {
+        Ok(r) => r,
+        Err(e) => {
+            println!("  (cannot read the metadata log in {}: {e})", m.staging_dir);
+            return;
+        }
+    };
+    for (path, r) in &records {
+        let what = match &r.special {
+            Some(Special::Symlink { target }) => format!("symlink -> {target}"),
+            Some(Special::Fifo) => "fifo".into(),
+            Some(Special::Socket) => "socket".into(),
+            Some(Special::Char { rdev }) => format!("char device {}:{}", libc::major(*rdev as libc::dev_t), libc::minor(*rdev as libc::dev_t)),
+            Some(Special::Block { rdev }) => format!("block device {}:{}", libc::major(*rdev as libc::dev_t), libc::minor(*rdev as libc::dev_t)),
+            None if differs(r, m.uid, m.gid) => {
+                let kind = if r.dir { "directory" } else { "file" };
+                format!("{kind} mode {:04o} owner {}:{}", r.mode, r.uid, r.gid)
+            }
+            None => continue,
+        };
+        println!("  local    {path}: {what}");
+    }
+}
+
+pub fn run(cache_dir: Option<&Path>, json: bool, verbose: bool) -> anyhow::Result<()> {
     let mounts = running(cache_dir);
     if json {
         println!("{}", serde_json::to_string_pretty(&mounts).context("encoding status")?);
@@ -147,7 +185,7 @@ pub fn run(cache_dir: Option<&Path>, json: bool) -> anyhow::Result<()> {
             None => println!("  log: the terminal that started it"),
         }
         if let Some(w) = &s.writable {
-            print_writable(w);
+            print_writable(w, verbose);
         }
     }
     // Staged files of stopped mounts: in the cache dir asked about, else the default one and every

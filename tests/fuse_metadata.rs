@@ -137,6 +137,13 @@ fn modes_owners_times_and_special_files_survive_a_commit_and_a_remount() {
         assert!(got.starts_with(prefix), "{name}: {got} (wanted {prefix}…)");
     }
 
+    let report = m.vfs.status_report().unwrap();
+    assert_eq!(
+        (report.local_only_entries, report.metadata_changes),
+        (4, 3),
+        "status counts link, fifo, null, sock; and data.bin's owner, exec.sh's and private's modes"
+    );
+
     // The regular files reach the Hub; the rest never does.
     env.rt.block_on(m.vfs.sync_all()).unwrap();
     let hub = env.hub_files("meta1");
@@ -247,5 +254,40 @@ fn posix_strict_refuses_what_the_hub_cannot_store() {
     assert_eq!(
         errno_of(std::fs::hard_link(root.join("f.txt"), root.join("h"))),
         libc::EPERM
+    );
+}
+
+#[test]
+fn file_times_last_commit_shows_each_files_last_commit_date() {
+    let mut env = Env::new();
+    env.create_dataset("meta4");
+    env.remote_commit("meta4", "old.txt", "first");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    env.remote_commit("meta4", "new.txt", "second");
+    let mtime = |root: &Path, name: &str| std::fs::metadata(root.join(name)).unwrap().mtime();
+    let mut cfg = env.client_cfg();
+    cfg.tree_expand = true;
+    let m = env.mount_with_client("datasets/local/meta4", VfsOptions::default(), cfg);
+    let (old, new) = (mtime(&m.mountpoint, "old.txt"), mtime(&m.mountpoint, "new.txt"));
+    assert!(old < new, "last-commit: old.txt {old} before new.txt {new}");
+    let listed: Vec<i64> = ["old.txt", "new.txt"]
+        .iter()
+        .map(|n| {
+            std::fs::read_dir(&m.mountpoint)
+                .unwrap()
+                .map(|e| e.unwrap())
+                .find(|e| e.file_name() == *n)
+                .unwrap()
+                .metadata()
+                .unwrap()
+                .mtime()
+        })
+        .collect();
+    assert_eq!(listed, [old, new], "listing and lookup agree");
+    let m2 = env.mount_with("datasets/local/meta4", VfsOptions::default());
+    assert_eq!(
+        mtime(&m2.mountpoint, "old.txt"),
+        mtime(&m2.mountpoint, "new.txt"),
+        "revision (default): every file shows the commit's time"
     );
 }

@@ -66,7 +66,7 @@ impl HubClient {
             tail.push('/');
             tail.push_str(&encode_path(path));
         }
-        tail.push_str(&format!("?recursive={recursive}&expand=false"));
+        tail.push_str(&format!("?recursive={recursive}&expand={}", self.inner.tree_expand));
         let mut url = self.api_url(repo, &tail)?;
         let mut out = Vec::new();
         for _ in 0..MAX_PAGES {
@@ -108,7 +108,7 @@ impl HubClient {
             if let [only] = batch {
                 ctx.path = Some(only.to_string());
             }
-            let body = serde_json::to_vec(&serde_json::json!({ "paths": batch, "expand": false }))
+            let body = serde_json::to_vec(&serde_json::json!({ "paths": batch, "expand": self.inner.tree_expand }))
                 .map_err(|e| HubClientError::bad_input("paths", e.to_string()))?;
             let req = Request {
                 method: Method::POST,

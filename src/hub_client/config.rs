@@ -23,6 +23,9 @@ pub struct HubClientConfig {
     /// Retries after the first attempt (so at most `max_retries + 1` attempts per HTTP exchange).
     pub max_retries: u32,
     pub user_agent: String,
+    /// Ask tree listings and paths-info for each entry's last commit (`expand=true`): a file's
+    /// `last_commit_date` is then known, at the price of pages of 50 entries instead of 1,000.
+    pub tree_expand: bool,
 }
 
 impl Default for HubClientConfig {
@@ -35,6 +38,7 @@ impl Default for HubClientConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             max_retries: DEFAULT_MAX_RETRIES,
             user_agent: format!("hubfs/{}", env!("CARGO_PKG_VERSION")),
+            tree_expand: false,
         }
     }
 }
@@ -100,6 +104,7 @@ impl fmt::Debug for HubClientConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("max_retries", &self.max_retries)
             .field("user_agent", &self.user_agent)
+            .field("tree_expand", &self.tree_expand)
             .finish()
     }
 }

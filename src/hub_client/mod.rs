@@ -60,6 +60,8 @@ struct Inner {
     /// whose content cannot change).
     redirects: moka::sync::Cache<String, Arc<Url>>,
     tokens: xet_token::TokenCache,
+    /// `HubClientConfig::tree_expand`.
+    tree_expand: bool,
 }
 
 impl HubClient {
@@ -112,6 +114,7 @@ impl HubClient {
                     .time_to_live(REDIRECT_CACHE_TTL)
                     .build(),
                 tokens: xet_token::TokenCache::default(),
+                tree_expand: cfg.tree_expand,
             }),
         })
     }

@@ -56,7 +56,13 @@ impl VirtualFs {
         let w = self.writer.is_some();
         let (kind, size, perm, nlink, t) = match found {
             Found::Dir => (Kind::Dir, 0, if w { 0o755 } else { 0o555 }, 2, self.mtime),
-            Found::Remote(m) => (Kind::File, m.size, if w { 0o644 } else { 0o444 }, 1, self.mtime),
+            Found::Remote(m) => (
+                Kind::File,
+                m.size,
+                if w { 0o644 } else { 0o444 },
+                1,
+                m.last_commit.unwrap_or(self.mtime),
+            ),
             Found::Local(d) => (Kind::File, d.size(), 0o644, 1, d.mtime()),
             Found::Special => (Kind::Fifo, 0, 0o644, 1, self.mtime),
         };

@@ -43,7 +43,7 @@ pub(super) fn node_from_entry(commit: &str, e: &TreeEntry) -> (String, Node) {
             oid,
             lfs_sha256,
             xet_hash,
-            ..
+            last_commit_date,
         } => {
             let id = match (xet_hash, lfs_sha256) {
                 (Some(x), _) => ContentId::Xet(x.clone()),
@@ -56,6 +56,7 @@ pub(super) fn node_from_entry(commit: &str, e: &TreeEntry) -> (String, Node) {
                 size: *size,
                 id,
                 sha256: lfs_sha256.clone(),
+                last_commit: *last_commit_date,
             };
             (basename(path).to_string(), Node::File(meta))
         }

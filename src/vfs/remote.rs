@@ -108,6 +108,9 @@ pub struct FileMeta {
     pub id: ContentId,
     /// sha256 of the content, known for LFS and Xet files (lets a rename re-commit it by reference).
     pub sha256: Option<String>,
+    /// The date of the last commit that changed the file, when the Hub was asked for it
+    /// (`--file-times last-commit`): the file's mtime.
+    pub last_commit: Option<std::time::SystemTime>,
 }
 
 pub struct Remote {

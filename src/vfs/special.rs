@@ -98,9 +98,8 @@ impl VirtualFs {
             w.overlay.lock().set(&path, Entry::Special { hides });
         }
         self.dir_changed(&parent_path);
-        if hides {
-            self.kick();
-        }
+        // The committer deletes a Hub file this replaced, and `hubfs status` counts the entry.
+        self.kick();
         let ino = self.inodes.ino_for(&path, 1);
         Ok(self.attr_at(ino, Some(&path), &Found::Special))
     }

@@ -513,6 +513,10 @@ impl VirtualFs {
         if let (Some(t), Found::Local(d)) = (req.mtime, &found) {
             d.set_mtime(SystemTime::from(t.stamp(now)));
         }
+        if req.mode.is_some() || req.uid.is_some() || req.gid.is_some() {
+            // `hubfs status` counts modes and owners the Hub never sees.
+            self.kick();
+        }
         Ok(self.attr_at(ino, Some(&path), &found))
     }
 

@@ -124,6 +124,34 @@ struct Inner {
     lines: usize,
     /// The last write to the log failed: the next sync reports it.
     error: Option<String>,
+    /// Bumped by every change that adds, removes or moves a record (not by a write's times).
+    version: u64,
+}
+
+/// Whether a regular file's or directory's record shows a mode or owner the Hub's defaults do not
+/// (0644 files, 0755 directories, the mount's ids). Special files are counted on their own.
+pub fn differs(m: &Meta, uid: u32, gid: u32) -> bool {
+    let default_mode = if m.dir { 0o755 } else { 0o644 };
+    m.special.is_none() && (m.mode != default_mode || m.uid != uid || m.gid != gid)
+}
+
+/// The records of the log in `dir` as a mount would see them, read without opening it for writing
+/// (`hubfs status --verbose` reads a running mount's log).
+pub fn read_log(dir: &Path) -> std::io::Result<Vec<(String, Meta)>> {
+    let mut inner = Inner::empty(None);
+    let f = match File::open(dir.join(LOG_NAME)) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    for line in BufReader::new(f).split(b'\n') {
+        if let Ok(l) = serde_json::from_slice::<Line>(&line?) {
+            inner.apply(l);
+        }
+    }
+    let mut v: Vec<(String, Meta)> = inner.map.into_iter().collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(v)
 }
 
 fn under(path: &str, root: &str) -> bool {
@@ -143,6 +171,18 @@ fn moved(path: &str, from: &str, to: &str) -> String {
 }
 
 impl Inner {
+    fn empty(path: Option<PathBuf>) -> Inner {
+        Inner {
+            map: HashMap::new(),
+            unsaved: HashSet::new(),
+            log: None,
+            path,
+            lines: 0,
+            error: None,
+            version: 0,
+        }
+    }
+
     fn apply(&mut self, line: Line) {
         match line {
             Line::Set { p, m } => {
@@ -176,6 +216,7 @@ impl Inner {
     }
 
     fn append(&mut self, line: &Line) {
+        self.version += 1;
         let Some(log) = &mut self.log else { return };
         let mut text = match serde_json::to_string(line) {
             Ok(t) => t,
@@ -229,14 +270,7 @@ impl MetaStore {
     /// A store kept in memory only (read-only mounts have nothing to keep; tests).
     pub fn in_memory() -> MetaStore {
         MetaStore {
-            inner: Mutex::new(Inner {
-                map: HashMap::new(),
-                unsaved: HashSet::new(),
-                log: None,
-                path: None,
-                lines: 0,
-                error: None,
-            }),
+            inner: Mutex::new(Inner::empty(None)),
         }
     }
 
@@ -244,14 +278,7 @@ impl MetaStore {
     /// line after a crash) is skipped with a warning; the log is then compacted so it parses again.
     pub fn open(dir: &Path) -> std::io::Result<MetaStore> {
         let path = dir.join(LOG_NAME);
-        let mut inner = Inner {
-            map: HashMap::new(),
-            unsaved: HashSet::new(),
-            log: None,
-            path: Some(path.clone()),
-            lines: 0,
-            error: None,
-        };
+        let mut inner = Inner::empty(Some(path.clone()));
         let mut bad = 0usize;
         match File::open(&path) {
             Ok(f) => {
@@ -371,6 +398,20 @@ impl MetaStore {
 
     pub fn len(&self) -> usize {
         self.inner.lock().map.len()
+    }
+
+    /// Changes so far (see `Inner::version`): lets the status file be rewritten only when needed.
+    pub fn version(&self) -> u64 {
+        self.inner.lock().version
+    }
+
+    /// How many entries exist only in the mount, and how many records differ from what the Hub
+    /// shows in mode or owner (`uid`/`gid`: the mount's own ids), without copying the records.
+    pub fn summary(&self, uid: u32, gid: u32) -> (usize, usize) {
+        let g = self.inner.lock();
+        let specials = g.map.values().filter(|m| m.special.is_some()).count();
+        let changed = g.map.values().filter(|m| differs(m, uid, gid)).count();
+        (specials, changed)
     }
 
     pub fn is_empty(&self) -> bool {

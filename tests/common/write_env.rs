@@ -86,12 +86,17 @@ impl Env {
     }
 
     pub fn mount_with(&mut self, repo: &str, opts: VfsOptions) -> Mounted {
+        let cfg = self.client_cfg();
+        self.mount_with_client(repo, opts, cfg)
+    }
+
+    pub fn mount_with_client(&mut self, repo: &str, opts: VfsOptions, client: HubClientConfig) -> Mounted {
         let dir = tempfile::tempdir().unwrap();
         let req = MountRequest {
             repo: repo.to_string(),
             mountpoint: dir.path().to_path_buf(),
             revision: None,
-            client: self.client_cfg(),
+            client,
             vfs: opts,
             allow_other: false,
         };

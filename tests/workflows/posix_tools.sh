@@ -164,6 +164,15 @@ else
   run_py posix_hub.py 180 verify "posix" "$PT_REPO" "$PT/hub" "$PT/hub.sums" \
     rs/link cpa/link tar/link zip/link rs/sub/pipe cpa/sub/pipe tar/sub/pipe hardlink.txt
 
+  # What only the mount keeps is counted and listed by `hubfs status`.
+  pt_run "$PT/status-v.out" 30 "$BIN" status --verbose
+  grep -q "kept in this mount only, never on the Hub: [1-9][0-9]* symlink(s) or special file(s), [1-9][0-9]* mode/owner change(s)" "$PT/status-v.out" &&
+    grep -q "local    rs/link: symlink -> sub/file.txt" "$PT/status-v.out" &&
+    grep -q "local    rs/sub/pipe: fifo" "$PT/status-v.out" &&
+    grep -q "local    rs/secret.txt: file mode 0600" "$PT/status-v.out"
+  chk "posix: hubfs status --verbose counts and lists the symlinks, FIFOs and modes kept only in the mount" $? ||
+    show "$PT/status-v.out"
+
   # --- 5. remount with the same --cache-dir --------------------------------------------------------------
   pt_run "$PT/unmount1.out" 120 "$BIN" unmount "$PM"
   chk "posix: hubfs unmount MNT exits 0" $? || show "$PT/unmount1.out"

@@ -135,6 +135,8 @@ pub(crate) struct Writer {
     draining: std::sync::atomic::AtomicBool,
     /// Modes, owners, times and special files kept by the mount (`write::metadata`).
     pub(super) meta: MetaStore,
+    /// The metadata version the status file last showed.
+    status_meta_version: std::sync::atomic::AtomicU64,
 }
 
 /// `kind/ns/name/branch`, each part made safe as one directory name.
@@ -192,6 +194,7 @@ impl Writer {
             budget_wait: Mutex::new(None),
             draining: std::sync::atomic::AtomicBool::new(false),
             meta,
+            status_meta_version: std::sync::atomic::AtomicU64::new(u64::MAX),
             staging,
         };
         w.recover(subfolder.unwrap_or("").trim_matches('/'))?;

@@ -57,6 +57,10 @@ async fn committer_loop(weak: Weak<VirtualFs>, kick: Arc<Notify>) {
         };
         if !urgent {
             if !ready {
+                // Nothing to commit; local metadata may have changed (status counts).
+                if let Some(vfs) = weak.upgrade() {
+                    vfs.refresh_status();
+                }
                 notified.await;
                 continue;
             }

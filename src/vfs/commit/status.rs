@@ -43,6 +43,17 @@ pub struct StatusReport {
     /// The next commit waits for the budget until then (RFC 3339, UTC).
     #[serde(default)]
     pub budget_wait_until: Option<String>,
+    /// Symlinks, FIFOs, sockets and device nodes: they exist only in the mount.
+    #[serde(default)]
+    pub local_only_entries: usize,
+    /// Files and directories whose mode or owner the mount keeps and the Hub never sees.
+    #[serde(default)]
+    pub metadata_changes: usize,
+    /// The ids entries show by default (what `metadata_changes` compares owners with).
+    #[serde(default)]
+    pub uid: u32,
+    #[serde(default)]
+    pub gid: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -88,6 +99,7 @@ impl VirtualFs {
         dirty.sort_by(|a, b| a.path.cmp(&b.path));
         // One statement per lock: a guard taken inside the struct literal below would live until
         // its end, and a second `lock()` there would deadlock.
+        let (local_only_entries, metadata_changes) = w.meta.summary(self.opts.uid, self.opts.gid);
         let (commit_budget, commits_in_window) = match w.budget.lock().as_mut() {
             Some(b) => (Some(b.spec().to_string()), Some(b.used(tokio::time::Instant::now()))),
             None => (None, None),
@@ -118,6 +130,10 @@ impl VirtualFs {
                 .lock()
                 .filter(|t| *t > chrono::Utc::now())
                 .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+            local_only_entries,
+            metadata_changes,
+            uid: self.opts.uid,
+            gid: self.opts.gid,
         }
     }
 
@@ -125,6 +141,8 @@ impl VirtualFs {
     pub(super) fn write_status(&self) {
         let Some(w) = &self.writer else { return };
         let Some(dir) = &w.opts.status_dir else { return };
+        w.status_meta_version
+            .store(w.meta.version(), std::sync::atomic::Ordering::Relaxed);
         let report = self.status();
         let write = || -> std::io::Result<()> {
             std::fs::create_dir_all(dir)?;
@@ -135,6 +153,15 @@ impl VirtualFs {
         };
         if let Err(e) = write() {
             tracing::debug!(error = %e, "could not write the status file");
+        }
+    }
+
+    /// Rewrites the status file if local metadata changed since it was written (its counts).
+    pub(super) fn refresh_status(&self) {
+        if let Some(w) = &self.writer
+            && w.status_meta_version.load(std::sync::atomic::Ordering::Relaxed) != w.meta.version()
+        {
+            self.write_status();
         }
     }
 
