@@ -289,7 +289,8 @@ fn run_nfs(
         println!("nfs: {served}");
         if let Some(d) = &kernel_dir {
             let k = d.clone();
-            tokio::task::spawn_blocking(move || crate::nfs::server::kernel_mount(served, &k, ttl)).await??;
+            let writable = opened.vfs.is_writable();
+            tokio::task::spawn_blocking(move || crate::nfs::server::kernel_mount(served, &k, ttl, writable)).await??;
             opened.vfs.set_mountpoint(&absolute(d));
         }
         let url = format!("nfs://{served}/");

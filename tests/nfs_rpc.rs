@@ -15,10 +15,6 @@ const PORTMAP: u32 = 100000;
 
 /// An RPC call record (mark included) with AUTH_UNIX credentials or the given flavour.
 fn call(xid: u32, rpcvers: u32, prog: u32, vers: u32, proc_: u32, flavor: u32, args: &[u8]) -> Vec<u8> {
-    let mut b = Vec::new();
-    for v in [xid, 0, rpcvers, prog, vers, proc_, flavor] {
-        b.extend_from_slice(&v.to_be_bytes());
-    }
     // Credentials: stamp, machine name "h", uid 0, gid 0, no groups (AUTH_UNIX's shape).
     let cred: Vec<u8> = [1u32, 1]
         .iter()
@@ -26,8 +22,27 @@ fn call(xid: u32, rpcvers: u32, prog: u32, vers: u32, proc_: u32, flavor: u32, a
         .chain(*b"h\0\0\0")
         .chain([0u32, 0, 0].iter().flat_map(|v| v.to_be_bytes()))
         .collect();
+    call_with_cred(xid, rpcvers, prog, vers, proc_, flavor, &cred, args)
+}
+
+/// `call` with the credentials' body given.
+#[allow(clippy::too_many_arguments)]
+fn call_with_cred(
+    xid: u32,
+    rpcvers: u32,
+    prog: u32,
+    vers: u32,
+    proc_: u32,
+    flavor: u32,
+    cred: &[u8],
+    args: &[u8],
+) -> Vec<u8> {
+    let mut b = Vec::new();
+    for v in [xid, 0, rpcvers, prog, vers, proc_, flavor] {
+        b.extend_from_slice(&v.to_be_bytes());
+    }
     b.extend_from_slice(&(cred.len() as u32).to_be_bytes());
-    b.extend_from_slice(&cred);
+    b.extend_from_slice(cred);
     b.extend_from_slice(&[0; 8]); // verifier: AUTH_NONE, empty
     b.extend_from_slice(args);
     let mut rec = (0x8000_0000u32 | b.len() as u32).to_be_bytes().to_vec();
@@ -219,5 +234,31 @@ async fn records_it_will_not_read_end_the_connection() {
     s.write_all(&not_a_call).await.unwrap();
     let r = ask(&mut s, nfs_call(2, 0, &[])).await;
     assert_eq!(head(&r).0, 2, "the next answer is the NULL's");
+    task.abort();
+}
+
+/// AUTH_UNIX credentials (RFC 5531 appendix A) are read: a well-formed body with the most groups
+/// allowed is taken; one with more groups, or cut short, is MSG_DENIED, AUTH_ERROR, AUTH_BADCRED.
+#[tokio::test]
+async fn auth_unix_credentials_that_do_not_decode_are_denied_badcred() {
+    let (addr, task) = server().await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let unix = |groups: u32| {
+        let mut v = words(&[7]);
+        v.extend(opaque(b"client"));
+        v.extend(words(&[1000, 1000, groups]));
+        v.extend(words(&(0..groups).collect::<Vec<_>>()));
+        v
+    };
+    let r = ask(&mut s, call_with_cred(1, 2, NFS, 3, 0, 1, &unix(16), &[])).await;
+    assert_eq!(head(&r), (1, 0, 0, &[][..]), "16 groups: NULL answered");
+    let r = ask(&mut s, call_with_cred(2, 2, NFS, 3, 0, 1, &unix(17), &[])).await;
+    assert_eq!(head(&r), (2, 1, 1, &[1][..]), "17 groups");
+    let cut = unix(2);
+    let r = ask(&mut s, call_with_cred(3, 2, NFS, 3, 0, 1, &cut[..cut.len() - 4], &[])).await;
+    assert_eq!(head(&r), (3, 1, 1, &[1][..]), "a body cut short");
+    // AUTH_NONE is taken as before.
+    let r = ask(&mut s, call_with_cred(4, 2, NFS, 3, 0, 0, &[], &[])).await;
+    assert_eq!(head(&r), (4, 0, 0, &[][..]));
     task.abort();
 }

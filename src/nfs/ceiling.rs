@@ -170,6 +170,7 @@ impl NFSFileSystem for MemNfs {
 impl super::rpc::Served for MemNfs {
     async fn write_durable(
         &self,
+        _who: super::rpc::Who<'_>,
         _id: fileid3,
         _offset: u64,
         _data: &[u8],

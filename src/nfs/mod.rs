@@ -1,6 +1,12 @@
 //! NfsAdapter: NFSv3 requests (decoded by hubfs's RPC front, `rpc`, into calls of nfsserve's
-//! `NFSFileSystem` trait) onto the same VirtualFs the FUSE mount uses. Thin by rule: call the core
-//! and turn `VfsError::errno` into an NFS status in one place.
+//! `NFSFileSystem` trait and of `rpc::Served`) onto the same VirtualFs the FUSE mount uses. Thin by
+//! rule: call the core and turn `VfsError::errno` into an NFS status in one place.
+//!
+//! Calls that change something carry the caller's AUTH_UNIX credentials (`served`): new entries are
+//! the caller's, with the mode the client sent, and the permission checks FUSE leaves to the kernel
+//! are made here (`perm`), as a Linux NFS server makes them. Not checked: LOOKUP, READDIR and
+//! READLINK (a client checks search and read permission through ACCESS, which answers by the mode
+//! bits); AUTH_NONE stands for the mount's owner; root is not squashed.
 //!
 //! NFS is stateless where FUSE is not, and the adapter bridges the two with bounded state only:
 //! - file ids are VirtualFs inode numbers, *remembered* in the core's bounded LRU (NFS clients never
@@ -16,8 +22,10 @@
 //!   for the Hub.
 
 pub mod ceiling;
+mod perm;
 pub mod release;
 pub mod rpc;
+mod served;
 pub mod server;
 
 use std::collections::HashMap;
@@ -25,19 +33,15 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use nfsserve::nfs::{
-    fattr3, fileid3, filename3, fsinfo3, ftype3, nfs_fh3, nfspath3, nfsstat3, nfstime3, post_op_attr, sattr3,
-    set_atime, set_gid3, set_mode3, set_mtime, set_size3, set_uid3, specdata3,
+    fattr3, fileid3, filename3, fsinfo3, ftype3, nfs_fh3, nfspath3, nfsstat3, nfstime3, post_op_attr, sattr3, specdata3,
 };
 use nfsserve::vfs::{DirEntry as NfsDirEntry, NFSFileSystem, ReadDirResult, VFSCapabilities};
 
 use self::release::{HeldDir, HeldFile, InUse, Releaser};
-use self::rpc::{Served, Stability};
+use self::rpc::{CreateHow, Served, Stability};
 use crate::vfs::error::VfsError;
-use crate::vfs::{
-    Attr, ContentId, DirEntry, Hold, Ino, Kind, OpenMode, ROOT_INO, RenameFlags, SetAttr, TimeSet, VirtualFs,
-};
+use crate::vfs::{Attr, ContentId, DirEntry, Hold, Ino, Kind, NewNode, OpenMode, ROOT_INO, VirtualFs};
 
 /// Largest READ/WRITE transfer offered to clients (the Linux client's own cap is 1 MiB).
 pub const MAX_TRANSFER: u32 = 1 << 20;
@@ -248,14 +252,14 @@ impl NfsAdapter {
     async fn create_file(
         &self,
         dirid: fileid3,
-        filename: &filename3,
+        name: &str,
         exclusive: bool,
         truncate: bool,
+        node: NewNode,
     ) -> Result<(Ino, Attr), nfsstat3> {
-        let name = name_str(filename)?;
         let (a, fh) = self
             .vfs
-            .create(dirid, name, exclusive, truncate)
+            .create_as(dirid, name, exclusive, truncate, node)
             .await
             .map_err(|e| nfs_status(&e))?;
         let (w, _in_use) = HeldFile::new_in_use(fh, self.releaser.clone());
@@ -358,61 +362,6 @@ impl NfsAdapter {
     }
 }
 
-/// WRITE stability and COMMIT (docs/SEMANTICS.md): an UNSTABLE WRITE is answered once it is in
-/// the staging file; a stable WRITE, and a COMMIT, once the file is fsynced and journaled as final,
-/// so that a crash of the server's host no longer loses it (the next start commits it). READ
-/// hands the core's bytes over without a copy, with the attributes it already looked up.
-#[async_trait]
-impl Served for NfsAdapter {
-    async fn read_attr(&self, id: fileid3, offset: u64, count: u32) -> Result<(Bytes, bool, Option<fattr3>), nfsstat3> {
-        let a = self.vfs.getattr(id).await.map_err(|e| nfs_status(&e))?;
-        if a.kind == Kind::Dir {
-            return Err(nfsstat3::NFS3ERR_ISDIR);
-        }
-        let f = self.open_file(id).await?;
-        let data = self
-            .vfs
-            .read(f.held.fh, offset, count.min(MAX_TRANSFER))
-            .await
-            .map_err(|e| nfs_status(&e))?;
-        let eof = offset.saturating_add(data.len() as u64) >= a.size;
-        // A read-only file's attributes do not change under the read; a writable mount's may.
-        let after = if self.vfs.is_writable() {
-            self.getattr(id).await.ok()
-        } else {
-            Some(self.fattr(&a))
-        };
-        Ok((data, eof, after))
-    }
-
-    async fn write_durable(
-        &self,
-        id: fileid3,
-        offset: u64,
-        data: &[u8],
-        asked: Stability,
-    ) -> Result<(fattr3, Stability), nfsstat3> {
-        if !self.vfs.is_writable() {
-            return Err(nfs_status(&self.vfs.refuse_write()));
-        }
-        let w = self.writer(id).await?;
-        self.vfs.write(w.fh, offset, data).map_err(|e| nfs_status(&e))?;
-        let reached = match asked {
-            Stability::Unstable => Stability::Unstable,
-            Stability::DataSync | Stability::FileSync => {
-                self.seal(id, Some(w.fh)).await?;
-                Stability::FileSync
-            }
-        };
-        Ok((self.getattr(id).await?, reached))
-    }
-
-    async fn commit(&self, id: fileid3) -> Result<(), nfsstat3> {
-        let w = self.writers.enter(id);
-        self.seal(id, w.as_ref().map(|w| w.fh)).await
-    }
-}
-
 impl NfsAdapter {
     /// Seals the file through its write handle, or by inode when there is none (a handle let go
     /// was sealed as it closed, unless it is still being closed right now).
@@ -465,96 +414,43 @@ impl NFSFileSystem for NfsAdapter {
         Ok(self.fattr(&a))
     }
 
+    /// nfsserve's calls without credentials stand for AUTH_NONE (`served`).
     async fn setattr(&self, id: fileid3, setattr: sattr3) -> Result<fattr3, nfsstat3> {
-        if !self.vfs.is_writable() {
-            return Err(nfs_status(&self.vfs.refuse_write()));
-        }
-        // A truncate goes through the file's write handle when it has one, as ftruncate would.
-        let writer = self.writers.enter(id);
-        let req = SetAttr {
-            size: match setattr.size {
-                set_size3::size(s) => Some(s),
-                set_size3::Void => None,
-            },
-            atime: match setattr.atime {
-                set_atime::SET_TO_CLIENT_TIME(t) => {
-                    Some(TimeSet::At(UNIX_EPOCH + Duration::new(t.seconds as u64, t.nseconds)))
-                }
-                set_atime::SET_TO_SERVER_TIME => Some(TimeSet::Now),
-                set_atime::DONT_CHANGE => None,
-            },
-            mtime: match setattr.mtime {
-                set_mtime::SET_TO_CLIENT_TIME(t) => {
-                    Some(TimeSet::At(UNIX_EPOCH + Duration::new(t.seconds as u64, t.nseconds)))
-                }
-                set_mtime::SET_TO_SERVER_TIME => Some(TimeSet::Now),
-                set_mtime::DONT_CHANGE => None,
-            },
-            mode: match setattr.mode {
-                set_mode3::mode(m) => Some(m),
-                set_mode3::Void => None,
-            },
-            uid: match setattr.uid {
-                set_uid3::uid(u) => Some(u),
-                set_uid3::Void => None,
-            },
-            gid: match setattr.gid {
-                set_gid3::gid(g) => Some(g),
-                set_gid3::Void => None,
-            },
-            fh: writer.as_ref().map(|w| w.fh),
-        };
-        let a = self.vfs.setattr(id, req).await.map_err(|e| nfs_status(&e))?;
-        Ok(self.fattr(&a))
+        self.setattr_by(None, id, setattr).await
     }
 
     /// nfsserve's READ (its own listener, tests): `read_attr`, copied into the `Vec` it wants.
     async fn read(&self, id: fileid3, offset: u64, count: u32) -> Result<(Vec<u8>, bool), nfsstat3> {
-        let (data, eof, _) = self.read_attr(id, offset, count).await?;
+        let (data, eof, _) = self.read_attr(None, id, offset, count).await?;
         Ok((data.to_vec(), eof))
     }
 
     /// nfsserve's WRITE has no stability argument and its listener answers FILE_SYNC: so it is.
     async fn write(&self, id: fileid3, offset: u64, data: &[u8]) -> Result<fattr3, nfsstat3> {
-        Ok(self.write_durable(id, offset, data, Stability::FileSync).await?.0)
+        Ok(self.write_durable(None, id, offset, data, Stability::FileSync).await?.0)
     }
 
     async fn create(&self, dirid: fileid3, filename: &filename3, attr: sattr3) -> Result<(fileid3, fattr3), nfsstat3> {
-        let truncate = matches!(attr.size, set_size3::size(0));
-        let (ino, a) = self.create_file(dirid, filename, false, truncate).await?;
-        Ok((ino, self.fattr(&a)))
+        let (id, a) = self
+            .create_by(None, dirid, filename, CreateHow::Unchecked(attr))
+            .await?;
+        match a {
+            Some(a) => Ok((id, a)),
+            None => Ok((id, self.getattr(id).await?)),
+        }
     }
 
     async fn create_exclusive(&self, dirid: fileid3, filename: &filename3) -> Result<fileid3, nfsstat3> {
-        Ok(self.create_file(dirid, filename, true, false).await?.0)
+        Ok(self.create_by(None, dirid, filename, CreateHow::Exclusive).await?.0)
     }
 
     async fn mkdir(&self, dirid: fileid3, dirname: &filename3) -> Result<(fileid3, fattr3), nfsstat3> {
-        let name = name_str(dirname)?;
-        let a = self.vfs.mkdir(dirid, name).await.map_err(|e| nfs_status(&e))?;
-        let ino = self.remembered(dirid, name, a.ino)?;
-        Ok((ino, self.fattr(&a)))
+        self.mkdir_by(None, dirid, dirname, sattr3::default()).await
     }
 
     /// REMOVE and RMDIR (nfsserve sends both here).
     async fn remove(&self, dirid: fileid3, filename: &filename3) -> Result<(), nfsstat3> {
-        if !self.vfs.is_writable() {
-            return Err(nfs_status(&self.vfs.refuse_write()));
-        }
-        let name = name_str(filename)?;
-        let child = self
-            .vfs
-            .lookup_as(dirid, name, Hold::Remembered)
-            .await
-            .map_err(|e| nfs_status(&e))?;
-        // Closed before the removal, as a FUSE client's close would be.
-        self.writers.cache.invalidate(&child.ino);
-        self.releaser.flush();
-        let r = match child.kind {
-            Kind::Dir => self.vfs.rmdir(dirid, name).await,
-            _ => self.vfs.unlink(dirid, name).await,
-        };
-        r.map_err(|e| nfs_status(&e))
+        self.remove_by(None, dirid, filename).await
     }
 
     async fn rename(
@@ -564,14 +460,8 @@ impl NFSFileSystem for NfsAdapter {
         to_dirid: fileid3,
         to_filename: &filename3,
     ) -> Result<(), nfsstat3> {
-        if !self.vfs.is_writable() {
-            return Err(nfs_status(&self.vfs.refuse_write()));
-        }
-        let (from, to) = (name_str(from_filename)?, name_str(to_filename)?);
-        self.vfs
-            .rename(from_dirid, from, to_dirid, to, RenameFlags::default())
+        self.rename_by(None, from_dirid, from_filename, to_dirid, to_filename)
             .await
-            .map_err(|e| nfs_status(&e))
     }
 
     async fn readdir(
@@ -618,22 +508,18 @@ impl NFSFileSystem for NfsAdapter {
 
     async fn symlink(
         &self,
-        _dirid: fileid3,
-        _linkname: &filename3,
-        _symlink: &nfspath3,
-        _attr: &sattr3,
+        dirid: fileid3,
+        linkname: &filename3,
+        symlink: &nfspath3,
+        attr: &sattr3,
     ) -> Result<(fileid3, fattr3), nfsstat3> {
-        // The Hub stores no symlinks.
-        if self.vfs.is_writable() {
-            Err(nfsstat3::NFS3ERR_PERM)
-        } else {
-            Err(nfs_status(&self.vfs.refuse_write()))
-        }
+        self.symlink_by(None, dirid, linkname, symlink, *attr).await
     }
 
-    async fn readlink(&self, _id: fileid3) -> Result<nfspath3, nfsstat3> {
-        // The Hub stores no symlinks: nothing here is one.
-        Err(nfsstat3::NFS3ERR_INVAL)
+    /// A symlink's target; anything else is NFS3ERR_INVAL.
+    async fn readlink(&self, id: fileid3) -> Result<nfspath3, nfsstat3> {
+        let target = self.vfs.readlink(id).await.map_err(|e| nfs_status(&e))?;
+        Ok(target.into_bytes().into())
     }
 
     async fn fsinfo(&self, root_fileid: fileid3) -> Result<fsinfo3, nfsstat3> {

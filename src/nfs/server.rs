@@ -79,16 +79,17 @@ pub fn kernel_has_nfs_client() -> bool {
 
 /// The options the kernel mount uses: NFSv3 over TCP on the server's single port, no lock manager,
 /// 1 MiB transfers, attribute caching as long as the metadata TTL.
-pub fn kernel_mount_options(addr: SocketAddr, metadata_ttl: Duration) -> String {
+pub fn kernel_mount_options(addr: SocketAddr, metadata_ttl: Duration, writable: bool) -> String {
     let port = addr.port();
     format!(
-        "vers=3,tcp,port={port},mountport={port},nolock,rsize={MAX_TRANSFER},wsize={MAX_TRANSFER},actimeo={},ro",
-        metadata_ttl.as_secs().max(1)
+        "vers=3,tcp,port={port},mountport={port},nolock,rsize={MAX_TRANSFER},wsize={MAX_TRANSFER},actimeo={},{}",
+        metadata_ttl.as_secs().max(1),
+        if writable { "rw" } else { "ro" }
     )
 }
 
 /// Mounts the server at `mountpoint` with the kernel client (`mount -t nfs`).
-pub fn kernel_mount(addr: SocketAddr, mountpoint: &Path, metadata_ttl: Duration) -> anyhow::Result<()> {
+pub fn kernel_mount(addr: SocketAddr, mountpoint: &Path, metadata_ttl: Duration, writable: bool) -> anyhow::Result<()> {
     if !kernel_has_nfs_client() {
         bail!(
             "this kernel has no NFS client (no \"nfs\" in /proc/filesystems): mount over FUSE instead \
@@ -99,7 +100,7 @@ pub fn kernel_mount(addr: SocketAddr, mountpoint: &Path, metadata_ttl: Duration)
         .arg("-t")
         .arg("nfs")
         .arg("-o")
-        .arg(kernel_mount_options(addr, metadata_ttl))
+        .arg(kernel_mount_options(addr, metadata_ttl, writable))
         .arg(format!("{}:/", addr.ip()))
         .arg(mountpoint)
         .output()
@@ -120,9 +121,12 @@ mod tests {
 
     #[test]
     fn mount_options_name_the_single_port_and_ttl() {
-        let o = kernel_mount_options("127.0.0.1:2049".parse().unwrap(), Duration::from_secs(60));
+        let o = kernel_mount_options("127.0.0.1:2049".parse().unwrap(), Duration::from_secs(60), false);
         assert!(o.contains("vers=3,tcp,port=2049,mountport=2049,nolock"), "{o}");
         assert!(o.contains("rsize=1048576,wsize=1048576"), "{o}");
         assert!(o.contains("actimeo=60"), "{o}");
+        assert!(o.ends_with(",ro"), "a read-only mount: {o}");
+        let w = kernel_mount_options("127.0.0.1:2049".parse().unwrap(), Duration::from_secs(60), true);
+        assert!(w.ends_with(",rw"), "a --write mount must not be mounted ro: {w}");
     }
 }

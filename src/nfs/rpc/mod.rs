@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use nfsserve::nfs::{fattr3, fileid3, nfsstat3};
-use nfsserve::vfs::NFSFileSystem;
+use nfsserve::nfs::{fattr3, fileid3, filename3, nfspath3, nfsstat3, sattr3, specdata3};
+use nfsserve::vfs::{NFSFileSystem, VFSCapabilities};
 use tokio::net::TcpListener;
 
 /// How far a WRITE's data has got (RFC 1813 `stable_how`): UNSTABLE data may be lost by a server
@@ -49,14 +49,82 @@ impl Stability {
     }
 }
 
-/// What the front calls beyond nfsserve's trait, which has no word for WRITE stability or COMMIT,
-/// and whose READ returns a `Vec` and no attributes (so a READ cost a copy and a second GETATTR).
+/// Most supplementary groups AUTH_UNIX credentials carry.
+pub const MAX_GROUPS: usize = 16;
+
+/// The caller of one call, as its AUTH_UNIX credentials name it: user, group and supplementary
+/// groups. AUTH_UNIX is not authentication (a client says what it likes); it is what every NFSv3
+/// server without Kerberos goes by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cred {
+    pub uid: u32,
+    pub gid: u32,
+    groups: [u32; MAX_GROUPS],
+    ngroups: u8,
+}
+
+impl Cred {
+    /// The first `MAX_GROUPS` of `groups` are kept.
+    pub fn new(uid: u32, gid: u32, groups: &[u32]) -> Cred {
+        let n = groups.len().min(MAX_GROUPS);
+        let mut g = [0u32; MAX_GROUPS];
+        g[..n].copy_from_slice(&groups[..n]);
+        Cred {
+            uid,
+            gid,
+            groups: g,
+            ngroups: n as u8,
+        }
+    }
+
+    pub fn groups(&self) -> &[u32] {
+        &self.groups[..usize::from(self.ngroups)]
+    }
+}
+
+/// Who makes a call: AUTH_UNIX's ids, or None for AUTH_NONE (the filesystem decides whom that
+/// stands for; hubfs: the mount's owner).
+pub type Who<'a> = Option<&'a Cred>;
+
+/// ACCESS bits (RFC 1813 §3.3.4).
+pub const ACCESS3_READ: u32 = 0x01;
+pub const ACCESS3_LOOKUP: u32 = 0x02;
+pub const ACCESS3_MODIFY: u32 = 0x04;
+pub const ACCESS3_EXTEND: u32 = 0x08;
+pub const ACCESS3_DELETE: u32 = 0x10;
+pub const ACCESS3_EXECUTE: u32 = 0x20;
+
+/// How CREATE makes its file (RFC 1813 `createhow3`; an EXCLUSIVE create's verifier is not kept).
+#[derive(Debug, Clone)]
+pub enum CreateHow {
+    Unchecked(sattr3),
+    Guarded(sattr3),
+    Exclusive,
+}
+
+/// What MKNOD makes: the types RFC 1813 `mknoddata3` allows (the others are NFS3ERR_BADTYPE).
+#[derive(Debug, Clone, Copy)]
+pub enum NodeType {
+    Char(specdata3),
+    Block(specdata3),
+    Socket,
+    Fifo,
+}
+
+/// What the front calls beyond nfsserve's trait, which has no word for WRITE stability, COMMIT,
+/// MKNOD, LINK or the caller's credentials, and whose READ returns a `Vec` and no attributes (so a
+/// READ cost a copy and a second GETATTR).
+///
+/// The `*_by` calls carry the caller (`Who`): a filesystem that checks permissions and gives new
+/// entries their creator's ids does it there. Their defaults call nfsserve's trait and ignore the
+/// caller; MKNOD and LINK default to NFS3ERR_NOTSUPP.
 #[async_trait]
 pub trait Served: NFSFileSystem {
     /// WRITE, made as stable as `asked` (or more); returns the attributes after it and the
     /// stability reached, which the reply tells the client.
     async fn write_durable(
         &self,
+        who: Who<'_>,
         id: fileid3,
         offset: u64,
         data: &[u8],
@@ -68,9 +136,99 @@ pub trait Served: NFSFileSystem {
 
     /// READ: the bytes, whether they end the file, and the file's attributes for the reply (None
     /// when they cannot be had).
-    async fn read_attr(&self, id: fileid3, offset: u64, count: u32) -> Result<(Bytes, bool, Option<fattr3>), nfsstat3> {
+    async fn read_attr(
+        &self,
+        _who: Who<'_>,
+        id: fileid3,
+        offset: u64,
+        count: u32,
+    ) -> Result<(Bytes, bool, Option<fattr3>), nfsstat3> {
         let (data, eof) = self.read(id, offset, count).await?;
         Ok((Bytes::from(data), eof, self.getattr(id).await.ok()))
+    }
+
+    /// ACCESS: the object's attributes and which of the `asked` bits the caller has.
+    async fn access_by(&self, _who: Who<'_>, id: fileid3, asked: u32) -> Result<(fattr3, u32), nfsstat3> {
+        let attr = self.getattr(id).await?;
+        let granted = match self.capabilities() {
+            VFSCapabilities::ReadWrite => asked,
+            VFSCapabilities::ReadOnly => asked & (ACCESS3_READ | ACCESS3_LOOKUP | ACCESS3_EXECUTE),
+        };
+        Ok((attr, granted))
+    }
+
+    async fn setattr_by(&self, _who: Who<'_>, id: fileid3, attr: sattr3) -> Result<fattr3, nfsstat3> {
+        self.setattr(id, attr).await
+    }
+
+    /// CREATE: the new file's id, and its attributes when they are at hand.
+    async fn create_by(
+        &self,
+        _who: Who<'_>,
+        dirid: fileid3,
+        name: &filename3,
+        how: CreateHow,
+    ) -> Result<(fileid3, Option<fattr3>), nfsstat3> {
+        match how {
+            CreateHow::Guarded(_) if self.lookup(dirid, name).await.is_ok() => Err(nfsstat3::NFS3ERR_EXIST),
+            CreateHow::Unchecked(a) | CreateHow::Guarded(a) => {
+                self.create(dirid, name, a).await.map(|(id, a)| (id, Some(a)))
+            }
+            CreateHow::Exclusive => Ok((self.create_exclusive(dirid, name).await?, None)),
+        }
+    }
+
+    async fn mkdir_by(
+        &self,
+        _who: Who<'_>,
+        dirid: fileid3,
+        name: &filename3,
+        _attr: sattr3,
+    ) -> Result<(fileid3, fattr3), nfsstat3> {
+        self.mkdir(dirid, name).await
+    }
+
+    async fn symlink_by(
+        &self,
+        _who: Who<'_>,
+        dirid: fileid3,
+        name: &filename3,
+        target: &nfspath3,
+        attr: sattr3,
+    ) -> Result<(fileid3, fattr3), nfsstat3> {
+        self.symlink(dirid, name, target, &attr).await
+    }
+
+    async fn mknod_by(
+        &self,
+        _who: Who<'_>,
+        _dirid: fileid3,
+        _name: &filename3,
+        _what: NodeType,
+        _attr: sattr3,
+    ) -> Result<(fileid3, fattr3), nfsstat3> {
+        Err(nfsstat3::NFS3ERR_NOTSUPP)
+    }
+
+    /// LINK: `id` under a second name, `name` in `dirid`.
+    async fn link_by(&self, _who: Who<'_>, _id: fileid3, _dirid: fileid3, _name: &filename3) -> Result<(), nfsstat3> {
+        Err(nfsstat3::NFS3ERR_NOTSUPP)
+    }
+
+    /// REMOVE and RMDIR.
+    async fn remove_by(&self, _who: Who<'_>, dirid: fileid3, name: &filename3) -> Result<(), nfsstat3> {
+        self.remove(dirid, name).await
+    }
+
+    async fn rename_by(
+        &self,
+        _who: Who<'_>,
+        from_dirid: fileid3,
+        from: &filename3,
+        to_dirid: fileid3,
+        to: &filename3,
+    ) -> Result<(), nfsstat3> {
+        self.rename(from_dirid, from, to_dirid, to).await
     }
 }
 
@@ -83,8 +241,8 @@ pub struct Front<T> {
     fs: Arc<T>,
     /// The port every program answers on (portmapper GETPORT gives it out).
     port: u16,
-    /// Whether the filesystem takes changes; LINK and MKNOD, which the trait has no call for, are
-    /// answered NFS3ERR_ROFS when it does not and NFS3ERR_NOTSUPP when it does.
+    /// Whether the filesystem takes changes: when it does not, MKNOD and LINK are answered
+    /// NFS3ERR_ROFS here (a filesystem without `mknod_by`/`link_by` would say NFS3ERR_NOTSUPP).
     writable: bool,
 }
 

@@ -4,21 +4,17 @@
 use nfsserve::nfs::{
     fattr3, fileid3, nfs_fh3, nfsstat3, nfstime3, post_op_attr, pre_op_attr, sattr3, wcc_attr, wcc_data,
 };
-use nfsserve::vfs::VFSCapabilities;
 
 use super::msg::{self, Call, Refusal};
 use super::nfs3_dir;
 use super::xdr::{Decoder, Encoder, Garbage};
-use super::{Front, Fs, Stability};
+use super::{Front, Fs, Stability, Who};
 use crate::nfs::MAX_TRANSFER;
 use nfsserve::xdr::XDR;
 
 pub const PROGRAM: u32 = 100003;
 
 pub(super) const OK: u32 = 0;
-const ACCESS_READ: u32 = 0x01;
-const ACCESS_LOOKUP: u32 = 0x02;
-const ACCESS_EXECUTE: u32 = 0x20;
 /// What FSSTAT reports as room on a writable mount: the same 4 TiB as the FUSE mount's statfs (the
 /// real limits are the staging disk and the Hub's quota).
 const WRITABLE_ROOM: u64 = 4 << 40;
@@ -27,26 +23,30 @@ pub(super) type Args<'a, 'b> = &'a mut Decoder<'b>;
 
 pub async fn dispatch<T: Fs>(front: &Front<T>, call: Call<'_>) -> Vec<u8> {
     let Call {
-        xid, proc_, mut args, ..
+        xid,
+        proc_,
+        mut args,
+        cred,
+        ..
     } = call;
     let mut out = msg::success(xid);
-    let (a, o) = (&mut args, &mut out);
+    let (a, o, w) = (&mut args, &mut out, cred.as_ref());
     let done = match proc_ {
         0 => Ok(()),
         1 => getattr(front, a, o).await,
-        2 => setattr(front, a, o).await,
+        2 => setattr(front, w, a, o).await,
         3 => lookup(front, a, o).await,
-        4 => access(front, a, o).await,
+        4 => access(front, w, a, o).await,
         5 => readlink(front, a, o).await,
-        6 => read(front, a, o).await,
-        7 => write(front, a, o).await,
-        8 => nfs3_dir::create(front, a, o).await,
-        9 => nfs3_dir::mkdir(front, a, o).await,
-        10 => nfs3_dir::symlink(front, a, o).await,
-        11 => nfs3_dir::mknod(front, a, o).await,
-        12 | 13 => nfs3_dir::remove(front, a, o).await,
-        14 => nfs3_dir::rename(front, a, o).await,
-        15 => nfs3_dir::link(front, a, o).await,
+        6 => read(front, w, a, o).await,
+        7 => write(front, w, a, o).await,
+        8 => nfs3_dir::create(front, w, a, o).await,
+        9 => nfs3_dir::mkdir(front, w, a, o).await,
+        10 => nfs3_dir::symlink(front, w, a, o).await,
+        11 => nfs3_dir::mknod(front, w, a, o).await,
+        12 | 13 => nfs3_dir::remove(front, w, a, o).await,
+        14 => nfs3_dir::rename(front, w, a, o).await,
+        15 => nfs3_dir::link(front, w, a, o).await,
         16 => nfs3_dir::readdir(front, a, o).await,
         17 => nfs3_dir::readdirplus(front, a, o).await,
         18 => fsstat(front, a, o).await,
@@ -136,7 +136,9 @@ async fn getattr<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) ->
     Ok(())
 }
 
-async fn setattr<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+/// SETATTR. The guard (RFC 1813: the ctime the client last saw) is checked against the ctime now,
+/// just before the change; a change by another call in between is not excluded.
+async fn setattr<T: Fs>(front: &Front<T>, who: Who<'_>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
     let fh = a.fh()?;
     let attr: sattr3 = a.fixed_size()?;
     let guard = if a.bool()? {
@@ -156,7 +158,7 @@ async fn setattr<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) ->
         out.put(&wcc(front, id, before).await);
         return Ok(());
     }
-    match front.fs.setattr(id, attr).await {
+    match front.fs.setattr_by(who, id, attr).await {
         Ok(after) => {
             out.u32(OK);
             out.put(&wcc_data {
@@ -192,18 +194,15 @@ async fn lookup<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> 
     Ok(())
 }
 
-async fn access<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+async fn access<T: Fs>(front: &Front<T>, who: Who<'_>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
     let fh = a.fh()?;
-    let mut mask = a.u32()?;
+    let asked = a.u32()?;
     let got = match front.fs.fh_to_id(&fh) {
-        Ok(id) => front.fs.getattr(id).await,
+        Ok(id) => front.fs.access_by(who, id, asked).await,
         Err(s) => Err(s),
     };
     match got {
-        Ok(attr) => {
-            if !matches!(front.fs.capabilities(), VFSCapabilities::ReadWrite) {
-                mask &= ACCESS_READ | ACCESS_LOOKUP | ACCESS_EXECUTE;
-            }
+        Ok((attr, mask)) => {
             out.u32(OK);
             out.put(&post_op_attr::attributes(attr));
             out.u32(mask);
@@ -235,12 +234,12 @@ async fn readlink<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -
     Ok(())
 }
 
-async fn read<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+async fn read<T: Fs>(front: &Front<T>, who: Who<'_>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
     let (fh, offset, count) = (a.fh()?, a.u64()?, a.u32()?);
     let Some(id) = id_or_refuse(front, &fh, out, &post_op_attr::Void) else {
         return Ok(());
     };
-    match front.fs.read_attr(id, offset, count.min(MAX_TRANSFER)).await {
+    match front.fs.read_attr(who, id, offset, count.min(MAX_TRANSFER)).await {
         Ok((data, eof, attr)) => {
             out.reserve(data.len() + 128);
             out.u32(OK);
@@ -257,7 +256,7 @@ async fn read<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Re
     Ok(())
 }
 
-async fn write<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+async fn write<T: Fs>(front: &Front<T>, who: Who<'_>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
     let (fh, offset, count, stable) = (a.fh()?, a.u64()?, a.u32()?, a.u32()?);
     let asked = Stability::from_wire(stable).ok_or(Garbage("WRITE with an unknown stable_how"))?;
     let data = a.opaque(usize::MAX)?;
@@ -268,7 +267,7 @@ async fn write<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> R
         return Ok(());
     };
     tracing::trace!(id, offset, count, ?asked, "NFS WRITE");
-    match front.fs.write_durable(id, offset, data, asked).await {
+    match front.fs.write_durable(who, id, offset, data, asked).await {
         Ok((after, reached)) => {
             out.u32(OK);
             out.put(&wcc_data {

@@ -4,11 +4,13 @@
 //! filesystem resolves them in its listing snapshot, so READDIR and READDIRPLUS both pass the
 //! client's cookie through.
 
-use nfsserve::nfs::{filename3, nfs_fh3, nfsstat3, post_op_attr, post_op_fh3, pre_op_attr, sattr3, wcc_data};
+use nfsserve::nfs::{
+    filename3, nfs_fh3, nfsstat3, post_op_attr, post_op_fh3, pre_op_attr, sattr3, specdata3, wcc_data,
+};
 
 use super::nfs3::{Args, OK, id_or_refuse, post_attr, pre_attr, status, wcc};
 use super::xdr::{Encoder, Garbage};
-use super::{Front, Fs};
+use super::{CreateHow, Front, Fs, NodeType, Who};
 
 /// Smallest XDR size of a READDIR entry (flag, file id, empty name, cookie) and of a READDIRPLUS
 /// one (plus attributes and a 16-byte handle): how many entries a reply could hold at most.
@@ -16,8 +18,17 @@ const MIN_ENTRY: usize = 4 + 8 + 4 + 8;
 const MIN_ENTRY_PLUS: usize = MIN_ENTRY + 4 + 84 + 4 + 4 + 16;
 /// Entries asked of the filesystem for one page, at most.
 const MAX_PAGE: usize = 4096;
-const CREATE_EXCLUSIVE: u32 = 2;
+const CREATE_UNCHECKED: u32 = 0;
 const CREATE_GUARDED: u32 = 1;
+const CREATE_EXCLUSIVE: u32 = 2;
+/// ftype3 values (RFC 1813 §2.6).
+const NF3REG: u32 = 1;
+const NF3DIR: u32 = 2;
+const NF3BLK: u32 = 3;
+const NF3CHR: u32 = 4;
+const NF3LNK: u32 = 5;
+const NF3SOCK: u32 = 6;
+const NF3FIFO: u32 = 7;
 
 fn dirop(a: Args<'_, '_>) -> Result<(nfs_fh3, filename3), Garbage> {
     Ok((a.fh()?, a.name()?))
@@ -28,7 +39,8 @@ fn dir_id<T: Fs>(front: &Front<T>, fh: &nfs_fh3, out: &mut Encoder) -> Option<u6
     id_or_refuse(front, fh, out, &wcc_data::default())
 }
 
-/// The reply of CREATE, MKDIR and SYMLINK: the new object, or the status; and the directory's wcc.
+/// The reply of CREATE, MKDIR, SYMLINK and MKNOD: the new object, or the status; and the
+/// directory's wcc.
 async fn made<T: Fs>(
     front: &Front<T>,
     out: &mut Encoder,
@@ -48,14 +60,14 @@ async fn made<T: Fs>(
     out.put(&dir_wcc);
 }
 
-pub async fn create<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+pub async fn create<T: Fs>(front: &Front<T>, who: Who<'_>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
     let (dir, name) = dirop(a)?;
-    let mode = a.u32()?;
-    let attr = match mode {
-        0 | CREATE_GUARDED => Some(a.fixed_size::<sattr3>()?),
+    let how = match a.u32()? {
+        CREATE_UNCHECKED => CreateHow::Unchecked(a.fixed_size::<sattr3>()?),
+        CREATE_GUARDED => CreateHow::Guarded(a.fixed_size::<sattr3>()?),
         CREATE_EXCLUSIVE => {
             a.fixed::<8>()?;
-            None
+            CreateHow::Exclusive
         }
         _ => return Err(Garbage("unknown createmode3")),
     };
@@ -63,41 +75,32 @@ pub async fn create<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder)
         return Ok(());
     };
     let before = pre_attr(front, dirid).await;
-    let result = match attr {
-        Some(_) if mode == CREATE_GUARDED && front.fs.lookup(dirid, &name).await.is_ok() => {
-            Err(nfsstat3::NFS3ERR_EXIST)
-        }
-        Some(attr) => front
-            .fs
-            .create(dirid, &name, attr)
-            .await
-            .map(|(id, a)| (id, post_op_attr::attributes(a))),
-        None => match front.fs.create_exclusive(dirid, &name).await {
-            Ok(id) => Ok((id, post_attr(front, id).await)),
-            Err(s) => Err(s),
-        },
+    let result = match front.fs.create_by(who, dirid, &name, how).await {
+        Ok((id, Some(a))) => Ok((id, post_op_attr::attributes(a))),
+        Ok((id, None)) => Ok((id, post_attr(front, id).await)),
+        Err(s) => Err(s),
     };
     made(front, out, dirid, before, result).await;
     Ok(())
 }
 
-pub async fn mkdir<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+pub async fn mkdir<T: Fs>(front: &Front<T>, who: Who<'_>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
     let (dir, name) = dirop(a)?;
-    let _attr: sattr3 = a.fixed_size()?;
+    let attr: sattr3 = a.fixed_size()?;
     let Some(dirid) = dir_id(front, &dir, out) else {
         return Ok(());
     };
     let before = pre_attr(front, dirid).await;
     let result = front
         .fs
-        .mkdir(dirid, &name)
+        .mkdir_by(who, dirid, &name, attr)
         .await
         .map(|(id, a)| (id, post_op_attr::attributes(a)));
     made(front, out, dirid, before, result).await;
     Ok(())
 }
 
-pub async fn symlink<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+pub async fn symlink<T: Fs>(front: &Front<T>, who: Who<'_>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
     let (dir, name) = dirop(a)?;
     let attr: sattr3 = a.fixed_size()?;
     let target = a.path()?;
@@ -107,50 +110,93 @@ pub async fn symlink<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder
     let before = pre_attr(front, dirid).await;
     let result = front
         .fs
-        .symlink(dirid, &name, &target, &attr)
+        .symlink_by(who, dirid, &name, &target, attr)
         .await
         .map(|(id, a)| (id, post_op_attr::attributes(a)));
     made(front, out, dirid, before, result).await;
     Ok(())
 }
 
-/// The status of LINK and MKNOD, which the filesystem trait has no call for.
-fn unsupported<T: Fs>(front: &Front<T>) -> nfsstat3 {
-    if front.writable {
-        nfsstat3::NFS3ERR_NOTSUPP
-    } else {
-        nfsstat3::NFS3ERR_ROFS
-    }
-}
-
-pub async fn mknod<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
-    // The device or socket description that follows is not needed to refuse.
-    let _ = dirop(a)?;
-    status(out, unsupported(front));
-    out.put(&wcc_data::default());
+/// MKNOD (RFC 1813 §3.3.11): character and block devices, sockets and FIFOs; a regular file, a
+/// directory or a symlink is NFS3ERR_BADTYPE (they have procedures of their own), an unknown type
+/// does not decode.
+pub async fn mknod<T: Fs>(front: &Front<T>, who: Who<'_>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+    let (dir, name) = dirop(a)?;
+    let what = match a.u32()? {
+        t @ (NF3CHR | NF3BLK) => {
+            let attr: sattr3 = a.fixed_size()?;
+            let spec: specdata3 = a.fixed_size()?;
+            let node = if t == NF3CHR {
+                NodeType::Char(spec)
+            } else {
+                NodeType::Block(spec)
+            };
+            Some((node, attr))
+        }
+        NF3SOCK => Some((NodeType::Socket, a.fixed_size::<sattr3>()?)),
+        NF3FIFO => Some((NodeType::Fifo, a.fixed_size::<sattr3>()?)),
+        NF3REG | NF3DIR | NF3LNK => None,
+        _ => return Err(Garbage("unknown ftype3")),
+    };
+    let Some(dirid) = dir_id(front, &dir, out) else {
+        return Ok(());
+    };
+    let before = pre_attr(front, dirid).await;
+    let result = match what {
+        None => Err(nfsstat3::NFS3ERR_BADTYPE),
+        Some(_) if !front.writable => Err(nfsstat3::NFS3ERR_ROFS),
+        Some((node, attr)) => front
+            .fs
+            .mknod_by(who, dirid, &name, node, attr)
+            .await
+            .map(|(id, a)| (id, post_op_attr::attributes(a))),
+    };
+    made(front, out, dirid, before, result).await;
     Ok(())
 }
 
-pub async fn link<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+/// LINK (RFC 1813 §3.3.15): the reply carries the file's attributes and the directory's wcc.
+pub async fn link<T: Fs>(front: &Front<T>, who: Who<'_>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
     let file = a.fh()?;
-    let _ = dirop(a)?;
-    status(out, unsupported(front));
-    match front.fs.fh_to_id(&file) {
-        Ok(id) => out.put(&post_attr(front, id).await),
-        Err(_) => out.put(&post_op_attr::Void),
+    let (dir, name) = dirop(a)?;
+    let (id, dirid) = match (front.fs.fh_to_id(&file), front.fs.fh_to_id(&dir)) {
+        (Ok(id), Ok(dirid)) => (id, dirid),
+        (Err(s), _) => {
+            status(out, s);
+            out.put(&post_op_attr::Void);
+            out.put(&wcc_data::default());
+            return Ok(());
+        }
+        (Ok(id), Err(s)) => {
+            status(out, s);
+            out.put(&post_attr(front, id).await);
+            out.put(&wcc_data::default());
+            return Ok(());
+        }
+    };
+    let before = pre_attr(front, dirid).await;
+    let result = if front.writable {
+        front.fs.link_by(who, id, dirid, &name).await
+    } else {
+        Err(nfsstat3::NFS3ERR_ROFS)
+    };
+    match result {
+        Ok(()) => out.u32(OK),
+        Err(s) => status(out, s),
     }
-    out.put(&wcc_data::default());
+    out.put(&post_attr(front, id).await);
+    out.put(&wcc(front, dirid, before).await);
     Ok(())
 }
 
 /// REMOVE and RMDIR: the filesystem removes whichever kind the name is.
-pub async fn remove<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+pub async fn remove<T: Fs>(front: &Front<T>, who: Who<'_>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
     let (dir, name) = dirop(a)?;
     let Some(dirid) = dir_id(front, &dir, out) else {
         return Ok(());
     };
     let before = pre_attr(front, dirid).await;
-    match front.fs.remove(dirid, &name).await {
+    match front.fs.remove_by(who, dirid, &name).await {
         Ok(()) => out.u32(OK),
         Err(s) => status(out, s),
     }
@@ -158,7 +204,7 @@ pub async fn remove<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder)
     Ok(())
 }
 
-pub async fn rename<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
+pub async fn rename<T: Fs>(front: &Front<T>, who: Who<'_>, a: Args<'_, '_>, out: &mut Encoder) -> Result<(), Garbage> {
     let (from_dir, from_name) = dirop(a)?;
     let (to_dir, to_name) = dirop(a)?;
     let (from, to) = match (front.fs.fh_to_id(&from_dir), front.fs.fh_to_id(&to_dir)) {
@@ -171,7 +217,7 @@ pub async fn rename<T: Fs>(front: &Front<T>, a: Args<'_, '_>, out: &mut Encoder)
         }
     };
     let (from_before, to_before) = (pre_attr(front, from).await, pre_attr(front, to).await);
-    match front.fs.rename(from, &from_name, to, &to_name).await {
+    match front.fs.rename_by(who, from, &from_name, to, &to_name).await {
         Ok(()) => out.u32(OK),
         Err(s) => status(out, s),
     }

@@ -42,6 +42,11 @@ impl<'a> Decoder<'a> {
         Ok(s)
     }
 
+    /// Whether every byte has been decoded.
+    pub fn is_empty(&self) -> bool {
+        self.pos == self.buf.len()
+    }
+
     pub fn u32(&mut self) -> Result<u32, Garbage> {
         let b = self.take(4, "truncated integer")?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
