@@ -147,8 +147,16 @@ fn print_local_only(m: &StatusReport) {
             Some(Special::Symlink { target }) => format!("symlink -> {target}"),
             Some(Special::Fifo) => "fifo".into(),
             Some(Special::Socket) => "socket".into(),
-            Some(Special::Char { rdev }) => format!("char device {}:{}", libc::major(*rdev as libc::dev_t), libc::minor(*rdev as libc::dev_t)),
-            Some(Special::Block { rdev }) => format!("block device {}:{}", libc::major(*rdev as libc::dev_t), libc::minor(*rdev as libc::dev_t)),
+            Some(Special::Char { rdev }) => format!(
+                "char device {}:{}",
+                libc::major(*rdev as libc::dev_t),
+                libc::minor(*rdev as libc::dev_t)
+            ),
+            Some(Special::Block { rdev }) => format!(
+                "block device {}:{}",
+                libc::major(*rdev as libc::dev_t),
+                libc::minor(*rdev as libc::dev_t)
+            ),
             None if differs(r, m.uid, m.gid) => {
                 let kind = if r.dir { "directory" } else { "file" };
                 format!("{kind} mode {:04o} owner {}:{}", r.mode, r.uid, r.gid)

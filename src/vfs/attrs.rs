@@ -160,16 +160,31 @@ impl VirtualFs {
     }
 
     /// A regular file's content or size changed: mtime and ctime move (in memory; logged when the
-    /// file is sealed). A file without a record shows its staged copy's time, which moved already.
+    /// file is sealed). A Hub file written for the first time gets its record now, so the time of
+    /// the write outlives its commit (the Hub's copy would show the revision's time again).
     pub(super) fn content_changed(&self, path: &str) {
         let Some(s) = self.store() else { return };
         let now = Stamp::now();
-        s.touch(&self.remote_path(path), |m| {
+        let key = self.remote_path(path);
+        let touched = s.touch(&key, |m| {
             if !m.dir {
                 m.mtime = now;
                 m.ctime = now;
             }
         });
+        if !touched {
+            let m = Meta {
+                dir: false,
+                mode: 0o644,
+                uid: self.opts.uid,
+                gid: self.opts.gid,
+                atime: Stamp::from(self.mtime),
+                mtime: now,
+                ctime: now,
+                special: None,
+            };
+            s.set(&key, m);
+        }
     }
 
     /// The record of a new entry at `path`: its mode and owner as the creator asked (a setgid

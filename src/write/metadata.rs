@@ -333,7 +333,9 @@ impl MetaStore {
         let mut g = self.inner.lock();
         let Some(m) = g.map.get_mut(path) else { return false };
         f(m);
-        g.unsaved.insert(path.to_string());
+        if !g.unsaved.contains(path) {
+            g.unsaved.insert(path.to_string());
+        }
         true
     }
 

@@ -1,26 +1,36 @@
 //! Drives a writable VirtualFs the way the FUSE adapter does (the kernel's path walk included:
-//! every component is looked up, and lookups are forgotten when the operation is done) and compares
-//! every answer with the model.
+//! every component is looked up, symlinks are followed through readlink, and lookups are forgotten
+//! when the operation is done) and compares every answer with the model.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use hubfs::hub_client::{HubClient, HubClientConfig, RepoRef, TreeEntry};
 use hubfs::local_hub::LocalHub;
 use hubfs::vfs::error::VfsError;
-use hubfs::vfs::{Attr, Ino, Kind, OpenMode, ROOT_INO, RenameFlags, SetAttr, VfsOptions, VirtualFs, WriteOptions};
+use hubfs::vfs::{
+    Attr, Caller, Ino, Kind, NewNode, OpenMode, ROOT_INO, RenameFlags, SetAttr, TimeSet, VfsOptions, VirtualFs,
+    WriteOptions,
+};
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
-use crate::model::{Model, Node, Op, Res, Target, payload};
+use crate::model::{
+    Entry, MOUNT_GID, MOUNT_UID, Model, Node, Op, Res, SKIP, SetTime, Special, Target, Time, Who, chown_kill, join,
+    payload,
+};
+use crate::walk::{self, Namespace, Ty, Walked};
 
 /// Handles kept open at once; opening one more closes the oldest first.
 const MAX_HANDLES: usize = 4;
 /// Deadline of one VirtualFs call: a hang fails the case instead of the whole run.
 const CALL_DEADLINE: Duration = Duration::from_secs(60);
+/// How far before the start of the operation that set it a "now" time may be: a staged file's
+/// time comes from the kernel's coarse clock, a commit's from the Hub, in whole seconds.
+const SLACK: Duration = Duration::from_secs(2);
 
 /// Totals over every case of a run, for the summary line.
 #[derive(Default, Debug)]
@@ -29,16 +39,27 @@ pub struct Stats {
     pub ops: u64,
     pub skipped: u64,
     pub remounts: u64,
-    pub errnos: BTreeMap<i32, u64>,
+    /// How often each operation succeeded (0) or failed with each errno, as the model said.
+    pub outcomes: BTreeMap<(String, i32), u64>,
 }
 
 impl Stats {
-    pub fn errno_names(&self) -> String {
-        self.errnos
+    /// Whether `op` (any operation: `"*"`) ever had outcome `code` (0: success).
+    pub fn saw(&self, op: &str, code: i32) -> bool {
+        self.outcomes.keys().any(|(o, c)| (op == "*" || o == op) && *c == code)
+    }
+
+    pub fn outcome_names(&self) -> String {
+        let mut by_op: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for ((op, code), n) in &self.outcomes {
+            let name = if *code == 0 { "ok" } else { errno_name(*code) };
+            by_op.entry(op).or_default().push(format!("{name}x{n}"));
+        }
+        by_op
             .iter()
-            .map(|(e, n)| format!("{}x{n}", errno_name(*e)))
+            .map(|(op, v)| format!("{op}: {}", v.join(" ")))
             .collect::<Vec<_>>()
-            .join(" ")
+            .join("; ")
     }
 }
 
@@ -53,6 +74,10 @@ pub fn errno_name(e: i32) -> &'static str {
         libc::EBADF => "EBADF",
         libc::EIO => "EIO",
         libc::EPERM => "EPERM",
+        libc::ELOOP => "ELOOP",
+        libc::ENAMETOOLONG => "ENAMETOOLONG",
+        libc::EROFS => "EROFS",
+        libc::ENOSPC => "ENOSPC",
         _ => "other",
     }
 }
@@ -100,6 +125,8 @@ impl World {
 
     fn opts(&self) -> VfsOptions {
         VfsOptions {
+            uid: MOUNT_UID,
+            gid: MOUNT_GID,
             cache_dir: Some(self.cache.path().join("content")),
             disk_cache_bytes: 256 << 20,
             write: Some(WriteOptions {
@@ -150,8 +177,8 @@ impl World {
         s.ops += case.ops;
         s.skipped += case.skipped;
         s.remounts += case.remounts;
-        for (e, n) in &case.errnos {
-            *s.errnos.entry(*e).or_default() += n;
+        for (k, n) in &case.outcomes {
+            *s.outcomes.entry(k.clone()).or_default() += n;
         }
         result
     }
@@ -159,6 +186,48 @@ impl World {
 
 fn split(path: &str) -> (&str, &str) {
     path.rsplit_once('/').unwrap_or(("", path))
+}
+
+/// What a creating operation passes on: the mode (`None`: the mount's default) and the caller.
+fn new_node(mode: Option<u32>, who: Option<Who>) -> NewNode {
+    NewNode {
+        mode,
+        caller: who.map(|w| Caller { uid: w.uid, gid: w.gid }),
+    }
+}
+
+fn time_set(t: SetTime) -> Option<TimeSet> {
+    match t {
+        SetTime::Omit => None,
+        SetTime::Now => Some(TimeSet::Now),
+        SetTime::At(t) => Some(TimeSet::At(t)),
+    }
+}
+
+/// The kernel's walk over VirtualFs: each component a counted lookup, each symlink a readlink.
+impl Namespace for Case<'_> {
+    type Id = Attr;
+
+    fn root(&mut self) -> Attr {
+        let vfs = self.vfs();
+        self.w.rt.block_on(vfs.getattr(ROOT_INO)).expect("getattr of the root")
+    }
+
+    fn lookup(&mut self, dir: &Attr, name: &str) -> Result<(Attr, Ty), i32> {
+        let a = self.lookup_in(dir.ino, name)?;
+        let ty = match a.kind {
+            Kind::Dir => Ty::Dir,
+            Kind::File => Ty::File,
+            Kind::Symlink => Ty::Symlink,
+            _ => Ty::Other,
+        };
+        Ok((a, ty))
+    }
+
+    fn readlink(&mut self, link: &Attr) -> Result<String, i32> {
+        let vfs = self.vfs();
+        self.w.rt.block_on(vfs.readlink(link.ino)).map_err(|e| e.errno())
+    }
 }
 
 fn sha(b: &[u8]) -> String {
@@ -179,7 +248,7 @@ struct Case<'w> {
     ops: u64,
     skipped: u64,
     remounts: u64,
-    errnos: BTreeMap<i32, u64>,
+    outcomes: BTreeMap<(String, i32), u64>,
 }
 
 impl<'w> Case<'w> {
@@ -196,7 +265,7 @@ impl<'w> Case<'w> {
             ops: 0,
             skipped: 0,
             remounts: 0,
-            errnos: BTreeMap::new(),
+            outcomes: BTreeMap::new(),
         };
         c.mount()?;
         for (path, content) in c.hub_files()? {
@@ -248,9 +317,12 @@ impl<'w> Case<'w> {
         A: std::fmt::Debug,
     {
         match (expected, actual) {
-            (Ok(_), Ok(b)) => Ok(Some(b)),
+            (Ok(_), Ok(b)) => {
+                *self.outcomes.entry((what.to_string(), 0)).or_default() += 1;
+                Ok(Some(b))
+            }
             (Err(e), Err(a)) if *e == a => {
-                *self.errnos.entry(a).or_default() += 1;
+                *self.outcomes.entry((what.to_string(), a)).or_default() += 1;
                 Ok(None)
             }
             (Err(e), Err(a)) => Err(format!("{what}: expected {}, got {}", errno_name(*e), errno_name(a))),
@@ -259,37 +331,22 @@ impl<'w> Case<'w> {
         }
     }
 
-    fn lookup(&mut self, parent: Ino, name: &str) -> Result<Attr, i32> {
+    /// One lookup, counted (and forgotten when the operation ends).
+    fn lookup_in(&mut self, parent: Ino, name: &str) -> Result<Attr, i32> {
         let vfs = self.vfs();
         let r = self.w.rt.block_on(vfs.lookup(parent, name)).map_err(|e| e.errno())?;
         self.lookups.push(r.ino);
         Ok(r)
     }
 
-    /// The kernel's walk to the parent directory of `path`.
-    fn parent(&mut self, path: &str) -> Result<Ino, i32> {
-        let (parent, _) = split(path);
-        if parent.is_empty() {
-            return Ok(ROOT_INO);
-        }
-        let a = self.resolve(parent)?;
-        // The walk goes through it: it must be a directory.
-        if a.kind != Kind::Dir {
-            return Err(libc::ENOTDIR);
-        }
-        Ok(a.ino)
+    /// The kernel's walk to `path` (see `walk`).
+    fn walk(&mut self, path: &str, follow: bool) -> Result<Walked<Attr>, i32> {
+        walk::walk(self, path, follow)
     }
 
-    /// The kernel's walk to `path` itself.
-    fn resolve(&mut self, path: &str) -> Result<Attr, i32> {
-        let mut ino = ROOT_INO;
-        let mut attr = None;
-        for part in path.split('/') {
-            let a = self.lookup(ino, part)?;
-            ino = a.ino;
-            attr = Some(a);
-        }
-        attr.ok_or(libc::ENOENT)
+    /// The kernel's walk to what `path` leads to: its attributes (ENOENT if nothing is there).
+    fn resolve(&mut self, path: &str, follow: bool) -> Result<Attr, i32> {
+        self.walk(path, follow)?.last.map(|(a, _)| a).ok_or(libc::ENOENT)
     }
 
     /// Forgets the current operation's lookups.
@@ -308,9 +365,19 @@ impl<'w> Case<'w> {
 
     fn step(&mut self, op: &Op) -> Result<(), String> {
         self.ops += 1;
+        self.model.now = SystemTime::now();
         let r = self.apply(op);
         self.forget_lookups();
         r
+    }
+
+    /// The model said the kernel would answer this itself: nothing to run.
+    fn skip<A>(&mut self, expected: &Res<A>) -> bool {
+        let skip = matches!(expected, Err(SKIP));
+        if skip {
+            self.skipped += 1;
+        }
+        skip
     }
 
     fn apply(&mut self, op: &Op) -> Result<(), String> {
@@ -324,12 +391,18 @@ impl<'w> Case<'w> {
                 path,
                 exclusive,
                 truncate,
+                mode,
+                who,
             } => {
                 self.make_room()?;
-                let expected = self.model.create(path, *exclusive, *truncate);
-                let actual = match self.parent(path) {
-                    Ok(p) => self
-                        .call(vfs.create(p, split(path).1, *exclusive, *truncate))?
+                let expected = self.model.create(path, *exclusive, *truncate, *mode, *who);
+                if self.skip(&expected) {
+                    return Ok(());
+                }
+                // O_EXCL: a last symlink is not followed; VirtualFs answers EEXIST for it.
+                let actual = match self.walk(path, !exclusive) {
+                    Ok(w) => self
+                        .call(vfs.create_as(w.parent.ino, &w.name, *exclusive, *truncate, new_node(*mode, *who)))?
                         .map_err(|e| e.errno()),
                     Err(e) => Err(e),
                 };
@@ -345,7 +418,10 @@ impl<'w> Case<'w> {
             Op::OpenWrite { path, truncate } => {
                 self.make_room()?;
                 let expected = self.model.open_write(path, *truncate);
-                let actual = match self.resolve(path) {
+                if self.skip(&expected) {
+                    return Ok(());
+                }
+                let actual = match self.resolve(path, true) {
                     Ok(a) => {
                         let mode = OpenMode {
                             write: true,
@@ -368,7 +444,10 @@ impl<'w> Case<'w> {
             Op::OpenRead { path } => {
                 self.make_room()?;
                 let expected = self.model.open_read(path);
-                let actual = match self.resolve(path) {
+                if self.skip(&expected) {
+                    return Ok(());
+                }
+                let actual = match self.resolve(path, true) {
                     Ok(a) => self
                         .call(vfs.open_with(a.ino, OpenMode::default()))?
                         .map(|(fh, _)| (fh, a.ino))
@@ -436,17 +515,21 @@ impl<'w> Case<'w> {
                 } else {
                     self.model.unlink(path)
                 };
-                let actual = match self.parent(path).and_then(|p| self.resolve(path).map(|_| p)) {
-                    Ok(p) if rmdir => self.call(vfs.rmdir(p, split(path).1))?.map_err(|e| e.errno()),
-                    Ok(p) => self.call(vfs.unlink(p, split(path).1))?.map_err(|e| e.errno()),
+                let actual = match self.walk(path, false) {
+                    Ok(Walked { last: None, .. }) => Err(libc::ENOENT),
+                    Ok(w) if rmdir => self.call(vfs.rmdir(w.parent.ino, &w.name))?.map_err(|e| e.errno()),
+                    Ok(w) => self.call(vfs.unlink(w.parent.ino, &w.name))?.map_err(|e| e.errno()),
                     Err(e) => Err(e),
                 };
                 self.agree(if rmdir { "rmdir" } else { "unlink" }, &expected, actual)?;
             }
-            Op::Mkdir { path } => {
-                let expected = self.model.mkdir(path);
-                let actual = match self.parent(path) {
-                    Ok(p) => self.call(vfs.mkdir(p, split(path).1))?.map_err(|e| e.errno()),
+            Op::Mkdir { path, mode, who } => {
+                let expected = self.model.mkdir(path, *mode, *who);
+                // The kernel answers EEXIST itself; VirtualFs is asked anyway, as NFS would.
+                let actual = match self.walk(path, false) {
+                    Ok(w) => self
+                        .call(vfs.mkdir_as(w.parent.ino, &w.name, new_node(*mode, *who)))?
+                        .map_err(|e| e.errno()),
                     Err(e) => Err(e),
                 };
                 if let Some(a) = self.agree("mkdir", &expected, actual)? {
@@ -458,33 +541,163 @@ impl<'w> Case<'w> {
             }
             Op::Readdir { path } => {
                 let expected = self.model.readdir(path);
-                let actual = match self.ino_of(path) {
-                    Ok(ino) => self.list(ino),
+                let actual = match self.resolve(path, true) {
+                    Ok(a) => self.list(a.ino),
                     Err(e) => Err(e),
                 };
                 if let Some(got) = self.agree("readdir", &expected, actual)? {
-                    self.same_listing(path, &got)?;
+                    let (dir, _) = expected.unwrap();
+                    self.same_listing(&dir, &got)?;
                 }
             }
             Op::Stat { path } => {
-                let expected = self.model.resolve(path);
-                let actual = self.resolve(path);
+                let expected = self.model.stat(path, true);
+                let actual = self.resolve(path, true);
                 if let Some(a) = self.agree("stat", &expected, actual)? {
-                    self.same_attr(path, &a, expected.unwrap())?;
+                    let (p, e) = expected.unwrap();
+                    self.same_attr(&p, &a, &e)?;
                 }
             }
+            Op::Chmod { path, mode } => {
+                let expected = self.model.chmod(path, *mode);
+                let req = SetAttr {
+                    mode: Some(*mode),
+                    ..SetAttr::default()
+                };
+                self.setattr("chmod", path, true, &expected, |_| req)?;
+            }
+            Op::Chown { path, uid, gid, follow } => {
+                let expected = self.model.chown(path, *uid, *gid, *follow);
+                // What the kernel sends a FUSE file system without handle_killpriv: the ids, and
+                // the mode without setuid (and setgid with group execute) for a non-directory.
+                let (uid, gid) = (*uid, *gid);
+                self.setattr("chown", path, *follow, &expected, |a| SetAttr {
+                    uid,
+                    gid,
+                    mode: if a.kind == Kind::Dir {
+                        None
+                    } else {
+                        chown_kill(a.perm as u32)
+                    },
+                    ..SetAttr::default()
+                })?;
+            }
+            Op::Utimens {
+                path,
+                atime,
+                mtime,
+                follow,
+            } => {
+                let expected = self.model.utimens(path, *mtime, *follow);
+                let req = SetAttr {
+                    atime: time_set(*atime),
+                    mtime: time_set(*mtime),
+                    ..SetAttr::default()
+                };
+                if let Some(a) = self.setattr("utimens", path, *follow, &expected, |_| req)?
+                    && let SetTime::At(t) = atime
+                    && a.atime != *t
+                {
+                    return Err(format!("utimens {path}: atime {:?}, set to {t:?}", a.atime));
+                }
+            }
+            Op::Symlink { path, target, who } => {
+                let expected = self.model.symlink(path, &target.0, *who);
+                let node = new_node(None, *who);
+                let actual = if target.0.is_empty() || target.0.len() > 4095 {
+                    // The kernel refuses the target before it walks the path; so does VirtualFs.
+                    self.call(vfs.symlink(ROOT_INO, split(path).1, &target.0, node))?
+                        .map_err(|e| e.errno())
+                } else {
+                    match self.walk(path, false) {
+                        Ok(w) => self
+                            .call(vfs.symlink(w.parent.ino, &w.name, &target.0, node))?
+                            .map_err(|e| e.errno()),
+                        Err(e) => Err(e),
+                    }
+                };
+                if let Some(a) = self.agree("symlink", &expected, actual)? {
+                    self.lookups.push(a.ino);
+                    if a.kind != Kind::Symlink || a.size != target.0.len() as u64 {
+                        return Err(format!("symlink: made a {:?} of size {}", a.kind, a.size));
+                    }
+                }
+            }
+            Op::Mknod { path, kind, mode, who } => {
+                let expected = self.model.mknod(path, *kind, *mode, *who);
+                let (ty, rdev) = kind.mode_and_rdev();
+                let actual = match self.walk(path, false) {
+                    Ok(w) => self
+                        .call(vfs.mknod(w.parent.ino, &w.name, ty | *mode, rdev, new_node(Some(*mode), *who)))?
+                        .map_err(|e| e.errno()),
+                    Err(e) => Err(e),
+                };
+                if let Some(a) = self.agree("mknod", &expected, actual)? {
+                    self.lookups.push(a.ino);
+                }
+            }
+            Op::Readlink { path } => {
+                let expected = self.model.readlink(path);
+                // The kernel answers EINVAL itself for what is not a symlink; VirtualFs is asked
+                // anyway (NFS READLINK does).
+                let actual = match self.resolve(path, false) {
+                    Ok(a) => self.call(vfs.readlink(a.ino))?.map_err(|e| e.errno()),
+                    Err(e) => Err(e),
+                };
+                if let Some(got) = self.agree("readlink", &expected, actual)?
+                    && got != *expected.as_ref().unwrap()
+                {
+                    return Err(format!("readlink {path}: {got:?}, model {:?}", expected.unwrap()));
+                }
+            }
+            Op::Link { from, to } => {
+                let expected = self.model.link(from, to);
+                // The kernel walks the source, then the new name's directory (a non-directory
+                // there is handed to VirtualFs, which must say ENOTDIR itself, as NFS LINK needs),
+                // and answers EEXIST itself; VirtualFs is asked anyway.
+                let walked = (|| {
+                    let src = self.resolve(from, false)?;
+                    let dir = match to.rsplit_once('/') {
+                        None => ROOT_INO,
+                        Some((d, _)) => self.resolve(d, true)?.ino,
+                    };
+                    Ok((src.ino, dir))
+                })();
+                let actual = match walked {
+                    Ok((src, dir)) => self.call(vfs.link(src, dir, split(to).1))?.map_err(|e| e.errno()),
+                    Err(e) => Err(e),
+                };
+                if self.agree("link", &expected, actual)?.is_some() {
+                    return Err("link: succeeded".into());
+                }
+            }
+            Op::Pause => std::thread::sleep(SLACK + Duration::from_secs(1)),
             Op::Sync => self.call(vfs.sync_all())?.map_err(|e| format!("sync: {e}"))?,
             Op::Remount => unreachable!("handled above"),
         }
         Ok(())
     }
 
-    fn ino_of(&mut self, path: &str) -> Result<Ino, i32> {
-        if path.is_empty() {
-            Ok(ROOT_INO)
-        } else {
-            Ok(self.resolve(path)?.ino)
+    /// chmod, chown, utimens: the kernel's walk, then setattr with what `req` makes of the
+    /// attributes found; the reply must be the model's entry. Returns the reply.
+    fn setattr(
+        &mut self,
+        what: &str,
+        path: &str,
+        follow: bool,
+        expected: &Res<(String, Entry)>,
+        req: impl FnOnce(&Attr) -> SetAttr,
+    ) -> Result<Option<Attr>, String> {
+        let vfs = self.vfs();
+        let actual = match self.resolve(path, follow) {
+            Ok(a) => self.call(vfs.setattr(a.ino, req(&a)))?.map_err(|e| e.errno()),
+            Err(e) => Err(e),
+        };
+        let got = self.agree(what, expected, actual)?;
+        if let (Some(a), Ok((p, e))) = (&got, expected) {
+            self.same_attr(p, a, e).map_err(|e| format!("{what} reply: {e}"))?;
         }
+        Ok(got)
     }
 
     /// Keeps at most MAX_HANDLES open: closes the oldest before opening another.
@@ -537,7 +750,7 @@ impl<'w> Case<'w> {
             }
             Target::Path(path) => {
                 let expected = self.model.truncate_path(path, size);
-                let actual = match self.resolve(path) {
+                let actual = match self.resolve(path, true) {
                     Ok(a) => {
                         let req = SetAttr {
                             size: Some(size),
@@ -579,7 +792,10 @@ impl<'w> Case<'w> {
             }
             Target::Path(path) => {
                 let expected = self.model.read_path(path, offset, len);
-                let actual = match self.resolve(path) {
+                if self.skip(&expected) {
+                    return Ok(());
+                }
+                let actual = match self.resolve(path, true) {
                     Ok(a) => self.read_path(a.ino, offset, len)?,
                     Err(e) => Err(e),
                 };
@@ -614,18 +830,18 @@ impl<'w> Case<'w> {
         let expected = self.model.rename(from, to, noreplace, exchange);
         // The kernel resolves both parents, then looks up the source (and, to exchange, the target).
         let actual = (|| {
-            let fp = self.parent(from)?;
-            let tp = self.parent(to)?;
-            self.lookup(fp, split(from).1)?;
+            let (fp, fname) = walk::walk_parent(self, from)?;
+            let (tp, tname) = walk::walk_parent(self, to)?;
+            self.lookup_in(fp.ino, &fname)?;
             if exchange {
-                self.lookup(tp, split(to).1)?;
+                self.lookup_in(tp.ino, &tname)?;
             }
-            Ok((fp, tp))
+            Ok((fp.ino, fname, tp.ino, tname))
         })();
         let actual = match actual {
-            Ok((fp, tp)) => {
+            Ok((fp, fname, tp, tname)) => {
                 let flags = RenameFlags { noreplace, exchange };
-                self.call(vfs.rename(fp, split(from).1, tp, split(to).1, flags))?
+                self.call(vfs.rename(fp, &fname, tp, &tname, flags))?
                     .map_err(|e: VfsError| e.errno())
             }
             Err(e) => Err(e),
@@ -647,18 +863,65 @@ impl<'w> Case<'w> {
             .collect())
     }
 
-    fn same_attr(&self, path: &str, a: &Attr, node: Node) -> Result<(), String> {
-        match node {
-            Node::Dir if a.kind == Kind::Dir => Ok(()),
-            Node::File(id) if a.kind == Kind::File => {
-                let want = self.model.content(id).len() as u64;
-                if a.size == want {
-                    Ok(())
-                } else {
-                    Err(format!("{path}: size {}, model {want}", a.size))
-                }
+    /// Everything the model knows of an entry, against its attributes: kind, size, device number,
+    /// mode, owner, link count (of a directory a bound only: VirtualFs counts subdirectories only
+    /// where it knows them), and the times (exact where set explicitly, else no earlier than the
+    /// operation that set them).
+    fn same_attr(&self, path: &str, a: &Attr, e: &Entry) -> Result<(), String> {
+        let (kind, size, rdev) = match &e.node {
+            Node::Dir => (Kind::Dir, None, 0),
+            Node::File(id) => (Kind::File, Some(self.model.content(*id).len() as u64), 0),
+            Node::Symlink(t) => (Kind::Symlink, Some(t.len() as u64), 0),
+            Node::Special(Special::Fifo) => (Kind::Fifo, Some(0), 0),
+            Node::Special(Special::Socket) => (Kind::Socket, Some(0), 0),
+            Node::Special(Special::Char(r)) => (Kind::CharDevice, Some(0), *r),
+            Node::Special(Special::Block(r)) => (Kind::BlockDevice, Some(0), *r),
+        };
+        let m = &e.meta;
+        let mut diffs = Vec::new();
+        if a.kind != kind {
+            diffs.push(format!("kind {:?}, model {kind:?}", a.kind));
+        }
+        if let Some(size) = size
+            && a.size != size
+        {
+            diffs.push(format!("size {}, model {size}", a.size));
+        }
+        if a.rdev != rdev {
+            diffs.push(format!("rdev {:#x}, model {rdev:#x}", a.rdev));
+        }
+        if a.perm as u32 != m.mode {
+            diffs.push(format!("mode {:o}, model {:o}", a.perm, m.mode));
+        }
+        if (a.uid, a.gid) != (m.uid, m.gid) {
+            diffs.push(format!("owner {}:{}, model {}:{}", a.uid, a.gid, m.uid, m.gid));
+        }
+        if kind == Kind::Dir {
+            // 2 + subdirectories, those of a Hub directory counted only while its listing is
+            // cached: never more.
+            let subdirs = self
+                .model
+                .children(path)
+                .values()
+                .filter(|e| e.node == Node::Dir)
+                .count() as u32;
+            if a.nlink < 2 || a.nlink > 2 + subdirs {
+                diffs.push(format!("nlink {}, model 2 + {subdirs} subdirectories", a.nlink));
             }
-            _ => Err(format!("{path}: kind {:?}, model {node:?}", a.kind)),
+        } else if a.nlink != 1 {
+            diffs.push(format!("nlink {}", a.nlink));
+        }
+        for (name, got, want) in [("mtime", a.mtime, m.mtime), ("ctime", a.ctime, m.ctime)] {
+            match want {
+                Time::Exact(t) if got != t => diffs.push(format!("{name} {got:?}, set to {t:?}")),
+                Time::After(t) if got + SLACK < t => diffs.push(format!("{name} {got:?}, before {t:?}")),
+                _ => {}
+            }
+        }
+        if diffs.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("/{path}: {}", diffs.join(", ")))
         }
     }
 
@@ -670,21 +933,28 @@ impl<'w> Case<'w> {
             return Err(format!("listing of /{dir}: {names:?}, model {want_names:?}"));
         }
         for (name, attr) in got {
-            let path = if dir.is_empty() {
-                name.clone()
-            } else {
-                format!("{dir}/{name}")
-            };
-            self.same_attr(&path, attr, want[name])?;
+            self.same_attr(&join(dir, name), attr, &want[name])?;
         }
         Ok(())
     }
 
-    /// The whole tree through VirtualFs (listings, lookups, reads) and every open handle.
+    /// The whole tree through VirtualFs (listings, lookups, reads, readlinks) and every open
+    /// handle.
     fn check(&mut self) -> Result<(), String> {
-        let r = self.check_dir("", ROOT_INO).and_then(|_| self.check_handles());
+        let r = self
+            .check_root()
+            .and_then(|_| self.check_dir("", ROOT_INO))
+            .and_then(|_| self.check_handles());
         self.forget_lookups();
         r
+    }
+
+    fn check_root(&mut self) -> Result<(), String> {
+        let vfs = self.vfs();
+        let a = self
+            .call(vfs.getattr(ROOT_INO))?
+            .map_err(|e| format!("getattr of the root: {e}"))?;
+        self.same_attr("", &a, &self.model.entry("").unwrap())
     }
 
     fn check_dir(&mut self, dir: &str, ino: Ino) -> Result<(), String> {
@@ -693,17 +963,13 @@ impl<'w> Case<'w> {
             .map_err(|e| format!("listing /{dir}: {}", errno_name(e)))?;
         self.same_listing(dir, &got)?;
         for (name, _) in got {
-            let path = if dir.is_empty() {
-                name.clone()
-            } else {
-                format!("{dir}/{name}")
-            };
+            let path = join(dir, &name);
             let a = self
-                .lookup(ino, &name)
+                .lookup_in(ino, &name)
                 .map_err(|e| format!("lookup {path}: {}", errno_name(e)))?;
-            let node = self.model.get(&path).unwrap();
-            self.same_attr(&path, &a, node)?;
-            match node {
+            let e = self.model.entry(&path).unwrap();
+            self.same_attr(&path, &a, &e)?;
+            match e.node {
                 Node::Dir => self.check_dir(&path, a.ino)?,
                 Node::File(id) => {
                     let want = self.model.content(id).to_vec();
@@ -718,6 +984,16 @@ impl<'w> Case<'w> {
                         ));
                     }
                 }
+                Node::Symlink(want) => {
+                    let vfs = self.vfs();
+                    let got = self
+                        .call(vfs.readlink(a.ino))?
+                        .map_err(|e| format!("readlink {path}: {e}"))?;
+                    if got != want {
+                        return Err(format!("{path}: symlink to {got:?}, model {want:?}"));
+                    }
+                }
+                Node::Special(_) => {}
             }
         }
         Ok(())
@@ -730,8 +1006,13 @@ impl<'w> Case<'w> {
             let a = self
                 .call(vfs.getattr_fh(ino, Some(fh)))?
                 .map_err(|e| format!("fstat of handle {s}: {e}"))?;
-            if a.size != want.len() as u64 {
-                return Err(format!("fstat of handle {s}: size {}, model {}", a.size, want.len()));
+            if a.size != want.len() as u64 || a.kind != Kind::File {
+                return Err(format!(
+                    "fstat of handle {s}: {:?} of size {}, model a file of {}",
+                    a.kind,
+                    a.size,
+                    want.len()
+                ));
             }
             let got = self
                 .call(vfs.read(fh, 0, want.len() as u32 + 16))?
@@ -760,6 +1041,9 @@ impl<'w> Case<'w> {
         Ok(())
     }
 
+    /// Everything is committed and the VirtualFs dropped, then a new one opened on the same
+    /// staging dir: the check after this step compares modes, owners, times, symlinks and special
+    /// files with what they were.
     fn remount(&mut self) -> Result<(), String> {
         self.settle()?;
         self.vfs = None;
@@ -789,7 +1073,8 @@ impl<'w> Case<'w> {
         got.map_err(|e| format!("reading the Hub: {e}"))?
     }
 
-    /// End of a case: everything committed, and the Hub's files are the model's, byte for byte.
+    /// End of a case: everything committed, and the Hub's files are the model's regular files, byte
+    /// for byte (no symlink or special file there).
     fn finish(&mut self) -> Result<(), String> {
         self.settle()?;
         let sums = |m: BTreeMap<String, Vec<u8>>| -> BTreeMap<String, String> {
