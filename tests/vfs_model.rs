@@ -1,10 +1,11 @@
 //! Model-based test of the writable VirtualFs, in process (no kernel): random operation sequences
-//! over a tiny name space are run against VirtualFs on the local Hub and against a reference model
-//! of Linux semantics (`vfs_model/model.rs`). Every answer, errno included, must agree; after every
-//! step the whole tree (kind, size, mode, owner, symlink target, device number, times where the
-//! model knows them) and every open handle are compared with the model; at the end of a case the
-//! Hub's files must equal the model's regular files, by sha256 (symlinks and special files stay in
-//! the mount). Paths go through the kernel's walk, symlinks followed (`vfs_model/walk.rs`).
+//! (`vfs_model/ops.rs`) over a tiny name space are run against VirtualFs on the local Hub
+//! (`vfs_model/harness.rs`) and against a reference model of Linux semantics
+//! (`vfs_model/model.rs`). Every answer, errno included, must agree; after every step the whole
+//! tree (kind, size, mode, owner, symlink target, device number, times where the model knows them)
+//! and every open handle are compared with the model; at the end of a case the Hub's files must
+//! equal the model's regular files, by sha256 (symlinks and special files stay in the mount).
+//! Paths go through the kernel's walk, symlinks followed (`vfs_model/walk.rs`).
 //!
 //! Profiles: `cargo test --test vfs_model` runs a short one with a fixed seed;
 //! `HUBFS_MODEL_CASES=N` and `HUBFS_MODEL_OPS=M` make it longer, `HUBFS_MODEL_SEED=S` runs (or
@@ -14,6 +15,8 @@
 mod harness;
 #[path = "vfs_model/model.rs"]
 mod model;
+#[path = "vfs_model/ops.rs"]
+mod ops;
 #[path = "vfs_model/walk.rs"]
 mod walk;
 
@@ -23,7 +26,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 
 use harness::World;
-use model::{LinkTo, NodeType, Op, SetTime, Target, Who};
+use ops::{LinkTo, NodeType, Op, SetTime, Target, Who};
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -64,7 +67,7 @@ fn random_sequences_agree_with_the_model() {
     };
     let started = Instant::now();
     let mut runner = TestRunner::new(config);
-    let strategy = proptest::collection::vec(model::op(), max_ops / 2..=max_ops);
+    let strategy = proptest::collection::vec(ops::op(), max_ops / 2..=max_ops);
     let result = runner.run(&strategy, |ops| world.run_case(&ops).map_err(TestCaseError::fail));
     let s = world.stats.lock();
     let _ = writeln!(
