@@ -357,8 +357,13 @@ chk "write: git fsck in the mount" $? || show "$WORK/git-fsck.out"
 (cd "$W" && find . -type f -print0 | sort -z | xargs -0 -r sha256sum) >"$WORK/mount.sums" 2>"$WORK/mount-sums.err"
 rc=$?
 chk "write: every file reads back through the mount ($(wc -l <"$WORK/mount.sums") files)" $rc || show "$WORK/mount-sums.err"
+# Closed files are committed in the background (grouped, after closes pause): `hubfs sync` waits for
+# that, and then the status file must say nothing is pending. (Read at once, it may show files still
+# waiting for their commit, as it should.)
+timeout 120 "$BIN" sync "$W" >"$WORK/sync-w.out" 2>&1
+chk "write: hubfs sync of the writable mount exits 0" $? || show "$WORK/sync-w.out"
 "$BIN" status --json >"$WORK/status3.json" 2>&1
-run_py status_check.py 30 "$WORK/status3.json" "clean=writable mount, every file closed,:$W"
+run_py status_check.py 30 "$WORK/status3.json" "clean=writable mount, every file closed and synced,:$W"
 t=$(date +%s)
 "$BIN" unmount "$W" >"$WORK/unmount-w.out" 2>&1
 rc=$?

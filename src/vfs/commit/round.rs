@@ -143,6 +143,8 @@ impl VirtualFs {
             Err(_) => RoundOutcome::Failed,
         };
         let shared: Result<(), Arc<VfsError>> = result.map(|_| ()).map_err(Arc::new);
+        // The status file first: whoever is answered next (`hubfs sync`) may read it at once.
+        self.write_status();
         let mut again = Vec::new();
         for wt in waiters {
             let reply = match &wt.file {
@@ -165,7 +167,6 @@ impl VirtualFs {
             w.waiters.lock().extend(again);
             w.kick.notify_one();
         }
-        self.write_status();
         outcome
     }
 
