@@ -244,6 +244,19 @@ fn model_tree_bytes_and_erofs() {
         )),
         erofs
     );
+    assert_eq!(
+        errno_of(std::os::unix::fs::symlink("config.json", root.join("l"))),
+        erofs
+    );
+    assert_eq!(
+        errno_of(std::fs::hard_link(root.join("config.json"), root.join("h"))),
+        erofs
+    );
+    let fifo = std::ffi::CString::new(root.join("p").into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    let rc = unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) };
+    assert_eq!((rc, std::io::Error::last_os_error().raw_os_error()), (-1, Some(erofs)));
+    assert_eq!(errno_of(std::fs::read_link(root.join("config.json"))), libc::EINVAL);
     assert_eq!(errno_of(std::fs::File::open(root.join("nope"))), libc::ENOENT);
     let long = "x".repeat(256);
     assert_eq!(errno_of(std::fs::metadata(root.join(long))), libc::ENAMETOOLONG);
