@@ -1,6 +1,7 @@
 //! Criterion micro-benchmarks of the core's hot paths, in process (no kernel): inode numbering,
 //! VirtualFs lookups and getattr served from its caches, readdir from a snapshot vs rebuilt per
-//! page, the chunk store's two tiers, the block buffer pool and the read planner.
+//! page, the chunk store's two tiers, the block buffer pool, the read planner and the metadata
+//! store of writable mounts.
 //!
 //! Metadata benchmarks run against a real local Hub (in process, over HTTP) and real `VirtualFs`
 //! instances; every benchmark checks its result once before it is timed, and the cached paths
@@ -11,6 +12,8 @@
 
 #[path = "micro/fixture.rs"]
 mod fixture;
+#[path = "micro/metadata.rs"]
+mod metadata;
 #[path = "micro/readdir.rs"]
 mod readdir;
 #[path = "micro/report.rs"]
@@ -398,6 +401,7 @@ fn main() {
     store::bench_planner(&mut c, &mut ids);
     store::bench_pool(&mut c, &mut ids);
     store::bench_chunk_store(&mut c, &mut ids);
+    metadata::bench_metadata(&mut c, &mut ids);
     {
         let fx = Fixture::start();
         bench_vfs(&fx, &mut c, &mut ids);

@@ -6,11 +6,8 @@
 //! write). A record is made the first time anything about a path changes through the mount, and
 //! from then on it is what the mount shows.
 
-use std::sync::Arc;
-
 use super::{Attr, Found, Ino, Kind, VirtualFs};
 use crate::write::metadata::{Meta, MetaStore, Special, Stamp};
-use crate::write::staging::DirtyFile;
 
 /// Who makes a change: the owner a new entry gets (FUSE: the request's ids; NFS: AUTH_UNIX).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,10 +251,11 @@ impl VirtualFs {
         }
     }
 
-    /// Logs the in-memory times of a sealed file.
-    pub(super) fn save_record(&self, file: &Arc<DirtyFile>) {
-        let Some(s) = self.store() else { return };
-        s.save(&file.repo_path());
+    /// Logs the times kept in memory (a closing file's, its directories'), without an fsync.
+    pub(super) fn flush_records(&self) {
+        if let Some(s) = self.store() {
+            s.flush();
+        }
     }
 }
 

@@ -631,7 +631,7 @@ impl VirtualFs {
             Some(Handle::Local { ino, file, write }) => {
                 self.inodes.closed(*ino);
                 if *write {
-                    self.save_record(file);
+                    self.flush_records();
                     self.writer_closed(file);
                 }
             }

@@ -404,9 +404,9 @@ impl VirtualFs {
     async fn sync_handle(&self, fh: u64, mode: CloseMode) -> VfsResult<()> {
         let h = self.handles.lock().get(&fh).cloned();
         let Some(h) = h else { return Ok(()) };
-        if let Handle::Local { file, write: true, .. } = h.as_ref() {
+        if let Handle::Local { write: true, .. } = h.as_ref() {
             // The file's times go to the metadata log (written, not fsynced: fsync does that).
-            self.save_record(file);
+            self.flush_records();
         }
         if let Handle::Local { file, write: true, .. } = h.as_ref()
             && file.is_dirty()

@@ -9,7 +9,7 @@
 //! mount calls where it makes staged content durable (close, fsync, unmount). A write's mtime is
 //! kept in memory and logged at the file's next seal, not once per write.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -116,7 +116,8 @@ pub struct MetaStore {
 }
 
 struct Inner {
-    map: HashMap<String, Meta>,
+    /// Ordered, so the records below a directory are one range (renames, removals).
+    map: BTreeMap<String, Meta>,
     /// Paths whose in-memory record is newer than the log (a write's mtime).
     unsaved: HashSet<String>,
     log: Option<File>,
@@ -149,13 +150,7 @@ pub fn read_log(dir: &Path) -> std::io::Result<Vec<(String, Meta)>> {
             inner.apply(l);
         }
     }
-    let mut v: Vec<(String, Meta)> = inner.map.into_iter().collect();
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(v)
-}
-
-fn under(path: &str, root: &str) -> bool {
-    root.is_empty() || path == root || (path.starts_with(root) && path.as_bytes().get(root.len()) == Some(&b'/'))
+    Ok(inner.map.into_iter().collect())
 }
 
 fn moved(path: &str, from: &str, to: &str) -> String {
@@ -173,7 +168,7 @@ fn moved(path: &str, from: &str, to: &str) -> String {
 impl Inner {
     fn empty(path: Option<PathBuf>) -> Inner {
         Inner {
-            map: HashMap::new(),
+            map: BTreeMap::new(),
             unsaved: HashSet::new(),
             log: None,
             path,
@@ -191,8 +186,7 @@ impl Inner {
             Line::Del { p } => self.remove_tree(&p),
             Line::Mv { from, to } => {
                 self.remove_tree(&to);
-                let keys: Vec<String> = self.map.keys().filter(|k| under(k, &from)).cloned().collect();
-                for k in keys {
+                for k in self.subtree_keys(&from) {
                     if let Some(m) = self.map.remove(&k) {
                         self.map.insert(moved(&k, &from, &to), m);
                     }
@@ -204,15 +198,45 @@ impl Inner {
         }
     }
 
+    fn flush_unsaved(&mut self) {
+        if self.unsaved.is_empty() {
+            return;
+        }
+        let mut unsaved: Vec<String> = self.unsaved.drain().collect();
+        unsaved.sort();
+        for p in unsaved {
+            if let Some(m) = self.map.get(&p).cloned() {
+                self.append(&Line::Set { p, m });
+            }
+        }
+    }
+
     fn remove_tree(&mut self, root: &str) {
-        if self.map.remove(root).is_some() {
-            self.unsaved.remove(root);
+        for k in self.subtree_keys(root) {
+            self.map.remove(&k);
+            self.unsaved.remove(&k);
         }
-        let prefix = format!("{root}/");
-        if self.map.keys().any(|k| k.starts_with(&prefix)) {
-            self.map.retain(|k, _| !k.starts_with(&prefix));
-            self.unsaved.retain(|k| !k.starts_with(&prefix));
+    }
+
+    /// `root` and every path below it that has a record (`""`: all of them).
+    fn subtree_keys(&self, root: &str) -> Vec<String> {
+        if root.is_empty() {
+            return self.map.keys().cloned().collect();
         }
+        // Paths below `root` sort between "root/" and "root0" ('0' follows '/').
+        let below = self
+            .map
+            .range::<str, _>((
+                std::ops::Bound::Excluded(format!("{root}/").as_str()),
+                std::ops::Bound::Excluded(format!("{root}0").as_str()),
+            ))
+            .map(|(k, _)| k.clone());
+        self.map
+            .get_key_value(root)
+            .map(|(k, _)| k.clone())
+            .into_iter()
+            .chain(below)
+            .collect()
     }
 
     fn append(&mut self, line: &Line) {
@@ -243,9 +267,7 @@ impl Inner {
         let Some(path) = self.path.clone() else { return Ok(()) };
         let tmp = path.with_extension("log.tmp");
         let mut out = std::io::BufWriter::new(File::create(&tmp)?);
-        let mut keys: Vec<&String> = self.map.keys().collect();
-        keys.sort();
-        for k in keys {
+        for k in self.map.keys() {
             let line = Line::Set {
                 p: k.clone(),
                 m: self.map[k].clone(),
@@ -339,21 +361,18 @@ impl MetaStore {
         true
     }
 
-    /// Logs `path`'s in-memory record if it is newer than the log.
-    pub fn save(&self, path: &str) {
+    /// Logs every record changed in memory only (times moved by writes and by entries coming and
+    /// going), without an fsync: a close calls it, so a killed process loses only the times of
+    /// files still open.
+    pub fn flush(&self) {
         let mut g = self.inner.lock();
-        if g.unsaved.remove(path)
-            && let Some(m) = g.map.get(path).cloned()
-        {
-            g.append(&Line::Set { p: path.to_string(), m });
-        }
+        g.flush_unsaved();
     }
 
     /// Removes the records of `path` and everything below it.
     pub fn remove_tree(&self, path: &str) {
         let mut g = self.inner.lock();
-        let prefix = format!("{path}/");
-        if !g.map.contains_key(path) && !g.map.keys().any(|k| k.starts_with(&prefix)) {
+        if g.subtree_keys(path).is_empty() {
             return;
         }
         let line = Line::Del { p: path.to_string() };
@@ -375,12 +394,7 @@ impl MetaStore {
     /// Logs every unsaved record and fsyncs the log.
     pub fn sync(&self) -> std::io::Result<()> {
         let mut g = self.inner.lock();
-        let unsaved: Vec<String> = g.unsaved.drain().collect();
-        for p in unsaved {
-            if let Some(m) = g.map.get(&p).cloned() {
-                g.append(&Line::Set { p, m });
-            }
-        }
+        g.flush_unsaved();
         if let Some(e) = g.error.take() {
             return Err(std::io::Error::other(format!("metadata log: {e}")));
         }
@@ -393,9 +407,7 @@ impl MetaStore {
     /// Every record (path, record), sorted by path.
     pub fn all(&self) -> Vec<(String, Meta)> {
         let g = self.inner.lock();
-        let mut v: Vec<(String, Meta)> = g.map.iter().map(|(k, m)| (k.clone(), m.clone())).collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
-        v
+        g.map.iter().map(|(k, m)| (k.clone(), m.clone())).collect()
     }
 
     pub fn len(&self) -> usize {
@@ -507,7 +519,7 @@ mod tests {
     }
 
     #[test]
-    fn moving_onto_a_path_replaces_its_records_and_root_moves_work() {
+    fn moves_and_removals_take_exactly_a_path_and_what_is_below_it() {
         let s = MetaStore::in_memory();
         s.set("x", meta(0o600));
         s.set("y", meta(0o644));
@@ -516,6 +528,13 @@ mod tests {
         assert_eq!(s.get("y").unwrap().mode, 0o600);
         assert!(s.get("y/z").is_none());
         assert_eq!(moved("a/b", "a", "c/d"), "c/d/b");
-        assert!(under("a/b", "a") && !under("ab", "a") && under("a", "a"));
+        s.set("a", meta(0o600));
+        s.set("a/b", meta(0o600));
+        s.set("a.x", meta(0o600));
+        s.set("ab", meta(0o600));
+        s.set("a0", meta(0o600));
+        s.remove_tree("a");
+        let left: Vec<String> = s.all().into_iter().map(|(p, _)| p).collect();
+        assert_eq!(left, ["a.x", "a0", "ab", "y"], "only a and what is below it");
     }
 }
