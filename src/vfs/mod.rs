@@ -12,6 +12,7 @@ pub mod inode;
 mod meta;
 pub mod read;
 pub mod remote;
+mod rename;
 mod special;
 mod write;
 
@@ -35,7 +36,8 @@ use meta::Listing;
 use read::{ReadState, Reader};
 pub use remote::ContentId;
 use remote::{FileMeta, Remote};
-pub use write::{RenameFlags, SetAttr, TimeSet};
+pub use rename::RenameFlags;
+pub use write::{SetAttr, TimeSet};
 
 #[derive(Debug, Clone)]
 pub struct VfsOptions {

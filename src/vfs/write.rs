@@ -2,7 +2,8 @@
 //!
 //! Content changes go to staged files; namespace changes go to the overlay (`write::overlay`).
 //! The committer (`commit`) turns both into Hub commits: a written file when it is closed, renames
-//! and deletions in the background after a short quiet period.
+//! and deletions in the background after a short quiet period. Renames are in `rename`, symlinks
+//! and special files in `special`, modes, owners and times in `attrs`.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -50,13 +51,6 @@ impl TimeSet {
     }
 }
 
-/// Rename flags (Linux renameat2).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RenameFlags {
-    pub noreplace: bool,
-    pub exchange: bool,
-}
-
 /// Checks a new name: what POSIX forbids, and what the Hub cannot store as a path component.
 pub(super) fn check_name(name: &str) -> VfsResult<()> {
     if name.len() > 255 {
@@ -97,7 +91,7 @@ fn keep_parents(o: &mut Overlay, path: &str) {
 }
 
 impl VirtualFs {
-    fn writable(&self) -> VfsResult<()> {
+    pub(super) fn writable(&self) -> VfsResult<()> {
         if self.writer.is_some() {
             Ok(())
         } else {
@@ -105,7 +99,7 @@ impl VirtualFs {
         }
     }
 
-    async fn expect_dir(&self, commit: &str, path: &str) -> VfsResult<()> {
+    pub(super) async fn expect_dir(&self, commit: &str, path: &str) -> VfsResult<()> {
         match self.find(commit, path).await? {
             Some(Found::Dir) => Ok(()),
             Some(_) => Err(VfsError::NotDir),
@@ -114,7 +108,7 @@ impl VirtualFs {
     }
 
     /// Whether the commit's tree has a file at `path` (so removing it needs a deletion).
-    async fn remote_file(&self, commit: &str, path: &str) -> VfsResult<bool> {
+    pub(super) async fn remote_file(&self, commit: &str, path: &str) -> VfsResult<bool> {
         Ok(matches!(self.node_at(commit, path).await?, Some(Node::File(_))))
     }
 
@@ -136,7 +130,7 @@ impl VirtualFs {
     }
 
     /// Puts a whiteout at `path` when the commit's tree has something there, else clears it.
-    async fn hide(&self, commit: &str, path: &str) -> VfsResult<()> {
+    pub(super) async fn hide(&self, commit: &str, path: &str) -> VfsResult<()> {
         // The commit shown now, not the caller's: a round may have landed `path` meanwhile.
         let now = self.revision.lock().await.commit.clone();
         let remote = self.node_at(&now, path).await?.is_some() || self.node_at(commit, path).await?.is_some();
@@ -619,260 +613,6 @@ impl VirtualFs {
         self.dir_changed(&parent_path);
         self.inodes.detach(&path);
         Ok(())
-    }
-
-    pub async fn rename(
-        &self,
-        parent: Ino,
-        name: &str,
-        new_parent: Ino,
-        new_name: &str,
-        flags: RenameFlags,
-    ) -> VfsResult<()> {
-        self.rename_at(parent, name, new_parent, new_name, flags, true).await
-    }
-
-    /// `rename`; `settle_home`: a file moved back where the Hub has it while the deletion there is
-    /// still pending is first committed where it is (see the `home` case), then moved.
-    async fn rename_at(
-        &self,
-        parent: Ino,
-        name: &str,
-        new_parent: Ino,
-        new_name: &str,
-        flags: RenameFlags,
-        settle_home: bool,
-    ) -> VfsResult<()> {
-        self.writable()?;
-        if flags.exchange {
-            return Err(VfsError::Invalid("RENAME_EXCHANGE is not supported"));
-        }
-        check_name(new_name)?;
-        let commit = self.commit().await?;
-        let from_parent = self.path_of(parent)?;
-        let from = join(&from_parent, name);
-        let to_parent = self.path_of(new_parent)?;
-        self.expect_dir(&commit, &to_parent).await?;
-        let to = join(&to_parent, new_name);
-        check_repo_path(&self.remote_path(&to))?;
-        let src = self.find(&commit, &from).await?.ok_or(VfsError::NotFound)?;
-        if from == to {
-            // Linux checks RENAME_NOREPLACE first: onto itself, too, it is EEXIST.
-            return if flags.noreplace { Err(VfsError::Exists) } else { Ok(()) };
-        }
-        let commit = match src {
-            Found::Dir => {
-                let commit = self.settle_whiteout(commit, &to).await?;
-                self.settle_nested_whiteouts(commit, &from, &to).await?
-            }
-            _ => commit,
-        };
-        let dst = self.find(&commit, &to).await?;
-        if dst.is_some() && flags.noreplace {
-            return Err(VfsError::Exists);
-        }
-        if from.starts_with(&format!("{to}/")) {
-            // The target is an ancestor of the source, so not empty: Linux says so before any
-            // check of the types (a file onto its own parent is ENOTEMPTY, not EISDIR).
-            return Err(VfsError::NotEmpty);
-        }
-        match (&src, &dst) {
-            (Found::Dir, _) if to.starts_with(&format!("{from}/")) => {
-                return Err(VfsError::Invalid("cannot move a directory into itself"));
-            }
-            (Found::Dir, Some(Found::Dir)) if !self.merged_listing(&commit, &to).await?.is_empty() => {
-                return Err(VfsError::NotEmpty);
-            }
-            (Found::Dir, Some(Found::Dir)) => {}
-            (Found::Dir, Some(_)) => return Err(VfsError::NotDir),
-            (_, Some(Found::Dir)) => return Err(VfsError::IsDir),
-            _ => {}
-        }
-        if let Some(Found::Local(old)) = &dst {
-            old.discard();
-        }
-        let moved = src.clone();
-        match src {
-            Found::Dir => self.rename_dir(&commit, &from, &to).await?,
-            Found::Special => {
-                let hides = self.replaces_remote(&commit, &to).await?;
-                self.place(&to, Entry::Special { hides });
-                self.hide(&commit, &from).await?;
-            }
-            Found::Local(d) => {
-                d.set_path(&self.remote_path(&to))?;
-                self.place(&to, Entry::File(d));
-                self.hide(&commit, &from).await?;
-            }
-            Found::Remote(m) => {
-                // Back where the commit shown now has it: nothing to record. (Not the caller's
-                // commit: a round may just have committed the move away from `to`.)
-                let now = self.revision.lock().await.commit.clone();
-                let home = m.remote_path == self.remote_path(&to)
-                    && matches!(self.node_at(&now, &to).await?, Some(Node::File(ref h)) if h.id == m.id);
-                // The whiteout at `to` (left by the move away) may be in a round being committed
-                // right now: dropping it would not stop that round from deleting `to`, and the
-                // file would be in neither place. Let that move land, then move the file from
-                // where the commit has it.
-                let pending = self
-                    .writer
-                    .as_ref()
-                    .is_some_and(|w| matches!(w.overlay.lock().get(&to), Some(Entry::Gone)));
-                if home && pending && settle_home {
-                    self.sync_all().await?;
-                    return Box::pin(self.rename_at(parent, name, new_parent, new_name, flags, false)).await;
-                }
-                if home {
-                    if let Some(w) = &self.writer {
-                        w.overlay.lock().remove(&to);
-                    }
-                } else {
-                    self.place(&to, Entry::Moved(m));
-                }
-                self.hide(&commit, &from).await?;
-            }
-        }
-        self.inodes.rename(&from, &to);
-        self.move_records(&from, &to, &moved);
-        self.dir_changed(&from_parent);
-        if to_parent != from_parent {
-            self.dir_changed(&to_parent);
-        }
-        self.kick();
-        Ok(())
-    }
-
-    /// Before a directory is laid over `path`: a deleted remote file there (a whiteout the
-    /// directory entry would replace) is committed first, else its deletion would be lost.
-    /// Returns the commit to work on from then on.
-    async fn settle_whiteout(&self, commit: String, path: &str) -> VfsResult<String> {
-        let whiteout = self
-            .writer
-            .as_ref()
-            .is_some_and(|w| matches!(w.overlay.lock().get(path), Some(Entry::Gone)));
-        if whiteout && self.remote_file(&commit, path).await? {
-            self.sync_all().await?;
-            return self.commit().await;
-        }
-        Ok(commit)
-    }
-
-    /// `settle_whiteout` for the inside of a directory moved onto `to`: the target is empty in the
-    /// mount's view, but its whiteouts stay (they hide the Hub's files there). Where the moved tree
-    /// brings a directory onto a whiteout of a remote file, that deletion is committed first, for
-    /// the same reason. Rare: it needs a target that held Hub files deleted but not yet committed.
-    async fn settle_nested_whiteouts(&self, commit: String, from: &str, to: &str) -> VfsResult<String> {
-        let prefix = format!("{to}/");
-        let gones: Vec<String> = match &self.writer {
-            Some(w) => w
-                .overlay
-                .lock()
-                .subtree(to)
-                .into_iter()
-                .filter(|(p, e)| p.starts_with(&prefix) && matches!(e, Entry::Gone))
-                .map(|(p, _)| p)
-                .collect(),
-            None => return Ok(commit),
-        };
-        for gone in gones {
-            let source = join(from, &gone[prefix.len()..]);
-            if matches!(self.find(&commit, &source).await?, Some(Found::Dir))
-                && self.remote_file(&commit, &gone).await?
-            {
-                self.sync_all().await?;
-                return self.commit().await;
-            }
-        }
-        Ok(commit)
-    }
-
-    fn place(&self, path: &str, e: Entry) {
-        if let Some(w) = &self.writer {
-            w.overlay.lock().set(path, e);
-        }
-    }
-
-    /// Moves a directory: every remote file below it becomes a move (committed by reference, no
-    /// upload), every local entry below it moves with it.
-    async fn rename_dir(&self, commit: &str, from: &str, to: &str) -> VfsResult<()> {
-        let Some(w) = &self.writer else {
-            return Err(VfsError::ReadOnly);
-        };
-        let remote = match self.node_at(commit, from).await? {
-            Some(Node::Dir) => {
-                self.client
-                    .list_tree_recursive(&self.repo, commit, &self.remote_path(from))
-                    .await?
-            }
-            _ => Vec::new(),
-        };
-        let base = self.remote_path(from);
-        let local = w.overlay.lock().subtree(from);
-        let local_paths: std::collections::HashSet<&str> = local.iter().map(|(p, _)| p.as_str()).collect();
-        let mut sets: Vec<(String, Entry)> = Vec::new();
-        let mut hides: Vec<String> = Vec::new();
-        for e in &remote {
-            let Some(rel) = e.path().strip_prefix(&base).and_then(|r| r.strip_prefix('/')) else {
-                continue;
-            };
-            let old = join(from, rel);
-            if local_paths.contains(old.as_str()) {
-                continue;
-            }
-            let new = join(to, rel);
-            let (_, node) = super::meta::node_from_entry(commit, e);
-            sets.push((
-                new,
-                match node {
-                    Node::Dir => Entry::Dir,
-                    Node::File(m) => Entry::Moved(m),
-                },
-            ));
-            hides.push(old);
-        }
-        for (old, e) in &local {
-            if old == from {
-                continue;
-            }
-            let rel = &old[from.len() + 1..];
-            let new = join(to, rel);
-            match e {
-                Entry::File(d) => {
-                    d.set_path(&self.remote_path(&new))?;
-                    sets.push((new, e.clone()));
-                }
-                Entry::Moved(_) | Entry::Dir => sets.push((new, e.clone())),
-                // The Hub file it replaced stays deleted at the old place (`hide` below).
-                Entry::Special { .. } => sets.push((new, Entry::Special { hides: false })),
-                // A remote file already deleted: it stays deleted at the old place only.
-                Entry::Gone => continue,
-            }
-            hides.push(old.clone());
-        }
-        {
-            let mut o = w.overlay.lock();
-            // The target is empty in the mount's view, but its whiteouts must stay: they hide the
-            // Hub's files there until their deletion is committed. Anything else goes, then the
-            // moved tree is laid down.
-            for (p, e) in o.subtree(to) {
-                if !matches!(e, Entry::Gone) {
-                    o.remove(&p);
-                }
-            }
-            o.set(to, Entry::Dir);
-            for (p, e) in sets {
-                // A special file laid over a whiteout takes over its deletion.
-                let e = match (e, o.get(&p)) {
-                    (Entry::Special { .. }, Some(Entry::Gone)) => Entry::Special { hides: true },
-                    (e, _) => e,
-                };
-                o.set(&p, e);
-            }
-        }
-        for old in hides {
-            self.hide(commit, &old).await?;
-        }
-        self.hide(commit, from).await
     }
 }
 
