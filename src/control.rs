@@ -3,6 +3,8 @@
 //! line each: `{"op":"commit","message":…}` commits everything pending now, `{"op":"sync"}` waits
 //! until nothing is pending. The answer is JSON lines: `{"waiting_until":…}` while the Hub's commit
 //! rate limit holds commits back, then `{"ok":true,"commit":…}` or `{"ok":false,"error":…}`.
+//! `{"op":"status"}` answers at once with the mount's status report as it is now (`hubfs status`:
+//! the status file is only rewritten as the mount works, so it may lag a few seconds).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,6 +20,7 @@ use crate::vfs::VirtualFs;
 enum Request {
     Commit { message: Option<String> },
     Sync,
+    Status,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -37,6 +40,9 @@ struct Answer {
     /// Nothing was pending (`commit` made no commit).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     nothing_pending: bool,
+    /// The answer to `status`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    status: Option<crate::vfs::StatusReport>,
 }
 
 /// The listening socket; removed when dropped.
@@ -106,6 +112,14 @@ async fn serve(vfs: Arc<VirtualFs>, stream: tokio::net::UnixStream) -> std::io::
             return send(&mut w, &a).await;
         }
     };
+    if let Request::Status = req {
+        let a = Answer {
+            ok: Some(true),
+            status: vfs.status_report(),
+            ..Answer::default()
+        };
+        return send(&mut w, &a).await;
+    }
     let sync = matches!(req, Request::Sync);
     if let Request::Commit { message } = req {
         if vfs.pending_changes() == 0 {
@@ -227,6 +241,21 @@ fn request(dir: &Path, req: &Request) -> anyhow::Result<Answer> {
         "the mount at {} closed the connection without an answer (see its log)",
         dir.display()
     )
+}
+
+/// The current status report of the writable mount listening on `socket`, if it answers within
+/// `timeout` (a mount that does not, or an older one, is read from its status file instead).
+pub fn live_status(socket: &Path, timeout: std::time::Duration) -> Option<crate::vfs::StatusReport> {
+    use std::io::{BufRead, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket).ok()?;
+    s.set_read_timeout(Some(timeout)).ok()?;
+    s.set_write_timeout(Some(timeout)).ok()?;
+    let mut line = serde_json::to_vec(&Request::Status).ok()?;
+    line.push(b'\n');
+    s.write_all(&line).ok()?;
+    let mut answer = String::new();
+    std::io::BufReader::new(s).read_line(&mut answer).ok()?;
+    serde_json::from_str::<Answer>(&answer).ok()?.status
 }
 
 /// `hubfs commit DIR [-m MESSAGE]`.

@@ -12,6 +12,9 @@ use crate::registry::{Frontend, MountRecord};
 use crate::vfs::StatusReport;
 use crate::write::metadata::{Special, differs};
 
+/// How long `status` waits for a writable mount's live report before reading its status file.
+const LIVE_STATUS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// One line of `status --json`: the registry record and, for a writable mount, its report.
 #[derive(Debug, Serialize)]
 pub struct MountStatus {
@@ -27,10 +30,17 @@ pub fn running(cache_dir: Option<&Path>) -> Vec<MountStatus> {
         .into_iter()
         .filter(|r| want.as_ref().is_none_or(|c| Path::new(&r.cache_dir) == c))
         .map(|r| {
-            let writable = r.status_file.as_ref().and_then(|f| {
-                std::fs::read(f)
-                    .ok()
-                    .and_then(|b| serde_json::from_slice::<StatusReport>(&b).ok())
+            // Asked live when the mount answers (its status file lags while it works), else read.
+            let live = r
+                .control_socket
+                .as_deref()
+                .and_then(|s| crate::control::live_status(Path::new(s), LIVE_STATUS_TIMEOUT));
+            let writable = live.or_else(|| {
+                r.status_file.as_ref().and_then(|f| {
+                    std::fs::read(f)
+                        .ok()
+                        .and_then(|b| serde_json::from_slice::<StatusReport>(&b).ok())
+                })
             });
             MountStatus { mount: r, writable }
         })

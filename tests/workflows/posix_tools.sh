@@ -173,6 +173,19 @@ else
   chk "posix: hubfs status --verbose counts and lists the symlinks, FIFOs and modes kept only in the mount" $? ||
     show "$PT/status-v.out"
 
+  # `hubfs status` asks the mount itself: a file held open for writing shows at once (the status file
+  # is only rewritten as the committer works, and nothing wakes it while a file stays open).
+  mkdir -p "$PM/live" && exec 3>"$PM/live/open-now.txt" && printf 'x' >&3
+  pt_run "$PT/status-live.json" 30 "$BIN" status --json
+  "$PY" -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+sys.exit(0 if any(e["path"] == "live/open-now.txt" and e["open"] for m in d if m.get("writable") for e in m["writable"]["dirty"]) else 1)' \
+    "$PT/status-live.json" 2>>"$PT/status-live.err"
+  chk "posix: hubfs status shows a file held open for writing at once (live/open-now.txt, open)" $? ||
+    show "$PT/status-live.json" "$PT/status-live.err"
+  exec 3>&-
+  rm -rf "$PM/live"
+
   # --- 5. remount with the same --cache-dir --------------------------------------------------------------
   pt_run "$PT/unmount1.out" 120 "$BIN" unmount "$PM"
   chk "posix: hubfs unmount MNT exits 0" $? || show "$PT/unmount1.out"
