@@ -136,8 +136,8 @@ impl VirtualFs {
     }
 
     /// An entry was added to or removed from directory `dir`: its mtime and ctime move. Kept in
-    /// memory when the directory already has a record (logged at the next sync), so a copy of many
-    /// files does not log its directory once per file.
+    /// memory when the directory already has a record (logged at the next close of a written file
+    /// or sync), so a copy of many files logs its directory once per file at most.
     pub(super) fn dir_changed(&self, dir: &str) {
         let Some(s) = self.store() else { return };
         let now = Stamp::now();
