@@ -9,6 +9,7 @@ mod attrs;
 mod commit;
 pub mod error;
 pub mod inode;
+mod listing_prefetch;
 mod meta;
 pub mod read;
 pub mod remote;
@@ -52,6 +53,9 @@ pub struct VfsOptions {
     pub read_timeout: Duration,
     /// Writable mount settings; `None` mounts read-only.
     pub write: Option<WriteOptions>,
+    /// Files fetched ahead of a reader that opens a directory's files in listing order
+    /// (`listing_prefetch`); 0 turns it off.
+    pub prefetch_files: usize,
 }
 
 impl Default for VfsOptions {
@@ -65,6 +69,7 @@ impl Default for VfsOptions {
             disk_cache_bytes: 0,
             read_timeout: Duration::from_secs(60),
             write: None,
+            prefetch_files: 16,
         }
     }
 }
@@ -166,6 +171,8 @@ pub struct VirtualFs {
     points: moka::future::Cache<(String, String), Option<Node>>,
     /// Point lookups per (commit, directory) that missed its listing (see `note_point_lookup`).
     point_lookups: moka::sync::Cache<(String, String), Arc<std::sync::atomic::AtomicU32>>,
+    /// Readers following a directory's listing order, by directory (`listing_prefetch`).
+    cursors: moka::sync::Cache<String, Arc<Mutex<listing_prefetch::Cursor>>>,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
     /// The Hub content the kernel's cached pages of an inode can only have come from (see
     /// `add_handle_keep`); no entry: unknown, the next open drops them.
@@ -248,6 +255,9 @@ impl VirtualFs {
                 .build(),
             points: moka::future::Cache::builder().max_capacity(100_000).build(),
             point_lookups: moka::sync::Cache::builder().max_capacity(meta::COUNTED_DIRS).build(),
+            cursors: moka::sync::Cache::builder()
+                .max_capacity(listing_prefetch::FOLLOWED_DIRS)
+                .build(),
             handles: Mutex::new(HashMap::new()),
             last_content: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -558,6 +568,7 @@ impl VirtualFs {
             Some(Found::Special) => return Err(VfsError::Invalid("not a regular file")),
             None => return Err(VfsError::NotFound),
         };
+        self.note_open(&commit, &path).await;
         self.inodes.opened(ino);
         let h = Handle::File {
             ino,

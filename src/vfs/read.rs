@@ -52,6 +52,11 @@ impl Reader {
             .await
     }
 
+    /// Brings a file of one block at most into the cache (listing-order prefetch).
+    pub(super) async fn prefetch_file(&self, file: &FileMeta, commit: &str) -> VfsResult<()> {
+        self.block(file, commit, &file.id.key(), 0).await.map(|_| ())
+    }
+
     /// Reads `[offset, offset + size)` of `file`; short only at end of file. The handle's state is
     /// locked only to classify the read, so the kernel's parallel reads of one file overlap.
     pub async fn read(
