@@ -88,14 +88,15 @@ impl VirtualFs {
         let mut bytes = 0u64;
         for _ in 0..files {
             let Some(next) = successor(i) else { break };
-            i = next;
-            let Node::File(meta) = &listing.entries[i].1 else {
-                continue;
+            let Node::File(meta) = &listing.entries[next].1 else {
+                break;
             };
-            bytes += meta.size;
-            if bytes > PREFETCH_BYTES {
+            // A file past the byte budget is left for a later open to reach (not marked as started).
+            if bytes + meta.size > PREFETCH_BYTES {
                 break;
             }
+            bytes += meta.size;
+            i = next;
             if i < c.ahead || meta.size == 0 || meta.size > BLOCK_SIZE {
                 continue;
             }
