@@ -302,6 +302,7 @@ impl VirtualFs {
                 if truncate {
                     self.content_changed(&path);
                 }
+                d.add_writer()?;
                 d
             }
             None => {
@@ -309,15 +310,17 @@ impl VirtualFs {
                     return Err(VfsError::ReadOnly);
                 };
                 let d = Arc::new(w.staging.create(&self.remote_path(&path))?);
+                self.new_record(&path, false, node, None);
+                self.dir_changed(&parent_path);
+                // The writer is counted before the committer can see the file: an empty file with
+                // no writer in the overlay is one it may commit and drop as clean.
+                d.add_writer()?;
                 // A whiteout here (the Hub's file was deleted) stays a deletion: the new file
                 // replaces the Hub's at its commit.
                 w.overlay.lock().set(&path, Entry::File(d.clone()));
-                self.new_record(&path, false, node, None);
-                self.dir_changed(&parent_path);
                 d
             }
         };
-        file.add_writer()?;
         self.writer_opened(&path, &file);
         let ino = self.inodes.ino_for(&path, 1);
         self.inodes.opened(ino);
