@@ -107,7 +107,8 @@ fn content(rng: &mut rand::rngs::StdRng) -> Vec<u8> {
 }
 
 /// What a thread leaves: the expected content of its files, and every sha256 each name held over
-/// the run, oldest first (a wrong read at the end says which earlier version it served).
+/// the run, oldest first, as `op:sha256` (a wrong read at the end says which earlier version it
+/// served, and what made it).
 struct Outcome {
     model: BTreeMap<String, Vec<u8>>,
     history: BTreeMap<String, Vec<String>>,
@@ -120,7 +121,12 @@ fn worker(i: usize, sh: Arc<Shared>, seed: u64) -> Outcome {
     let own = sh.root.join(&dir);
     let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let mut history: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut held = |name: &str, data: &[u8]| history.entry(name.to_string()).or_default().push(sha(data));
+    let mut held = |name: &str, data: &[u8], op: &str| {
+        history
+            .entry(name.to_string())
+            .or_default()
+            .push(format!("{op}:{}", sha(data)))
+    };
     let doing = |what: String| *sh.doing[i].lock() = what;
     let mut recent: std::collections::VecDeque<String> = std::collections::VecDeque::new();
     while !sh.stop.load(Ordering::Relaxed) {
@@ -140,7 +146,7 @@ fn worker(i: usize, sh: Arc<Shared>, seed: u64) -> Outcome {
                 doing(format!("write {dir}/{name} ({} bytes)", data.len()));
                 match write_file(&own.join(&name), &data) {
                     Ok(()) => {
-                        held(&name, &data);
+                        held(&name, &data, "write");
                         model.insert(name, data);
                     }
                     Err(e) => {
@@ -170,7 +176,7 @@ fn worker(i: usize, sh: Arc<Shared>, seed: u64) -> Outcome {
                             cur.resize(end, 0);
                         }
                         cur[off as usize..end].copy_from_slice(&patch);
-                        held(&name, cur);
+                        held(&name, cur, "overwrite");
                     }
                     Err(e) => sh.fail_after(&recent, format!("overwrite {dir}/{name}: {e}")),
                 }
@@ -185,7 +191,7 @@ fn worker(i: usize, sh: Arc<Shared>, seed: u64) -> Outcome {
                 match std::fs::rename(own.join(&from), own.join(&to)) {
                     Ok(()) => {
                         let data = model.remove(&from).unwrap();
-                        held(&to, &data);
+                        held(&to, &data, &format!("rename from {from}"));
                         model.insert(to, data);
                     }
                     Err(e) => sh.fail_after(&recent, format!("rename {dir}/{from} -> {to}: {e}")),
@@ -494,11 +500,37 @@ fn thirty_two_threads_on_one_writable_mount() {
             }
         }
         if Instant::now() > deadline {
-            let missing: Vec<_> = expected.iter().filter(|(p, s)| last.get(*p) != Some(*s)).collect();
+            // For each wrong path: which of its versions the Hub and the mount hold.
+            let version = |p: &str, got: Option<&String>| -> String {
+                let seen = history.get(p).map(Vec::as_slice).unwrap_or_default();
+                match got {
+                    None => "absent".into(),
+                    Some(g) => match seen.iter().rposition(|h| h.ends_with(g.as_str())) {
+                        Some(k) => {
+                            let op = seen[k].rsplit_once(':').map_or("", |(op, _)| op);
+                            format!("version {} of {} ({op})", k + 1, seen.len())
+                        }
+                        None => "no version it held".into(),
+                    },
+                }
+            };
+            let missing: Vec<String> = expected
+                .iter()
+                .filter(|(p, s)| last.get(*p) != Some(*s))
+                .map(|(p, _)| {
+                    let mounted = std::fs::read(m.mountpoint.join(p)).ok().map(|b| sha(&b));
+                    format!(
+                        "{p}: Hub has {}, mount shows {}",
+                        version(p, last.get(p)),
+                        version(p, mounted.as_ref())
+                    )
+                })
+                .collect();
             let extra: Vec<_> = last.keys().filter(|p| !expected.contains_key(*p)).collect();
             panic!(
-                "the Hub never matched the writers' files: {} wrong or missing {missing:?}, extra {extra:?}, dirty {:?}",
+                "the Hub never matched the writers' files: {} wrong or missing:\n  {}\nextra {extra:?}, dirty {:?}",
                 missing.len(),
+                missing.join("\n  "),
                 m.vfs.dirty_paths()
             );
         }
@@ -530,7 +562,7 @@ fn thirty_two_threads_on_one_writable_mount() {
             .unwrap();
         let got = sha(&b);
         let seen = history.get(p).map(Vec::as_slice).unwrap_or_default();
-        let which = match seen.iter().rposition(|h| *h == got) {
+        let which = match seen.iter().rposition(|h| h.ends_with(got.as_str())) {
             Some(k) => format!("version {} of the {} this path held", k + 1, seen.len()),
             None => "no version this path held".into(),
         };

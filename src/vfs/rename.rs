@@ -116,7 +116,16 @@ impl VirtualFs {
                     self.sync_all().await?;
                     return Box::pin(self.rename_at(parent, name, new_parent, new_name, flags, false)).await;
                 }
-                if home {
+                // Another file staged at `to` may be in a round being committed right now, and
+                // dropping its entry would not stop that round from landing it: then the move is
+                // recorded (committing the same content again) instead of dropped.
+                let occupied = self.writer.as_ref().is_some_and(|w| {
+                    matches!(
+                        w.overlay.lock().get(&to),
+                        Some(Entry::File(_) | Entry::Moved(_) | Entry::Special { .. })
+                    )
+                });
+                if home && !occupied {
                     if let Some(w) = &self.writer {
                         w.overlay.lock().remove(&to);
                     }

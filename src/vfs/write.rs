@@ -459,18 +459,33 @@ impl VirtualFs {
                     _ => None,
                 });
             let file = match through_handle {
-                Some(f) => f,
-                None => self.stage(&commit, &path, size == 0).await?,
+                Some(f) => {
+                    if f.size() != size {
+                        f.truncate(size)?;
+                        self.unhold(&f);
+                    }
+                    f
+                }
+                None => {
+                    // truncate(2) on a path: a writer for the length of the change, so that a
+                    // round that just committed the staged copy cannot drop it from the overlay
+                    // between its staging and the truncate (`writer_opened` puts back one dropped
+                    // before). No close follows: the last writer going seals it for the committer.
+                    let file = self.stage(&commit, &path, size == 0).await?;
+                    file.add_writer()?;
+                    self.writer_opened(&path, &file);
+                    let r = if file.size() != size {
+                        let r = file.truncate(size);
+                        self.unhold(&file);
+                        r
+                    } else {
+                        Ok(())
+                    };
+                    self.writer_closed(&file);
+                    r?;
+                    file
+                }
             };
-            if file.size() != size {
-                file.truncate(size)?;
-                self.unhold(&file);
-            }
-            if file.writers() == 0 && file.is_dirty() {
-                // truncate(2) on a path: no close will follow, so commit in the background.
-                file.seal()?;
-                self.kick();
-            }
             found = Found::Local(file);
         }
         if req.mode.is_none() && req.uid.is_none() && req.gid.is_none() && req.atime.is_none() && req.mtime.is_none() {

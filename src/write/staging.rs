@@ -202,6 +202,10 @@ pub struct DirtyFile {
 #[derive(Debug, Clone)]
 pub struct Snapshot {
     pub generation: u64,
+    /// The repo path the file had at this generation (a rename moves the generation too). A
+    /// round gathers its files by path and snapshots them later: one renamed in between must not
+    /// be committed, and marked clean, at the path it left.
+    pub path: String,
     pub size: u64,
     pub sha256: String,
     pub sample: Vec<u8>,
@@ -495,12 +499,12 @@ impl DirtyFile {
     /// for them would bind that sha256 to other content on the Hub.
     pub fn snapshot(&self) -> std::io::Result<Snapshot> {
         for attempt in 0..50u32 {
-            let (generation, size) = {
+            let (generation, size, repo_path) = {
                 let s = self.st.lock();
                 if let Some(u) = s.uploaded.as_ref().filter(|u| u.generation == s.generation) {
                     return Ok(u.clone());
                 }
-                (s.generation, s.size)
+                (s.generation, s.size, s.path.clone())
             };
             if self.in_flight.load(Ordering::SeqCst) == 0 {
                 let n = FROZEN_SEQ.fetch_add(1, Ordering::Relaxed);
@@ -516,6 +520,7 @@ impl DirtyFile {
                 if unchanged {
                     return Ok(Snapshot {
                         generation,
+                        path: repo_path,
                         size,
                         sha256,
                         sample,
@@ -673,6 +678,14 @@ mod tests {
         f.remove_writer().unwrap();
         let snap = f.snapshot().unwrap();
         assert_eq!(snap.size, 6);
+        assert_eq!(snap.path, "a/b.bin");
+        f.set_path("a/c.bin").unwrap();
+        assert_eq!(
+            f.snapshot().unwrap().path,
+            "a/c.bin",
+            "a snapshot names the path of its generation"
+        );
+        f.set_path("a/b.bin").unwrap();
         assert_eq!(
             snap.sha256,
             hex::encode(Sha256::digest(b"\0\0\0xyz")),

@@ -268,6 +268,12 @@ impl VirtualFs {
             let snap = tokio::task::spawn_blocking(move || file.snapshot())
                 .await
                 .map_err(|e| VfsError::Io(e.to_string()))??;
+            if snap.path != self.remote_path(path) {
+                // Renamed since the round gathered it: the next round commits it where it is now.
+                // Committed here, it would be marked clean at the path it left.
+                w.kick.notify_one();
+                continue;
+            }
             staged.push((
                 Staged {
                     repo_path: self.remote_path(path),
