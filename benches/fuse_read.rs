@@ -9,7 +9,8 @@
 //! mount (runtime `mnt-*` and the FUSE session threads) and the reading thread (`reader`).
 //!
 //! `cargo bench --bench fuse_read`. HUBFS_BENCH_MIB sets the file size (default 1024),
-//! HUBFS_BENCH_ONLY a comma list of parts to run (ceiling, seq, floor, random, slow; default all),
+//! HUBFS_BENCH_ONLY a comma list of parts to run (ceiling, seq, floor, random, slow, disk; default
+//! all),
 //! HUBFS_BENCH_RUNS the number of cold+warm sequential passes (default 3).
 
 mod common;
@@ -83,6 +84,59 @@ fn peak_rss_mib() -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .unwrap_or(0)
         / 1024
+}
+
+/// Bytes of the files under `dir`.
+fn dir_bytes(dir: &Path) -> u64 {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            n += dir_bytes(&p);
+        } else if let Ok(m) = p.metadata() {
+            n += m.len();
+        }
+    }
+    n
+}
+
+/// Bytes of the files under `dir` that sit in the page cache (mincore over each file).
+fn page_cache_bytes(dir: &Path) -> u64 {
+    use std::os::fd::AsRawFd;
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            n += page_cache_bytes(&p);
+            continue;
+        }
+        let Ok(f) = std::fs::File::open(&p) else { continue };
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0) as usize;
+        if len == 0 {
+            continue;
+        }
+        // SAFETY: a read-only shared mapping of a file we hold open, unmapped below; mincore
+        // writes one byte per page into a vector of that many bytes.
+        unsafe {
+            let addr = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            );
+            if addr == libc::MAP_FAILED {
+                continue;
+            }
+            let mut vec = vec![0u8; len.div_ceil(4096)];
+            if libc::mincore(addr, len, vec.as_mut_ptr()) == 0 {
+                n += vec.iter().filter(|b| **b & 1 == 1).count() as u64 * 4096;
+            }
+            libc::munmap(addr, len);
+        }
+    }
+    n
 }
 
 /// Names the calling thread (threads it creates inherit the name, so unnamed helper threads a
@@ -257,12 +311,16 @@ struct Bench {
 impl Bench {
     /// Mounts `local/bench`; the FUSE session's threads are created under the name `mnt-fuse`.
     fn mount(&self, dir: &Path) -> hubfs::mount::Mounted {
+        self.mount_with(dir, self.opts.clone())
+    }
+
+    fn mount_with(&self, dir: &Path, vfs: VfsOptions) -> hubfs::mount::Mounted {
         let req = MountRequest {
             repo: "local/bench".into(),
             mountpoint: dir.to_path_buf(),
             revision: None,
             client: self.client.clone(),
-            vfs: self.opts.clone(),
+            vfs,
             allow_other: false,
         };
         name_thread("mnt-fuse");
@@ -499,6 +557,89 @@ fn main() {
         rows.push(format!(
             "| hubfs cold sequential, Hub at 30 ms + 200 Mbit/s per connection | {realistic:.2} GB/s ({secs:.1} s, {reqs} requests) | target ≥ 0.40 GB/s; {} |",
             per_gib(cpu, size)
+        ));
+    }
+
+    // The disk tier's cost: cold sequential reads with the CLI's default caches (64 MiB of memory
+    // above a disk tier) against the same mount with the disk tier off, alternated; then the file
+    // read again by a fresh mount on the same cache dir (page cache dropped): served by the disk tier.
+    if part("disk") {
+        let cli = |cache: Option<&Path>| VfsOptions {
+            memory_cache_bytes: 64 << 20,
+            cache_dir: cache.map(Path::to_path_buf),
+            disk_cache_bytes: if cache.is_some() { 10 << 30 } else { 0 },
+            ..VfsOptions::default()
+        };
+        let (mut on, mut off, mut warm) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut on_cpu, mut off_cpu, mut warm_cpu) = (Vec::new(), Vec::new(), Vec::new());
+        let mut resident = 0u64;
+        for _ in 0..runs {
+            for with_disk in [true, false] {
+                let cache = tempfile::tempdir_in("/var/tmp").unwrap();
+                let d = tempfile::tempdir().unwrap();
+                let m = b.mount_with(d.path(), cli(with_disk.then_some(cache.path())));
+                let file = d.path().join("weights.bin");
+                std::fs::metadata(&file).unwrap();
+                let (g, c) = measured_seq(&file, Some(hub_dir.path()));
+                m.unmount().unwrap();
+                if !with_disk {
+                    off.push(g);
+                    off_cpu.push(c.mount);
+                    continue;
+                }
+                on.push(g);
+                on_cpu.push(c.mount);
+                let blocks = cache.path().join("blocks");
+                // The last blocks may still be on their way to disk.
+                let mut cached = dir_bytes(&blocks);
+                for _ in 0..50 {
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                    let now = dir_bytes(&blocks);
+                    if now == cached && now >= size {
+                        break;
+                    }
+                    cached = now;
+                }
+                resident = resident.max(page_cache_bytes(&blocks));
+                assert!(
+                    resident <= size / 4,
+                    "the disk tier's files hold {resident} bytes of page cache after a {size}-byte read"
+                );
+                assert!(cached >= size * 9 / 10, "the disk tier kept {cached} of {size} bytes");
+                let d = tempfile::tempdir().unwrap();
+                let m = b.mount_with(d.path(), cli(Some(cache.path())));
+                let file = d.path().join("weights.bin");
+                std::fs::metadata(&file).unwrap();
+                hub.reset_stats();
+                let (g, c) = measured_seq(&file, None);
+                assert!(requests(&hub) <= 3, "the re-read was served by the disk tier");
+                warm.push(g);
+                warm_cpu.push(c.mount);
+                m.unmount().unwrap();
+            }
+        }
+        let gib = size as f64 / (1u64 << 30) as f64;
+        let per = |v: &[f64]| v.iter().map(|c| c / gib).collect::<Vec<_>>();
+        println!(
+            "disk tier on {on:.2?} GB/s ({:.2?} mount CPU s/GiB), off {off:.2?} GB/s ({:.2?}), re-read from it {warm:.2?} GB/s ({:.2?})",
+            per(&on_cpu),
+            per(&off_cpu),
+            per(&warm_cpu)
+        );
+        let (on, off, warm) = (median(on), median(off), median(warm));
+        rows.push(format!(
+            "| cold sequential, CLI caches (64 MiB memory + disk tier) | {on:.2} GB/s | {:.0}% of the same read with the disk tier off ({off:.2} GB/s; target ≥ 90%); mount {:.2} CPU s/GiB (off: {:.2}; target ≤ 1.5) |",
+            100.0 * on / off,
+            median(on_cpu) / gib,
+            median(off_cpu) / gib
+        ));
+        rows.push(format!(
+            "| re-read from the disk tier (fresh mount, page cache dropped) | {warm:.2} GB/s | mount {:.2} CPU s/GiB (target ≤ 0.5) |",
+            median(warm_cpu) / gib
+        ));
+        rows.push(format!(
+            "| the disk tier's files in the page cache after a cold read | {} MiB | of a {mib} MiB file |",
+            resident >> 20
         ));
     }
 

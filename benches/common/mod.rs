@@ -35,7 +35,11 @@ pub async fn upload_xet_file(ep: &str, name: &str, path: &str, size: u64, seed: 
         .unwrap();
 }
 
+/// Drops the page cache, dirty pages included (written out first: `drop_caches` skips dirty
+/// pages, so a file written a moment ago would otherwise still be read from memory).
 pub fn drop_caches() {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
     let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
 }
 

@@ -7,14 +7,20 @@
 //! sees a partial file. A crash may still leave a renamed file empty (its data not yet on disk);
 //! every read checks the length the caller expects, and a mismatch is a miss, so a damaged file is
 //! never served.
+//!
+//! Page cache: blocks are written with `O_DIRECT` (`direct`) and their pages dropped after a whole
+//! block is read back, so the tier does not hold a second copy of what the memory tier and the
+//! FUSE page cache already have. Range reads (seeks) keep their pages: a random reader re-reads
+//! them.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use moka::notification::RemovalCause;
 
+use super::direct;
 use crate::buffer_pool::BufferPool;
 
 type Key = (Arc<str>, u64);
@@ -26,6 +32,8 @@ const TMP_STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(600)
 pub struct DiskTier {
     root: PathBuf,
     index: moka::sync::Cache<Key, u64>,
+    /// Blocks are written with `O_DIRECT` (`direct`) until the filesystem refuses it once.
+    direct: Arc<AtomicBool>,
 }
 
 /// `kind:hexhash` → `kind/ab/hexhash.IDX`; anything else (a key the Hub could shape into a path
@@ -68,7 +76,11 @@ impl DiskTier {
                 }
             })
             .build();
-        let tier = DiskTier { root, index };
+        let tier = DiskTier {
+            root,
+            index,
+            direct: Arc::new(AtomicBool::new(true)),
+        };
         let scan = tier.clone();
         std::thread::Builder::new()
             .name("hubfs-cache-scan".to_string())
@@ -138,7 +150,7 @@ impl DiskTier {
         if size != expected_len {
             return damaged("recorded size differs from the block's");
         }
-        let Ok(mut f) = std::fs::File::open(&path) else {
+        let Ok(f) = std::fs::File::open(&path) else {
             // Deleted behind the index (evicted while the startup scan re-added it, or by hand).
             self.index.invalidate(key);
             return None;
@@ -148,7 +160,17 @@ impl DiskTier {
             return damaged("file size differs from the block's");
         }
         let mut buf = pool.acquire(len as usize);
-        if f.read_to_end(buf.as_mut_vec()).is_err() || buf.len() as u64 != expected_len {
+        // The whole block goes to memory (and soon to the FUSE file's page cache): read around the
+        // page cache, so the cache file's pages do not hold a third copy.
+        let direct =
+            self.direct.load(Ordering::Relaxed) && matches!(direct::read_all(&path, len as usize, &mut buf), Ok(true));
+        if !direct {
+            if !buf.is_empty() || buf.pread_from(&f, 0, len as usize, len as usize).is_err() {
+                return damaged("short read");
+            }
+            direct::drop_pages(&f);
+        }
+        if buf.len() as u64 != expected_len {
             return damaged("short read");
         }
         Some(buf.freeze())
@@ -189,7 +211,21 @@ impl DiskTier {
             let dir = path.parent().unwrap_or(&self.root);
             std::fs::create_dir_all(dir)?;
             let tmp = dir.join(format!(".tmp.{}.{}", std::process::id(), rand::random::<u64>()));
-            if let Err(e) = std::fs::write(&tmp, data).and_then(|_| std::fs::rename(&tmp, &path)) {
+            let written = if self.direct.load(Ordering::Relaxed) {
+                direct::write_new(&tmp, data)
+            } else {
+                Ok(false)
+            };
+            let r = written.and_then(|direct| {
+                if !direct {
+                    if self.direct.swap(false, Ordering::Relaxed) {
+                        tracing::debug!(root = %self.root.display(), "O_DIRECT refused here: disk cache writes go through the page cache");
+                    }
+                    direct::write_new_buffered(&tmp, data)?;
+                }
+                std::fs::rename(&tmp, &path)
+            });
+            if let Err(e) = r {
                 let _ = std::fs::remove_file(&tmp);
                 return Err(e);
             }

@@ -4,6 +4,7 @@
 //! above an optional bounded disk tier; concurrent misses of one block share one fetch, and block
 //! buffers come from a pool of reused buffers.
 
+mod direct;
 mod disk;
 
 use std::future::Future;
