@@ -150,6 +150,11 @@ pub struct SourceArgs {
     /// reaches the Hub or fails.
     #[arg(long, default_value = "practical", value_parser = ["practical", "strict"], requires = "write")]
     pub posix: String,
+    /// FUSE passthrough on read-only mounts. `auto` (default): a file the disk cache holds whole
+    /// is read by the kernel straight from the cache file (Linux 6.9+ and root; elsewhere reads go
+    /// through hubfs as before). `off`: every read goes through hubfs.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "off"])]
+    pub passthrough: String,
 }
 
 /// `--commit-budget`: a budget, or none (`0`).
@@ -181,6 +186,7 @@ impl SourceArgs {
             cache_dir: Some(self.cache_dir.clone().unwrap_or_else(crate::vfs::default_cache_dir)),
             disk_cache_bytes: self.cache_size,
             prefetch_files: self.prefetch_files,
+            passthrough: self.passthrough == "auto",
             ..VfsOptions::default()
         };
         let mut vfs = vfs;

@@ -29,6 +29,8 @@ pub struct Mounted {
     pub repo: RepoRef,
     pub commit: String,
     pub vfs: Arc<VirtualFs>,
+    /// Opens the kernel served through FUSE passthrough.
+    pub passthrough: crate::fuse::PassthroughStats,
 }
 
 impl Mounted {
@@ -184,6 +186,7 @@ pub fn mount(req: MountRequest, rt: &tokio::runtime::Runtime) -> anyhow::Result<
     config.n_threads = Some(4);
     config.clone_fd = true;
     let adapter = FuseAdapter::new(vfs.clone(), rt.handle().clone());
+    let passthrough = adapter.passthrough_stats();
     let session = fuser::Session::new(adapter, &req.mountpoint, &config)
         .with_context(|| format!("mounting at {}", req.mountpoint.display()))?
         .spawn()
@@ -196,6 +199,7 @@ pub fn mount(req: MountRequest, rt: &tokio::runtime::Runtime) -> anyhow::Result<
         repo,
         commit,
         vfs,
+        passthrough,
     })
 }
 

@@ -101,6 +101,7 @@ fn record(
             0
         },
         control_socket: None,
+        passthrough: None,
     }
 }
 
@@ -218,6 +219,11 @@ pub fn run_mount(mut args: MountArgs) -> anyhow::Result<()> {
         &setup,
     );
     let _control = control(&mounted.vfs, rt.handle(), &mut rec);
+    if !args.source.write {
+        // The kernel's INIT has been answered once the root can be looked at.
+        let _ = std::fs::metadata(&args.mountpoint);
+        rec.passthrough = Some(mounted.passthrough.describe().to_string());
+    }
     let _registration = crate::registry::register(rec);
     announce(
         format!(

@@ -52,6 +52,9 @@ pub struct MountRecord {
     /// The socket `hubfs commit` and `hubfs sync` talk to (writable mounts).
     #[serde(default)]
     pub control_socket: Option<String>,
+    /// FUSE passthrough as the session negotiated it at mount (read-only FUSE mounts).
+    #[serde(default)]
+    pub passthrough: Option<String>,
 }
 
 /// The registry directory (created if missing).
@@ -207,6 +210,7 @@ mod tests {
             status_file: None,
             drain_secs: 0,
             control_socket: None,
+            passthrough: None,
         };
         assert!(alive(&r));
         r.start_time += 1;

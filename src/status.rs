@@ -202,6 +202,9 @@ pub fn run(cache_dir: Option<&Path>, json: bool, verbose: bool) -> anyhow::Resul
             Some(l) => println!("  log: {l}"),
             None => println!("  log: the terminal that started it"),
         }
+        if let Some(p) = &m.passthrough {
+            println!("  passthrough: {p}");
+        }
         if let Some(w) = &s.writable {
             print_writable(w, verbose);
         }

@@ -153,12 +153,16 @@ pub(super) fn write_new_buffered(path: &Path, data: &[u8]) -> std::io::Result<()
     Ok(())
 }
 
-/// Reads the whole file at `path` (`len` bytes) with `O_DIRECT` into `out`, which must be empty.
-/// `Ok(false)`: the filesystem does not do `O_DIRECT`, or `out` cannot take the read in place
-/// (nothing was read).
-pub(super) fn read_all(path: &Path, len: usize, out: &mut PooledBuf) -> std::io::Result<bool> {
+/// Reads `len` bytes at `offset` (a multiple of 4 KiB) of the file at `path` with `O_DIRECT` into
+/// `out`, which must be empty. `Ok(false)`: the filesystem does not do `O_DIRECT`, or `out` cannot
+/// take the read in place (nothing was read).
+pub(super) fn read_at(path: &Path, offset: u64, len: usize, out: &mut PooledBuf) -> std::io::Result<bool> {
     let room = len.next_multiple_of(ALIGN);
-    if !out.is_empty() || out.spare() < room || !(out.as_ref().as_ptr() as usize).is_multiple_of(ALIGN) {
+    if !out.is_empty()
+        || out.spare() < room
+        || !(out.as_ref().as_ptr() as usize).is_multiple_of(ALIGN)
+        || !offset.is_multiple_of(ALIGN as u64)
+    {
         return Ok(false);
     }
     let file = match std::fs::OpenOptions::new()
@@ -170,7 +174,7 @@ pub(super) fn read_all(path: &Path, len: usize, out: &mut PooledBuf) -> std::io:
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(false),
         Err(e) => return Err(e),
     };
-    match out.pread_from(&file, 0, len, room) {
+    match out.pread_from(&file, offset, len, room) {
         Ok(()) => Ok(true),
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) && out.is_empty() => Ok(false),
         Err(e) => Err(e),
@@ -207,7 +211,7 @@ mod tests {
             assert_eq!(std::fs::read(&p).unwrap(), data, "length {len} (direct: {direct})");
             let pool = crate::buffer_pool::BufferPool::new(3 * CHUNK, 1);
             let mut back = pool.acquire(len);
-            if read_all(&p, len, &mut back).unwrap() {
+            if read_at(&p, 0, len, &mut back).unwrap() {
                 assert_eq!(back.as_ref(), &data[..], "length {len} read back with O_DIRECT");
             }
             // From an aligned pooled buffer: pages in place, the tail through the scratch buffer.

@@ -30,28 +30,38 @@ const TMP_STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(600)
 
 #[derive(Clone)]
 pub struct DiskTier {
-    root: PathBuf,
-    index: moka::sync::Cache<Key, u64>,
+    pub(super) root: PathBuf,
+    /// Block files by (content key, block index), and whole files by (content key, [`WHOLE`]),
+    /// weighed by their size.
+    pub(super) index: moka::sync::Cache<Key, u64>,
     /// Blocks are written with `O_DIRECT` (`direct`) until the filesystem refuses it once.
-    direct: Arc<AtomicBool>,
+    pub(super) direct: Arc<AtomicBool>,
 }
 
-/// `kind:hexhash` → `kind/ab/hexhash.IDX`; anything else (a key the Hub could shape into a path
-/// escape) is not cached on disk.
-fn rel_path(key: &str, idx: u64) -> Option<PathBuf> {
+/// The index of a content's whole file (see `whole`), named `HASH.whole` on disk.
+pub(super) const WHOLE: u64 = u64::MAX;
+
+/// `kind:hexhash` → `kind/ab/hexhash.IDX` (`hexhash.whole` for [`WHOLE`]); anything else (a key the
+/// Hub could shape into a path escape) is not cached on disk.
+pub(super) fn rel_path(key: &str, idx: u64) -> Option<PathBuf> {
     let (kind, hash) = key.split_once(':')?;
     let kind_ok = !kind.is_empty() && kind.len() <= 16 && kind.bytes().all(|b| b.is_ascii_alphanumeric());
     let hash_ok = hash.len() >= 8 && hash.len() <= 128 && hash.bytes().all(|b| b.is_ascii_hexdigit());
     if !(kind_ok && hash_ok) {
         return None;
     }
-    Some(PathBuf::from(kind).join(&hash[..2]).join(format!("{hash}.{idx}")))
+    let name = if idx == WHOLE {
+        format!("{hash}.whole")
+    } else {
+        format!("{hash}.{idx}")
+    };
+    Some(PathBuf::from(kind).join(&hash[..2]).join(name))
 }
 
 /// The inverse of [`rel_path`] for a file found by the startup scan.
 fn parse_path(kind: &str, file_name: &str) -> Option<Key> {
     let (hash, idx) = file_name.rsplit_once('.')?;
-    let idx: u64 = idx.parse().ok()?;
+    let idx: u64 = if idx == "whole" { WHOLE } else { idx.parse().ok()? };
     let key = format!("{kind}:{hash}");
     rel_path(&key, idx)?;
     Some((Arc::from(key), idx))
@@ -137,41 +147,68 @@ impl DiskTier {
         tracing::debug!(root = %self.root.display(), blocks = found, "disk cache indexed");
     }
 
-    /// The block if it is on disk with exactly `expected_len` bytes, read into a pooled buffer.
-    /// Blocking: call from a blocking thread.
-    pub fn read(&self, key: &Key, expected_len: u64, pool: &BufferPool) -> Option<Bytes> {
-        let size = self.index.get(key)?;
-        let path = self.root.join(rel_path(&key.0, key.1)?);
+    /// Where block `key` of `expected_len` bytes is on disk: its own file (offset 0), or the
+    /// content's whole file (see `whole`) at the block's offset. A file of the wrong size is
+    /// dropped from the index (a crash's leftover, or damage) and is a miss; so is an index entry
+    /// of another size than expected when `strict`.
+    fn locate(&self, key: &Key, expected_len: u64, strict: bool) -> Option<(PathBuf, std::fs::File, u64)> {
+        let (idx, offset, fits) = match self.index.get(key) {
+            Some(size) => (key.1, 0, size == expected_len),
+            None => {
+                let whole = self.index.get(&(key.0.clone(), WHOLE))?;
+                let offset = key.1 * super::BLOCK_SIZE;
+                (WHOLE, offset, offset + expected_len <= whole)
+            }
+        };
+        let id = (key.0.clone(), idx);
+        let path = self.root.join(rel_path(&key.0, idx)?);
         let damaged = |why: &str| {
-            tracing::warn!(path = %path.display(), why, "dropping a damaged disk cache block");
-            self.index.invalidate(key);
+            tracing::warn!(path = %path.display(), why, "dropping a damaged disk cache file");
+            self.index.invalidate(&id);
             None
         };
-        if size != expected_len {
-            return damaged("recorded size differs from the block's");
+        if !fits {
+            return if strict {
+                damaged("recorded size differs from the block's")
+            } else {
+                None
+            };
         }
         let Ok(f) = std::fs::File::open(&path) else {
             // Deleted behind the index (evicted while the startup scan re-added it, or by hand).
-            self.index.invalidate(key);
+            self.index.invalidate(&id);
             return None;
         };
         let len = f.metadata().ok()?.len();
-        if len != expected_len {
-            return damaged("file size differs from the block's");
+        let ok = if idx == WHOLE {
+            Some(len) == self.index.get(&id)
+        } else {
+            len == expected_len
+        };
+        if !ok {
+            return damaged("file size differs from the index's");
         }
-        let mut buf = pool.acquire(len as usize);
+        Some((path, f, offset))
+    }
+
+    /// The block if it is on disk with exactly `expected_len` bytes, read into a pooled buffer.
+    /// Blocking: call from a blocking thread.
+    pub fn read(&self, key: &Key, expected_len: u64, pool: &BufferPool) -> Option<Bytes> {
+        let (path, f, offset) = self.locate(key, expected_len, true)?;
+        let len = expected_len as usize;
+        let mut buf = pool.acquire(len);
         // The whole block goes to memory (and soon to the FUSE file's page cache): read around the
         // page cache, so the cache file's pages do not hold a third copy.
         let direct =
-            self.direct.load(Ordering::Relaxed) && matches!(direct::read_all(&path, len as usize, &mut buf), Ok(true));
+            self.direct.load(Ordering::Relaxed) && matches!(direct::read_at(&path, offset, len, &mut buf), Ok(true));
         if !direct {
-            if !buf.is_empty() || buf.pread_from(&f, 0, len as usize, len as usize).is_err() {
-                return damaged("short read");
+            if !buf.is_empty() || buf.pread_from(&f, offset, len, len).is_err() {
+                tracing::warn!(path = %path.display(), "short read of a disk cache file");
+                self.index
+                    .invalidate(&(key.0.clone(), if offset > 0 { WHOLE } else { key.1 }));
+                return None;
             }
             direct::drop_pages(&f);
-        }
-        if buf.len() as u64 != expected_len {
-            return damaged("short read");
         }
         Some(buf.freeze())
     }
@@ -180,22 +217,12 @@ impl DiskTier {
     /// a few KiB, not the whole block. Blocking: call from a blocking thread.
     pub fn read_range(&self, key: &Key, expected_len: u64, from: u64, to: u64) -> Option<Bytes> {
         use std::os::unix::fs::FileExt;
-        let size = self.index.get(key)?;
-        if size != expected_len || from >= to || to > expected_len {
+        if from >= to || to > expected_len {
             return None;
         }
-        let path = self.root.join(rel_path(&key.0, key.1)?);
-        let Ok(f) = std::fs::File::open(&path) else {
-            self.index.invalidate(key);
-            return None;
-        };
-        if f.metadata().ok()?.len() != expected_len {
-            tracing::warn!(path = %path.display(), "dropping a damaged disk cache block");
-            self.index.invalidate(key);
-            return None;
-        }
+        let (_, f, offset) = self.locate(key, expected_len, false)?;
         let mut buf = vec![0u8; (to - from) as usize];
-        f.read_exact_at(&mut buf, from).ok()?;
+        f.read_exact_at(&mut buf, offset + from).ok()?;
         Some(Bytes::from(buf))
     }
 
@@ -204,7 +231,8 @@ impl DiskTier {
     pub fn write(&self, key: Key, data: &[u8]) {
         let Some(rel) = rel_path(&key.0, key.1) else { return };
         let path = self.root.join(rel);
-        if self.index.contains_key(&key) && path.exists() {
+        if (self.index.contains_key(&key) && path.exists()) || self.index.contains_key(&(key.0.clone(), WHOLE)) {
+            // Already here, as a block file or inside the content's whole file.
             return;
         }
         let result = (|| -> std::io::Result<()> {

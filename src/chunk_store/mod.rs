@@ -6,6 +6,7 @@
 
 mod direct;
 mod disk;
+mod whole;
 
 use std::future::Future;
 use std::path::Path;

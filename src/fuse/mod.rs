@@ -19,16 +19,52 @@ use crate::vfs::{Attr, Caller, Kind, NewNode, OpenMode, RenameFlags as VfsRename
 /// Largest read the kernel sends when max_read allows it (its own cap is 1 MiB).
 pub const MAX_READ: u32 = 1 << 20;
 
+mod passthrough;
+
+use passthrough::Passthrough;
+
 pub struct FuseAdapter {
     vfs: Arc<VirtualFs>,
     rt: tokio::runtime::Handle,
     ttl: Duration,
+    passthrough: Arc<Passthrough>,
 }
 
 impl FuseAdapter {
     pub fn new(vfs: Arc<VirtualFs>, rt: tokio::runtime::Handle) -> Self {
         let ttl = vfs.options().metadata_ttl;
-        FuseAdapter { vfs, rt, ttl }
+        FuseAdapter {
+            vfs,
+            rt,
+            ttl,
+            passthrough: Arc::new(Passthrough::default()),
+        }
+    }
+
+    /// A view of the session's passthrough use, for status and tests (valid after mounting).
+    pub fn passthrough_stats(&self) -> PassthroughStats {
+        PassthroughStats(self.passthrough.clone())
+    }
+}
+
+/// Opens answered with FUSE passthrough by one session.
+#[derive(Clone)]
+pub struct PassthroughStats(Arc<Passthrough>);
+
+impl PassthroughStats {
+    /// Opens the kernel served from a backing file so far.
+    pub fn opened(&self) -> u64 {
+        self.0.opened()
+    }
+
+    /// What became of passthrough in this session, in words (`hubfs status`).
+    pub fn describe(&self) -> &'static str {
+        self.0.describe()
+    }
+
+    /// READ requests the session received so far (passthrough reads send none).
+    pub fn reads(&self) -> u64 {
+        self.0.reads()
     }
 }
 
@@ -112,6 +148,21 @@ impl Filesystem for FuseAdapter {
         // (seen in the stress test). There, `ls -l` costs one LOOKUP per entry instead.
         if !self.vfs.is_writable() {
             let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+        }
+        // Passthrough for fully cached files of read-only mounts (kernel 6.9+). Depth 1: the
+        // backing files sit on an ordinary filesystem.
+        if self.vfs.options().passthrough && !self.vfs.is_writable() {
+            match config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
+                Ok(()) if config.set_max_stack_depth(1).is_ok() => {
+                    self.passthrough.enable();
+                    self.vfs.passthrough_granted();
+                    tracing::debug!("FUSE passthrough granted");
+                }
+                _ => {
+                    self.passthrough.not_offered();
+                    tracing::info!("this kernel does not offer FUSE passthrough; reads go through the daemon")
+                }
+            }
         }
         Ok(())
     }
@@ -332,7 +383,7 @@ impl Filesystem for FuseAdapter {
             write: flags.acc_mode() != OpenAccMode::O_RDONLY,
             truncate: flags.0 & libc::O_TRUNC != 0,
         };
-        let vfs = self.vfs.clone();
+        let (vfs, passthrough) = (self.vfs.clone(), self.passthrough.clone());
         self.rt.spawn(async move {
             match vfs.open_with(ino.0, mode).await {
                 Ok((fh, keep)) => {
@@ -341,7 +392,11 @@ impl Filesystem for FuseAdapter {
                     } else {
                         FopenFlags::empty()
                     };
-                    reply.opened(FileHandle(fh), f)
+                    if mode.write || mode.truncate {
+                        reply.opened(FileHandle(fh), f)
+                    } else {
+                        passthrough.reply(&vfs, ino.0, fh, f, reply)
+                    }
                 }
                 Err(e) => reply.error(errno(&e)),
             }
@@ -359,6 +414,7 @@ impl Filesystem for FuseAdapter {
         _lock: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.passthrough.count_read();
         let vfs = self.vfs.clone();
         self.rt.spawn(async move {
             match vfs.read(fh.0, offset, size).await {
@@ -394,6 +450,7 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.passthrough.released(fh.0);
         self.vfs.release(fh.0);
         reply.ok();
     }

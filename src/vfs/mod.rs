@@ -11,6 +11,7 @@ pub mod error;
 pub mod inode;
 mod listing_prefetch;
 mod meta;
+mod passthrough;
 pub mod read;
 pub mod remote;
 mod rename;
@@ -56,6 +57,9 @@ pub struct VfsOptions {
     /// Files fetched ahead of a reader that opens a directory's files in listing order
     /// (`listing_prefetch`); 0 turns it off.
     pub prefetch_files: usize,
+    /// FUSE passthrough for fully cached files on read-only mounts, where the kernel allows it
+    /// (`passthrough`).
+    pub passthrough: bool,
 }
 
 impl Default for VfsOptions {
@@ -70,6 +74,7 @@ impl Default for VfsOptions {
             read_timeout: Duration::from_secs(60),
             write: None,
             prefetch_files: 16,
+            passthrough: false,
         }
     }
 }
@@ -182,6 +187,7 @@ pub struct VirtualFs {
     mtime: SystemTime,
     /// Present on writable mounts: staging, overlay and the committer's state.
     writer: Option<Writer>,
+    passthrough: passthrough::State,
 }
 
 fn is_commit_id(s: &str) -> bool {
@@ -264,6 +270,7 @@ impl VirtualFs {
             mtime: info.last_modified.unwrap_or_else(SystemTime::now),
             opts,
             writer,
+            passthrough: passthrough::State::default(),
         };
         let commit = vfs.commit().await?;
         if !vfs.subfolder.is_empty() {
@@ -569,6 +576,7 @@ impl VirtualFs {
             None => return Err(VfsError::NotFound),
         };
         self.note_open(&commit, &path).await;
+        self.join_if_cached(&meta, false);
         self.inodes.opened(ino);
         let h = Handle::File {
             ino,
@@ -640,7 +648,10 @@ impl VirtualFs {
     pub fn release(&self, fh: u64) {
         let h = self.handles.lock().remove(&fh);
         match h.as_deref() {
-            Some(Handle::File { ino, .. }) => self.inodes.closed(*ino),
+            Some(Handle::File { ino, meta, .. }) => {
+                self.inodes.closed(*ino);
+                self.join_if_cached(meta, true);
+            }
             Some(Handle::Local { ino, file, write }) => {
                 self.inodes.closed(*ino);
                 if *write {

@@ -1,0 +1,163 @@
+//! FUSE passthrough (Linux 6.9+): an open answered with a backing file is served by the kernel
+//! from that file (reads, mmap, readahead) without a request to the daemon. Used on read-only
+//! mounts for files the disk tier holds whole (`vfs::passthrough`).
+//!
+//! The kernel's rules shape this: every passthrough open of an inode must name the same backing
+//! file, and an inode cannot be open through the page cache and through passthrough at once (the
+//! later open fails with ETXTBSY). So opens are counted per inode: while an inode has cached
+//! opens, new ones stay cached; while it has passthrough opens, new ones reuse its backing file.
+//! The backing id is closed when the inode's last passthrough handle is released (closing it
+//! earlier makes the kernel answer EIO). Counts only drop at RELEASE, which the kernel sends after
+//! it dropped its own, so they never undercount what the kernel holds.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+
+use fuser::{BackingId, FileHandle, FopenFlags, ReplyOpen};
+use parking_lot::Mutex;
+
+use crate::vfs::VirtualFs;
+
+#[derive(Default)]
+struct Opens {
+    /// The inode's backing id and the file it names.
+    backing: Option<(Arc<BackingId>, PathBuf)>,
+    through: u32,
+    cached: u32,
+}
+
+#[derive(Default)]
+struct State {
+    inodes: HashMap<u64, Opens>,
+    /// Open handle → (inode, opened through passthrough).
+    handles: HashMap<u64, (u64, bool)>,
+}
+
+/// What a session's passthrough came to (`hubfs status` shows it); 0: not asked for.
+const ON: u8 = 1;
+const NOT_OFFERED: u8 = 2;
+const REFUSED: u8 = 3;
+
+/// Per-session passthrough bookkeeping. One mutex, a leaf (no other lock is taken under it).
+#[derive(Default)]
+pub(super) struct Passthrough {
+    /// The kernel granted FUSE_PASSTHROUGH and the backing ioctl has not been refused.
+    enabled: AtomicBool,
+    /// 0 (not asked for), `ON`, `NOT_OFFERED` or `REFUSED`.
+    outcome: AtomicU8,
+    state: Mutex<State>,
+    /// Opens answered with passthrough, for `status` and tests.
+    opened: AtomicU64,
+    /// READ requests the session received (tests check passthrough reads send none).
+    reads: AtomicU64,
+}
+
+impl Passthrough {
+    pub(super) fn enable(&self) {
+        self.enabled.store(true, Ordering::Relaxed);
+        self.outcome.store(ON, Ordering::Relaxed);
+    }
+
+    /// The kernel did not offer passthrough at INIT.
+    pub(super) fn not_offered(&self) {
+        self.outcome.store(NOT_OFFERED, Ordering::Relaxed);
+    }
+
+    /// What `hubfs status` says about it.
+    pub(super) fn describe(&self) -> &'static str {
+        match self.outcome.load(Ordering::Relaxed) {
+            ON => "on: files the disk cache holds whole are read by the kernel from the cache file",
+            NOT_OFFERED => {
+                "unavailable: this kernel does not offer FUSE passthrough (Linux 6.9+); reads go through hubfs"
+            }
+            REFUSED => "unavailable: the kernel refused a backing file (needs root); reads go through hubfs",
+            _ => "off",
+        }
+    }
+
+    pub(super) fn opened(&self) -> u64 {
+        self.opened.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn count_read(&self) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+
+    /// Answers a read-only open of `ino` (VFS handle `fh`): through the inode's backing file when
+    /// the rules above allow, else as a plain open with `flags`.
+    pub(super) fn reply(&self, vfs: &VirtualFs, ino: u64, fh: u64, flags: FopenFlags, reply: ReplyOpen) {
+        if !self.enabled.load(Ordering::Relaxed) {
+            return reply.opened(FileHandle(fh), flags);
+        }
+        let path = vfs.passthrough_file(fh);
+        let mut guard = self.state.lock();
+        let State { inodes, handles } = &mut *guard;
+        let node = inodes.entry(ino).or_default();
+        if node.cached == 0
+            && node.backing.is_none()
+            && let Some(path) = &path
+        {
+            match std::fs::File::open(path).and_then(|f| reply.open_backing(&f)) {
+                Ok(id) => node.backing = Some((Arc::new(id), path.clone())),
+                Err(e) => {
+                    // EPERM without CAP_SYS_ADMIN, or a backing filesystem the kernel refuses:
+                    // plain opens from now on.
+                    tracing::info!(error = %e, path = %path.display(), "FUSE passthrough refused; reads go through the daemon");
+                    self.enabled.store(false, Ordering::Relaxed);
+                    self.outcome.store(REFUSED, Ordering::Relaxed);
+                }
+            }
+        }
+        match node.backing.clone() {
+            Some((id, backing)) if path.as_ref() == Some(&backing) => {
+                node.through += 1;
+                handles.insert(fh, (ino, true));
+                drop(guard);
+                self.opened.fetch_add(1, Ordering::Relaxed);
+                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
+            }
+            Some(_) => {
+                // The inode now shows other content (the branch moved) while opens on the old
+                // one pass through: a direct-I/O open takes no page-cache mode, so the kernel
+                // allows it beside them, and its reads come to the daemon.
+                node.cached += 1;
+                handles.insert(fh, (ino, false));
+                drop(guard);
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
+            }
+            None => {
+                node.cached += 1;
+                handles.insert(fh, (ino, false));
+                drop(guard);
+                reply.opened(FileHandle(fh), flags);
+            }
+        }
+    }
+
+    /// A handle answered by `reply` was released.
+    pub(super) fn released(&self, fh: u64) {
+        let mut st = self.state.lock();
+        let Some((ino, through)) = st.handles.remove(&fh) else {
+            return;
+        };
+        if let Some(node) = st.inodes.get_mut(&ino) {
+            if through {
+                node.through = node.through.saturating_sub(1);
+                if node.through == 0 {
+                    node.backing = None;
+                }
+            } else {
+                node.cached = node.cached.saturating_sub(1);
+            }
+            if node.through == 0 && node.cached == 0 {
+                st.inodes.remove(&ino);
+            }
+        }
+    }
+}

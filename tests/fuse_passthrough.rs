@@ -1,0 +1,232 @@
+//! FUSE passthrough on read-only mounts (Linux 6.9+, root): a file the disk tier holds whole is
+//! opened by the kernel on the cache file, so its reads never reach the daemon. Checked: the bytes
+//! (read and mmap) are the Hub's, the opens really passed through (the session's count), a remount
+//! on the same cache dir reads without a download, and an inode already open through the page
+//! cache keeps getting plain opens (the kernel would answer ETXTBSY to a mix).
+
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use hubfs::hub_client::HubClientConfig;
+use hubfs::local_hub::{LocalHub, RouteClass};
+use hubfs::mount::{MountRequest, Mounted, mount};
+use hubfs::vfs::VfsOptions;
+use sha2::{Digest, Sha256};
+
+fn sha(b: &[u8]) -> String {
+    hex::encode(Sha256::digest(b))
+}
+
+struct Env {
+    rt: tokio::runtime::Runtime,
+    hub: LocalHub,
+    dirs: Vec<tempfile::TempDir>,
+}
+
+impl Env {
+    fn new() -> Env {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .unwrap();
+        let hub = rt.block_on(LocalHub::start_temp(true)).expect("local hub");
+        Env {
+            rt,
+            hub,
+            dirs: Vec::new(),
+        }
+    }
+
+    fn mount(&mut self, cache: &Path, passthrough: bool) -> Mounted {
+        let dir = tempfile::tempdir().unwrap();
+        let req = MountRequest {
+            repo: "demo/tiny-model".into(),
+            mountpoint: dir.path().to_path_buf(),
+            revision: None,
+            client: HubClientConfig {
+                endpoint: self.hub.endpoint().to_string(),
+                token: self.hub.write_token(),
+                timeout: Duration::from_secs(10),
+                ..HubClientConfig::from_env()
+            },
+            vfs: VfsOptions {
+                cache_dir: Some(cache.to_path_buf()),
+                disk_cache_bytes: 1 << 30,
+                memory_cache_bytes: 16 << 20,
+                passthrough,
+                ..VfsOptions::default()
+            },
+            allow_other: false,
+        };
+        let m = mount(req, &self.rt).expect("mount");
+        self.dirs.push(dir);
+        m
+    }
+
+    /// Content downloads (resolve + CAS requests) since the last reset.
+    fn downloads(&self) -> u64 {
+        self.hub.stats(RouteClass::Resolve).requests + self.hub.stats(RouteClass::Cas).requests
+    }
+}
+
+/// The whole file the disk tier made under `cache`, once it is there.
+fn wait_whole(cache: &Path) -> PathBuf {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(p) = find_whole(&cache.join("blocks")) {
+            return p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no whole file appeared under {}",
+            cache.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn find_whole(dir: &Path) -> Option<PathBuf> {
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            if let Some(w) = find_whole(&p) {
+                return Some(w);
+            }
+        } else if p.extension().is_some_and(|x| x == "whole") {
+            return Some(p);
+        }
+    }
+    None
+}
+
+fn read_all(p: &Path) -> Vec<u8> {
+    let mut b = Vec::new();
+    std::fs::File::open(p).unwrap().read_to_end(&mut b).unwrap();
+    b
+}
+
+fn mmap_sha(p: &Path) -> String {
+    let f = std::fs::File::open(p).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    // SAFETY: a private read-only mapping of an open file, read within its length, then unmapped.
+    unsafe {
+        let a = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(a, libc::MAP_FAILED);
+        let s = sha(std::slice::from_raw_parts(a as *const u8, len));
+        libc::munmap(a, len);
+        s
+    }
+}
+
+#[test]
+fn fully_cached_files_pass_through_and_remounts_read_no_bytes_from_the_hub() {
+    let mut env = Env::new();
+    let want = sha(&hubfs::local_hub::seed::demo_safetensors());
+    let cache = tempfile::tempdir().unwrap();
+    let a = env.mount(cache.path(), true);
+    let file = a.mountpoint.join("model.safetensors");
+    // First read: not cached, a plain open; its close finds every block on disk and joins them.
+    assert_eq!(sha(&read_all(&file)), want);
+    let whole = wait_whole(cache.path());
+    assert_eq!(a.passthrough.opened(), 0, "nothing was whole at the first open");
+    assert_eq!(
+        sha(&std::fs::read(&whole).unwrap()),
+        want,
+        "the whole file is the content"
+    );
+
+    // Now opens pass through: two at once share the inode's backing file; mmap works too.
+    let h1 = std::fs::File::open(&file).unwrap();
+    let h2 = std::fs::File::open(&file).unwrap();
+    assert_eq!(a.passthrough.opened(), 2);
+    assert_eq!(mmap_sha(&file), want);
+    drop((h1, h2));
+    env.hub.reset_stats();
+    let reads = a.passthrough.reads();
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+    assert_eq!(sha(&read_all(&file)), want);
+    assert_eq!(env.downloads(), 0, "a passthrough read downloads nothing");
+    assert_eq!(
+        a.passthrough.reads(),
+        reads,
+        "the kernel read the cache file, not the daemon"
+    );
+    drop(a);
+
+    // A remount on the same cache dir: the first open already passes through.
+    let b = env.mount(cache.path(), true);
+    let file = b.mountpoint.join("model.safetensors");
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+    env.hub.reset_stats();
+    assert_eq!(sha(&read_all(&file)), want);
+    assert_eq!(b.passthrough.opened(), 1);
+    assert_eq!(b.passthrough.reads(), 0, "no READ reached the daemon");
+    assert_eq!(env.downloads(), 0, "the remount read no content from the Hub");
+
+    // A small file (one block): its block file is the backing file, once it is on disk.
+    let config = b.mountpoint.join("config.json");
+    let want_config = sha(&read_all(&config));
+    let before = b.passthrough.opened();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while b.passthrough.opened() == before {
+        assert!(Instant::now() < deadline, "a cached one-block file never passed through");
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(sha(&read_all(&config)), want_config);
+    }
+
+    // `passthrough: false` (`--passthrough off`): the same cache, plain opens.
+    drop(b);
+    let c = env.mount(cache.path(), false);
+    assert_eq!(sha(&read_all(&c.mountpoint.join("model.safetensors"))), want);
+    assert_eq!(c.passthrough.opened(), 0);
+    assert!(
+        c.passthrough.reads() > 0,
+        "without passthrough the daemon serves the reads"
+    );
+}
+
+#[test]
+fn an_inode_open_through_the_page_cache_keeps_plain_opens() {
+    let mut env = Env::new();
+    let want = sha(&hubfs::local_hub::seed::demo_safetensors());
+    let cache = tempfile::tempdir().unwrap();
+    let m = env.mount(cache.path(), true);
+    let file = m.mountpoint.join("model.safetensors");
+    // A plain open that stays open while the content becomes whole.
+    let mut held = std::fs::File::open(&file).unwrap();
+    let mut first = Vec::new();
+    held.read_to_end(&mut first).unwrap();
+    assert_eq!(sha(&first), want);
+    // This open finds every block on disk: the join starts, but the inode is open plainly.
+    let second = std::fs::File::open(&file).unwrap();
+    wait_whole(cache.path());
+    // Would be ETXTBSY if answered with passthrough while `held` is open.
+    assert_eq!(sha(&read_all(&file)), want);
+    assert_eq!(mmap_sha(&file), want);
+    assert_eq!(m.passthrough.opened(), 0, "no passthrough while plain opens are live");
+    assert!(m.passthrough.reads() > 0);
+    drop((held, second));
+    // The plain handles' releases arrive shortly after close(2).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        assert_eq!(sha(&read_all(&file)), want);
+        if m.passthrough.opened() > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no passthrough open once the plain ones were closed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
