@@ -75,8 +75,9 @@ impl DiskTier {
         std::fs::create_dir_all(&root)?;
         let eviction_root = root.clone();
         let index = moka::sync::Cache::builder()
-            .weigher(|_k: &Key, size: &u64| (*size).clamp(1, u32::MAX as u64) as u32)
-            .max_capacity(capacity)
+            // Weighed in KiB: a weight is a u32, and a whole file (`whole`) can pass 4 GiB.
+            .weigher(|_k: &Key, size: &u64| size.div_ceil(1024).clamp(1, u32::MAX as u64) as u32)
+            .max_capacity(capacity / 1024)
             .eviction_listener(move |k: Arc<Key>, _size, cause| {
                 // A replaced entry names the same file, which is still wanted.
                 if cause != RemovalCause::Replaced
@@ -265,10 +266,10 @@ impl DiskTier {
         }
     }
 
-    /// Bytes the index accounts for (after pending evictions ran).
+    /// Bytes the index accounts for, each file rounded up to a KiB (after pending evictions ran).
     pub fn weighted_size(&self) -> u64 {
         self.index.run_pending_tasks();
-        self.index.weighted_size()
+        self.index.weighted_size() * 1024
     }
 }
 

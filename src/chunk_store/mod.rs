@@ -214,12 +214,12 @@ mod tests {
             assert_eq!(&b[..], b"disk");
             // The write is in the background: wait for it.
             for _ in 0..200 {
-                if s.disk().unwrap().weighted_size() == 4 {
+                if s.disk().unwrap().weighted_size() == 1024 {
                     break;
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
-            assert_eq!(s.disk().unwrap().weighted_size(), 4);
+            assert_eq!(s.disk().unwrap().weighted_size(), 1024, "4 bytes, weighed as a KiB");
         }
         // A new store (a remount) over the same dir: no fetch needed once the scan has run.
         let s = ChunkStore::with_disk(1 << 20, dir.path(), 1 << 20).unwrap();
