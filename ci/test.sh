@@ -14,6 +14,7 @@
 #        pyarrow, sqlite, git, tar, unzip, libnfs on the mounts; `status`, `unmount`; checked on the Hub)
 #      ci/posix.sh (pjdfstest and fsx on a writable mount; installs both with cargo install)
 #      ci/bench.sh --smoke (the fio suite's smoke profile over FUSE and NFS; builds fio's nfs engine)
+#      ci/bench-mmap.sh (a safetensors file loaded through a mount with mmap, beside dd)
 #      ci/bench-listing.sh (200 small files read in listing order over a 30 ms Hub, prefetch on and off)
 #   6. final line `N passed, M failed` (cargo tests + the scripts' checks; a failed fmt/clippy/build step
 #      counts as one failure); exit status non-zero if any step failed.
@@ -192,6 +193,9 @@ script_step "posix (pjdfstest + fsx)" posix 1 bash ci/posix.sh "$HUBFS_BIN" ${PO
 # The fio suite's smoke profile over FUSE and NFS (about 2 minutes): proves the benchmark harness end
 # to end; its figures are not benchmark figures (debug build, small files, shared machine).
 script_step "bench smoke (fio over FUSE and NFS)" bench 1 bash ci/bench.sh --smoke
+# safetensors loaded through a read-only mount (mmap, in order and shuffled) beside dd, 128 MiB (about
+# a minute; every tensor's sha256 checked; the ratio is printed, checked only by --full's release run)
+script_step "bench: safetensors through mmap" bench-mmap 1 bash ci/bench-mmap.sh "$HUBFS_BIN" "$VENV_PY"
 # Small files read in listing order over a 30 ms Hub, with and without the listing-order prefetch
 # (about 90 s; the ratio is checked against issue 18's target; needs the venv's python to upload)
 script_step "bench: small files in listing order" bench-listing 1 bash ci/bench-listing.sh "$HUBFS_BIN" "$VENV_PY"

@@ -179,7 +179,10 @@ fn fully_cached_files_pass_through_and_remounts_read_no_bytes_from_the_hub() {
     let before = b.passthrough.opened();
     let deadline = Instant::now() + Duration::from_secs(10);
     while b.passthrough.opened() == before {
-        assert!(Instant::now() < deadline, "a cached one-block file never passed through");
+        assert!(
+            Instant::now() < deadline,
+            "a cached one-block file never passed through"
+        );
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(sha(&read_all(&config)), want_config);
     }
