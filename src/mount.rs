@@ -149,12 +149,6 @@ pub fn explain(repo: &str, revision: &str, e: &VfsError) -> String {
     }
 }
 
-/// The kernel readahead of a mount: one cache block. Page faults (mmap loaders such as
-/// safetensors and numpy memmap) read around the faulting page by this much, synchronously, so a
-/// large window means fewer stalls; at 1 MiB a safetensors load ran at 71% of `dd`, at 8 MiB 79%
-/// (`ci/bench-mmap.sh`, BENCHMARKS). The kernel splits it into `max_read` requests.
-const READAHEAD: u64 = crate::chunk_store::BLOCK_SIZE;
-
 /// Raises the kernel readahead of the new mount (its BDI is named after the mount's st_dev).
 pub fn raise_readahead(mountpoint: &Path) {
     let Ok(meta) = std::fs::metadata(mountpoint) else {
@@ -163,7 +157,7 @@ pub fn raise_readahead(mountpoint: &Path) {
     let dev = meta.dev();
     let (major, minor) = (libc::major(dev), libc::minor(dev));
     let path = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
-    if let Err(e) = std::fs::write(&path, format!("{}", READAHEAD / 1024)) {
+    if let Err(e) = std::fs::write(&path, format!("{}", MAX_READ / 1024)) {
         tracing::debug!(path, error = %e, "could not raise readahead");
     }
 }

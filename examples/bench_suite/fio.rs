@@ -169,6 +169,8 @@ pub struct Fio {
     pub bin: PathBuf,
     pub timeout: Duration,
     pub stuck_after_runtime: Duration,
+    /// Bytes read by the read jobs run so far (a job's CPU per GiB divides by it).
+    pub read_bytes: std::cell::Cell<u64>,
 }
 
 struct Output {
@@ -272,6 +274,9 @@ impl Fio {
                 tail()
             );
         }
+        if !job.is_write() {
+            self.read_bytes.set(self.read_bytes.get() + bytes);
+        }
         Ok(FioResult {
             bw: part["bw_bytes"].as_f64().unwrap_or(0.0),
             iops: part["iops"].as_f64().unwrap_or(0.0),
@@ -317,6 +322,7 @@ printf '{{\n"jobs": [{{"error": 0, "read": {{"io_bytes": 4096, "bw_bytes": 4096,
             bin: fake_fio(dir),
             timeout: Duration::from_secs(30),
             stuck_after_runtime: Duration::from_millis(500),
+            read_bytes: Default::default(),
         }
     }
 

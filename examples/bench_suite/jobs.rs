@@ -119,6 +119,7 @@ pub fn run(args: &Args, rt: &tokio::runtime::Runtime) -> anyhow::Result<Report> 
             // hang should cost little time (smoke jobs take seconds).
             timeout: Duration::from_secs(if s.smoke { 60 } else { 240 }),
             stuck_after_runtime: Duration::from_secs(30),
+            read_bytes: Default::default(),
         },
         work,
         repo,
@@ -354,9 +355,12 @@ impl Ctx<'_> {
     ) -> bool {
         self.hub.reset_stats();
         p.reset_peak();
+        self.fio.read_bytes.set(0);
+        let cpu0 = p.cpu_secs();
         let cell = match f() {
             Ok((value, note)) => {
                 let (hub_requests, hub_bytes) = hub::counters(self.hub);
+                let read = self.fio.read_bytes.get();
                 let fig = Figure {
                     value,
                     unit,
@@ -364,13 +368,15 @@ impl Ctx<'_> {
                     hub_requests,
                     hub_bytes,
                     peak_rss_mib: p.peak_mib(),
+                    cpu_per_gib: (read > 0).then(|| (p.cpu_secs() - cpu0) / (read as f64 / (1u64 << 30) as f64)),
                     note,
                 };
                 let ratio = fig
                     .ratio()
                     .map_or(String::new(), |r| format!(" = {:.0}% of ceiling", r * 100.0));
+                let cpu = fig.cpu_per_gib.map_or(String::new(), |c| format!("; {c:.2} CPU-s/GiB"));
                 println!(
-                    "  [{}] {:<4} {job}: {}{ratio}; {hub_requests} Hub req, {:.1} MiB; peak RSS {:.0} MiB {}",
+                    "  [{}] {:<4} {job}: {}{ratio}; {hub_requests} Hub req, {:.1} MiB; peak RSS {:.0} MiB{cpu} {}",
                     sec.tag,
                     front.name(),
                     unit.show(value),

@@ -133,6 +133,19 @@ impl Hubfs {
         let _ = std::fs::write(format!("/proc/{}/clear_refs", self.pid()), "5");
     }
 
+    /// CPU seconds (user + system) the serving process has used so far.
+    pub fn cpu_secs(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap_or_default();
+        // Fields 14 and 15 (utime, stime), counted after the parenthesised command name.
+        let f: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+        let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        (ticks(11) + ticks(12)) / hz
+    }
+
     /// Peak RSS since the last reset, in MiB.
     pub fn peak_mib(&self) -> f64 {
         proc_kib(self.pid(), "VmHWM:") as f64 / 1024.0

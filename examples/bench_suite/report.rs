@@ -41,6 +41,8 @@ pub struct Figure {
     pub hub_requests: u64,
     pub hub_bytes: u64,
     pub peak_rss_mib: f64,
+    /// CPU seconds of the serving process per GiB read (read jobs).
+    pub cpu_per_gib: Option<f64>,
     /// Anything else worth a word (commits made, time until committed, requests per read).
     pub note: String,
 }
@@ -123,13 +125,21 @@ pub struct Report {
     pub sections: Vec<Section>,
 }
 
-fn cell_text(c: &Cell) -> [String; 5] {
+fn cell_text(c: &Cell) -> [String; 6] {
     match c {
-        Cell::NotRun => ["—".into(), String::new(), String::new(), String::new(), String::new()],
+        Cell::NotRun => [
+            "—".into(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+        ],
         Cell::Failed(e) => {
             let short: String = e.chars().take(80).collect();
             [
                 format!("**FAILED**: {}", short.replace('|', "/")),
+                String::new(),
                 String::new(),
                 String::new(),
                 String::new(),
@@ -148,6 +158,7 @@ fn cell_text(c: &Cell) -> [String; 5] {
                 f.hub_requests.to_string(),
                 format!("{:.1}", f.hub_bytes as f64 / (1 << 20) as f64),
                 format!("{:.0}", f.peak_rss_mib),
+                f.cpu_per_gib.map_or("—".to_string(), |c| format!("{c:.2}")),
             ]
         }
     }
@@ -169,15 +180,15 @@ impl Report {
             let _ = writeln!(s, "\nNetwork profile: **{}**. {}\n", sec.profile, sec.sizes);
             let _ = writeln!(
                 s,
-                "| job | FUSE | % of ceiling | Hub req | Hub MiB | peak RSS MiB | NFS | % of ceiling | Hub req | Hub MiB | peak RSS MiB | ceiling |"
+                "| job | FUSE | % of ceiling | Hub req | Hub MiB | peak RSS MiB | CPU-s/GiB | NFS | % of ceiling | Hub req | Hub MiB | peak RSS MiB | CPU-s/GiB | ceiling |"
             );
-            let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|");
+            let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|");
             for r in &sec.rows {
                 let (f, n) = (cell_text(&r.fuse), cell_text(&r.nfs));
                 let _ = writeln!(
                     s,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                    r.job, f[0], f[1], f[2], f[3], f[4], n[0], n[1], n[2], n[3], n[4], r.ceiling
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    r.job, f[0], f[1], f[2], f[3], f[4], f[5], n[0], n[1], n[2], n[3], n[4], n[5], r.ceiling
                 );
             }
             for p in &sec.problems {

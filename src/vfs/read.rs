@@ -14,20 +14,8 @@ use crate::chunk_store::{BLOCK_SIZE, ChunkStore};
 /// slow link, see `Remote::window_scale`).
 pub const MAX_WINDOW_BLOCKS: u64 = 8;
 
-/// How far from the previous read's end a readahead-sized read may start and still count as
-/// sequential: twice the kernel's readahead window (`mount::READAHEAD`, 8 MiB), whose requests
-/// arrive in any order (at 4 MiB, an 8 MiB window made `dd` classify reads as seeks and fall
-/// from 850 to 330 MB/s).
-const SEQUENTIAL_SLACK: u64 = 16 << 20;
-
-/// The same for a small read (under `READAHEAD_SIZED`): a random reader's 4 KiB reads land
-/// within 16 MiB of each other often enough to cost whole-block fetches; a sequential reader of
-/// small reads (readahead off) stays within this.
-const SMALL_READ_SLACK: u64 = 256 << 10;
-
-/// Reads larger than random-I/O sizes: kernel readahead, page-fault read-around, or a program
-/// reading in large pieces.
-const READAHEAD_SIZED: u64 = 16 << 10;
+/// How far from the previous read's end a read may start and still count as sequential.
+const SEQUENTIAL_SLACK: u64 = 4 << 20;
 
 /// Per-handle reader state.
 #[derive(Debug, Clone)]
@@ -148,12 +136,7 @@ impl Reader {
 pub fn classify(st: &mut ReadState, offset: u64, end: u64) -> Option<u64> {
     // Kernel readahead sends several reads at once and they may arrive out of order: a read near
     // where the last one ended still counts as sequential.
-    let slack = if end - offset >= READAHEAD_SIZED {
-        SEQUENTIAL_SLACK
-    } else {
-        SMALL_READ_SLACK
-    };
-    let sequential = offset.abs_diff(st.next) <= slack;
+    let sequential = offset.abs_diff(st.next) <= SEQUENTIAL_SLACK;
     st.next = st.next.max(end);
     if sequential {
         st.window = (st.window * 2).min(MAX_WINDOW_BLOCKS);
@@ -218,21 +201,6 @@ mod tests {
         // Out of order but within the slack (kernel readahead): still sequential.
         assert_eq!(classify(&mut st, 3 * mib, 4 * mib), Some(8));
         assert_eq!(classify(&mut st, 2 * mib, 3 * mib), Some(MAX_WINDOW_BLOCKS));
-        assert_eq!(
-            classify(&mut st, 14 * mib, 15 * mib),
-            Some(MAX_WINDOW_BLOCKS),
-            "readahead requests of an 8 MiB window"
-        );
-        assert_eq!(
-            classify(&mut st, 40 * mib, 40 * mib + 4096),
-            None,
-            "a small read far off"
-        );
-        assert_eq!(
-            classify(&mut st, 40 * mib + 4096, 40 * mib + 8192),
-            Some(2),
-            "small and in order"
-        );
         assert_eq!(classify(&mut st, 100 * mib, 101 * mib), None, "a seek");
         assert_eq!(
             classify(&mut st, 101 * mib, 102 * mib),
