@@ -41,9 +41,13 @@ impl Env {
     }
 
     fn mount(&mut self, cache: &Path, passthrough: bool) -> Mounted {
+        self.mount_repo("demo/tiny-model", cache, passthrough, Duration::from_secs(60))
+    }
+
+    fn mount_repo(&mut self, repo: &str, cache: &Path, passthrough: bool, ttl: Duration) -> Mounted {
         let dir = tempfile::tempdir().unwrap();
         let req = MountRequest {
-            repo: "demo/tiny-model".into(),
+            repo: repo.into(),
             mountpoint: dir.path().to_path_buf(),
             revision: None,
             client: HubClientConfig {
@@ -56,6 +60,7 @@ impl Env {
                 cache_dir: Some(cache.to_path_buf()),
                 disk_cache_bytes: 1 << 30,
                 memory_cache_bytes: 16 << 20,
+                metadata_ttl: ttl,
                 passthrough,
                 ..VfsOptions::default()
             },
@@ -64,6 +69,39 @@ impl Env {
         let m = mount(req, &self.rt).expect("mount");
         self.dirs.push(dir);
         m
+    }
+
+    /// One commit to `local/NAME`'s main setting `path` to `content` (created with the repo if
+    /// `create`).
+    fn commit(&self, name: &str, path: &str, content: &str, create: bool) {
+        let (ep, token) = (self.hub.endpoint().to_string(), self.hub.write_token().unwrap());
+        self.rt.block_on(async {
+            let http = reqwest::Client::new();
+            if create {
+                let r = http
+                    .post(format!("{ep}/api/repos/create"))
+                    .bearer_auth(&token)
+                    .json(&serde_json::json!({"name": name, "organization": "local", "type": "model"}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(r.status().is_success(), "create: {}", r.status());
+            }
+            let body = format!(
+                "{}\n{}\n",
+                serde_json::json!({"key": "header", "value": {"summary": format!("set {path}")}}),
+                serde_json::json!({"key": "file", "value": {"path": path, "content": content, "encoding": "utf-8"}})
+            );
+            let r = http
+                .post(format!("{ep}/api/models/local/{name}/commit/main"))
+                .bearer_auth(&token)
+                .header("content-type", "application/x-ndjson")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success(), "commit: {}", r.status());
+        });
     }
 
     /// Content downloads (resolve + CAS requests) since the last reset.
@@ -231,5 +269,47 @@ fn an_inode_open_through_the_page_cache_keeps_plain_opens() {
             "no passthrough open once the plain ones were closed"
         );
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_branch_move_shows_once_the_passthrough_opens_of_a_file_are_closed() {
+    let mut env = Env::new();
+    env.commit("moving", "a.txt", "first version", true);
+    let cache = tempfile::tempdir().unwrap();
+    let m = env.mount_repo("local/moving", cache.path(), true, Duration::from_secs(1));
+    let file = m.mountpoint.join("a.txt");
+    assert_eq!(read_all(&file), b"first version");
+    // Once its one block is on disk, an open passes through; this one stays open.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut held = loop {
+        let f = std::fs::File::open(&file).unwrap();
+        if m.passthrough.opened() > 0 {
+            break f;
+        }
+        assert!(Instant::now() < deadline, "the file never passed through");
+        drop(f);
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // The branch moves to new content for the same path.
+    env.commit("moving", "a.txt", "second version!", false);
+    std::thread::sleep(Duration::from_millis(1500));
+    // New opens succeed (the kernel refuses any open of that inode but a passthrough one to the
+    // same file) and read the version the held descriptor passes through to.
+    for _ in 0..3 {
+        let mut f = std::fs::File::open(&file).expect("an open beside a passthrough one");
+        let mut got = Vec::new();
+        f.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"first version", "the inode's passthrough file, while it is open");
+    }
+    let mut old = Vec::new();
+    held.read_to_end(&mut old).unwrap();
+    assert_eq!(old, b"first version", "the held descriptor reads what it opened");
+    drop(held);
+    // Once the old opens are closed (their RELEASE follows close(2)), opens see the new version.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while read_all(&file) != b"second version!" {
+        assert!(Instant::now() < deadline, "the new version never showed");
+        std::thread::sleep(Duration::from_millis(100));
     }
 }

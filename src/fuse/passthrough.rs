@@ -3,9 +3,10 @@
 //! mounts for files the disk tier holds whole (`vfs::passthrough`).
 //!
 //! The kernel's rules shape this: every passthrough open of an inode must name the same backing
-//! file, and an inode cannot be open through the page cache and through passthrough at once (the
-//! later open fails with ETXTBSY). So opens are counted per inode: while an inode has cached
-//! opens, new ones stay cached; while it has passthrough opens, new ones reuse its backing file.
+//! file, an inode open through passthrough takes no other kind of open (EIO, even direct I/O),
+//! and one open through the page cache refuses passthrough (ETXTBSY). So opens are counted per
+//! inode: while an inode has cached opens, new ones stay cached; while it has passthrough opens,
+//! new ones reuse its backing file, even when the inode shows other content by then.
 //! The backing id is closed when the inode's last passthrough handle is released (closing it
 //! earlier makes the kernel answer EIO). Counts only drop at RELEASE, which the kernel sends after
 //! it dropped its own, so they never undercount what the kernel holds.
@@ -115,21 +116,19 @@ impl Passthrough {
             }
         }
         match node.backing.clone() {
-            Some((id, backing)) if path.as_ref() == Some(&backing) => {
+            Some((id, backing)) => {
+                if path.as_ref() != Some(&backing) {
+                    // The inode shows other content now (the branch moved, or the whole file was
+                    // evicted) while opens pass through to the old one. The kernel refuses any
+                    // open of such an inode that does not pass through to the same file (EIO),
+                    // so this one reads what they read until the last of them is closed.
+                    tracing::debug!(ino, "open shares the inode's passthrough file until its opens close");
+                }
                 node.through += 1;
                 handles.insert(fh, (ino, true));
                 drop(guard);
                 self.opened.fetch_add(1, Ordering::Relaxed);
                 reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
-            }
-            Some(_) => {
-                // The inode now shows other content (the branch moved) while opens on the old
-                // one pass through: a direct-I/O open takes no page-cache mode, so the kernel
-                // allows it beside them, and its reads come to the daemon.
-                node.cached += 1;
-                handles.insert(fh, (ino, false));
-                drop(guard);
-                reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
             }
             None => {
                 node.cached += 1;
