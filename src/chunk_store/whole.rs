@@ -48,15 +48,24 @@ impl DiskTier {
         }
     }
 
-    /// Whether every block of content `key` (`size` bytes) is on disk as a block file.
-    pub fn has_all_blocks(&self, key: &Arc<str>, size: u64) -> bool {
-        size > 0 && self.missing_blocks(key, size) == 0
+    /// Whether the index says content `key` (`size` bytes) is whole on disk ([`Self::whole_file`]
+    /// without looking at the file: cheap enough for every open).
+    pub fn is_whole(&self, key: &Arc<str>, size: u64) -> bool {
+        (size > 0 && size <= BLOCK_SIZE && self.index.get(&(key.clone(), 0)) == Some(size))
+            || self.index.get(&(key.clone(), WHOLE)) == Some(size)
     }
 
-    /// How many blocks of content `key` (`size` bytes) are not on disk as block files.
-    pub fn missing_blocks(&self, key: &Arc<str>, size: u64) -> u64 {
+    /// Whether every block of content `key` (`size` bytes) is on disk as a block file.
+    pub fn has_all_blocks(&self, key: &Arc<str>, size: u64) -> bool {
+        size > 0 && self.missing_blocks(key, size, 1) == 0
+    }
+
+    /// How many blocks of content `key` (`size` bytes) are not on disk as block files, counting
+    /// up to `limit` (a huge file's open does not walk its every block).
+    pub fn missing_blocks(&self, key: &Arc<str>, size: u64, limit: u64) -> u64 {
         (0..size.div_ceil(BLOCK_SIZE))
             .filter(|&i| self.index.get(&(key.clone(), i)) != Some(block_len(size, i)))
+            .take(limit as usize)
             .count() as u64
     }
 
@@ -167,12 +176,16 @@ mod tests {
             let b = (a + BLOCK_SIZE as usize).min(data.len());
             if idx == 1 {
                 assert!(!t.has_all_blocks(&key, size));
+                assert_eq!(t.missing_blocks(&key, size, 8), 2);
+                assert_eq!(t.missing_blocks(&key, size, 1), 1, "counted up to the limit");
             }
             t.write((key.clone(), idx), &data[a..b]);
             wait_indexed(&t, &(key.clone(), idx));
         }
         assert!(t.has_all_blocks(&key, size));
+        assert!(!t.is_whole(&key, size));
         assert!(t.join_blocks(&key, size).unwrap());
+        assert!(t.is_whole(&key, size));
         let whole = t.whole_file(&key, size).expect("the whole file");
         assert_eq!(std::fs::read(&whole).unwrap(), data);
         assert!(t.whole_file(&key, size + 1).is_none(), "another size is not it");
@@ -181,6 +194,7 @@ mod tests {
         t.write((small.clone(), 0), b"tiny content");
         wait_indexed(&t, &(small.clone(), 0));
         let one = t.whole_file(&small, 12).expect("the block file");
+        assert!(t.is_whole(&small, 12));
         assert_eq!(std::fs::read(&one).unwrap(), b"tiny content");
         assert!(t.join_blocks(&small, 12).unwrap());
         assert_eq!(t.whole_file(&small, 12), Some(one), "still the block file");

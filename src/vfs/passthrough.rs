@@ -73,10 +73,10 @@ impl VirtualFs {
         let size = meta.size;
         // A reader that just read the last block closes before the disk tier has written the
         // last few (they are written behind, at most `LAST_BLOCKS_PENDING` queued): wait for those.
-        if size == 0 || disk.whole_file(&key, size).is_some() {
+        if size == 0 || disk.is_whole(&key, size) {
             return;
         }
-        let missing = disk.missing_blocks(&key, size);
+        let missing = disk.missing_blocks(&key, size, LAST_BLOCKS_PENDING + 1);
         let wait = closing && missing <= LAST_BLOCKS_PENDING && missing < size.div_ceil(crate::chunk_store::BLOCK_SIZE);
         if missing > 0 && !wait {
             return;
