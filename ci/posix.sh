@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# POSIX suites nobody here wrote, run on a writable FUSE mount of a local-Hub dataset:
-#   bash ci/posix.sh HUBFS_BIN [--long]
+# POSIX suites nobody here wrote, run on a writable FUSE mount of a local-Hub dataset (or, with
+# --bucket, of a local-Hub bucket):
+#   bash ci/posix.sh HUBFS_BIN [--long] [--bucket]
 #
 #   pjdfstest 0.2.2  every test except those in ci/pjdfstest-skip.txt (hard links, which hubfs refuses;
 #                    docs/SEMANTICS.md says why), with the feature set tmpfs passes here. Prints
@@ -12,9 +13,16 @@
 # Both tools are installed with `cargo install --locked` if missing. Ends with `posix: N passed, M failed`.
 set -uo pipefail
 
-BIN="${1:?usage: ci/posix.sh HUBFS_BIN [--long]}"
+BIN="${1:?usage: ci/posix.sh HUBFS_BIN [--long] [--bucket]}"
 LONG=0
-[ "${2:-}" = "--long" ] && LONG=1
+BUCKET=0
+for a in "${@:2}"; do
+  case "$a" in
+    --long) LONG=1 ;;
+    --bucket) BUCKET=1 ;;
+    *) echo "unknown option $a"; exit 2 ;;
+  esac
+done
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/hubfs-posix.XXXXXX")"
 # pjdfstest runs some cases as other users (nobody, daemon): they must reach the mount point.
@@ -57,14 +65,24 @@ check "users nobody/nogroup and daemon exist (pjdfstest's dummy_auth)" $?
 # --- local Hub and a writable mount -------------------------------------------------------------------
 start_local_hub
 export HF_ENDPOINT="$EP" HF_TOKEN=hf_local_write HF_HOME="$WORK/hf-home"
-curl -sf -X POST "$EP/api/repos/create" -H "authorization: Bearer $HF_TOKEN" \
-  -H 'content-type: application/json' -d '{"name":"posix","organization":"local","type":"dataset"}' >/dev/null
-check "dataset local/posix created" $?
+if [ "$BUCKET" = 1 ]; then
+  SOURCE=buckets/local/posix WRITE_ARGS=() # a bucket mounts writable by default
+  DOWNLOAD="$EP/buckets/local/posix/resolve/fsx/fsx.bin"
+  curl -sf -X POST "$EP/api/buckets/local/posix" -H "authorization: Bearer $HF_TOKEN" \
+    -H 'content-type: application/json' -d '{}' >/dev/null
+  check "bucket local/posix created" $?
+else
+  SOURCE=datasets/local/posix WRITE_ARGS=(--write)
+  DOWNLOAD="$EP/datasets/local/posix/resolve/main/fsx/fsx.bin"
+  curl -sf -X POST "$EP/api/repos/create" -H "authorization: Bearer $HF_TOKEN" \
+    -H 'content-type: application/json' -d '{"name":"posix","organization":"local","type":"dataset"}' >/dev/null
+  check "dataset local/posix created" $?
+fi
 
 mkdir -p "$MNT" "$OTHER_FS"
 start_mount() { # extra args...
   # --allow-other: pjdfstest switches to other users (nobody, daemon) to check permissions.
-  "$BIN" mount --write datasets/local/posix "$MNT" --cache-dir "$WORK/cache" --allow-other "$@" \
+  "$BIN" mount "${WRITE_ARGS[@]}" "$SOURCE" "$MNT" --cache-dir "$WORK/cache" --allow-other "$@" \
     >"$WORK/mount.out" 2>>"$WORK/mount.err" &
   MOUNT_PID=$!
   PIDS+=($MOUNT_PID)
@@ -76,7 +94,7 @@ stop_mount() {
 }
 
 start_mount
-check "hubfs mount --write is up" $? || finish
+check "hubfs mount of $SOURCE (writable) is up" $? || finish
 
 # --- pjdfstest -------------------------------------------------------------------------------------------
 SKIP_FILE="$ROOT/ci/pjdfstest-skip.txt"
@@ -173,7 +191,7 @@ start_mount
 check "remount" $?
 [ -f "$good" ] && cmp "$good" "$MNT/fsx/fsx.bin"
 check "after a remount the Hub's fsx.bin equals fsx's final image ($(stat -c %s "$good" 2>/dev/null) bytes)" $?
-curl -sfL -H "authorization: Bearer $HF_TOKEN" "$EP/datasets/local/posix/resolve/main/fsx/fsx.bin" -o "$WORK/from-hub.bin" && cmp "$good" "$WORK/from-hub.bin"
+curl -sfL -H "authorization: Bearer $HF_TOKEN" "$DOWNLOAD" -o "$WORK/from-hub.bin" && cmp "$good" "$WORK/from-hub.bin"
 check "the file downloaded from the Hub equals fsx's final image" $?
 stop_mount
 

@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 
 use std::time::Duration;
 
-use crate::hub_client::HubClientConfig;
+use crate::hub_client::{HubClientConfig, RepoRef};
 use crate::local_hub::{FaultSettings, LocalHub, LocalHubConfig, RouteClass, TokenSpec};
 use crate::vfs::VfsOptions;
 
@@ -82,7 +82,8 @@ pub enum Command {
 #[derive(Args, Debug)]
 pub struct SourceArgs {
     /// ns/name (model), datasets/ns/name, spaces/ns/name, optionally @REVISION, or an hf:// URL
-    /// (hf://datasets/ns/name@rev/sub/dir mounts that folder).
+    /// (hf://datasets/ns/name@rev/sub/dir mounts that folder); a bucket as buckets/ns/name or
+    /// hf://buckets/ns/name[/prefix].
     pub repo: String,
     /// Branch, tag, full commit id or refs/pr/N (default: main, or the @REVISION of REPO).
     #[arg(long)]
@@ -112,8 +113,12 @@ pub struct SourceArgs {
     #[arg(long)]
     pub gid: Option<u32>,
     /// Writable: files written are uploaded and committed to the branch (needs a write token).
+    /// A bucket is writable without it when the token can write to it.
     #[arg(long)]
     pub write: bool,
+    /// Read-only even where the mount would be writable by default (a bucket).
+    #[arg(long, conflicts_with = "write")]
+    pub read_only: bool,
     /// With --write: commit title; {summary} becomes what the commit does, {count} its number of changes.
     #[arg(long, default_value = "hubfs: {summary}", requires = "write")]
     pub commit_message: String,
@@ -190,7 +195,8 @@ impl SourceArgs {
             ..VfsOptions::default()
         };
         let mut vfs = vfs;
-        if self.write {
+        let bucket = RepoRef::parse(&self.repo).is_ok_and(|(r, _, _)| r.is_bucket());
+        if self.write || (bucket && !self.read_only) {
             let cache = vfs.cache_dir.clone().unwrap_or_else(crate::vfs::default_cache_dir);
             let mut w = crate::vfs::WriteOptions {
                 staging_root: cache.join("staging"),
@@ -204,6 +210,7 @@ impl SourceArgs {
             }
             w.commit_budget = self.commit_budget.0;
             w.posix_strict = self.posix == "strict";
+            w.unless_refused = !self.write;
             vfs.write = Some(w);
         }
         (client, vfs)

@@ -110,19 +110,20 @@ pub fn open_vfs(
     rt: &tokio::runtime::Runtime,
 ) -> anyhow::Result<Opened> {
     let (repo, rev_in_spec, subfolder) = RepoRef::parse(spec).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if repo.is_bucket() && revision.is_some() {
+        anyhow::bail!("{spec}: a bucket has no revisions; drop --revision");
+    }
     let revision = revision
         .map(str::to_string)
         .or(rev_in_spec)
         .unwrap_or_else(|| "main".to_string());
     let hub = HubClient::new(client.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut opts = opts.clone();
+    if repo.is_bucket() && opts.write.is_some() {
+        check_bucket_write(&hub, &repo, spec, &mut opts, rt)?;
+    }
     let vfs = rt
-        .block_on(VirtualFs::new(
-            hub,
-            repo.clone(),
-            &revision,
-            subfolder.as_deref(),
-            opts.clone(),
-        ))
+        .block_on(VirtualFs::new(hub, repo.clone(), &revision, subfolder.as_deref(), opts))
         .map_err(|e| anyhow::anyhow!(explain(spec, &revision, &e)))?;
     let vfs = Arc::new(vfs);
     vfs.start_committer(rt.handle());
@@ -130,8 +131,47 @@ pub fn open_vfs(
     Ok(Opened { vfs, repo, commit })
 }
 
+/// A bucket mount is writable by default: asks the Hub for a write token once, so that a token
+/// that may only read gives a read-only mount (or, with an explicit `--write`, a clear error)
+/// instead of failing at the first close.
+fn check_bucket_write(
+    hub: &HubClient,
+    bucket: &RepoRef,
+    spec: &str,
+    opts: &mut VfsOptions,
+    rt: &tokio::runtime::Runtime,
+) -> anyhow::Result<()> {
+    let optional = opts.write.as_ref().is_some_and(|w| w.unless_refused);
+    match rt.block_on(hub.xet_write_token(bucket, "main")) {
+        Ok(_) => Ok(()),
+        Err(HubClientError::Unauthorized { .. } | HubClientError::Forbidden { .. }) if optional => {
+            tracing::warn!("the token may not write to {bucket}: mounting it read-only");
+            eprintln!("hubfs: the token may not write to {spec}: mounted read-only");
+            opts.write = None;
+            Ok(())
+        }
+        Err(e @ (HubClientError::Unauthorized { .. } | HubClientError::Forbidden { .. })) => Err(anyhow::anyhow!(
+            "the token may not write to {spec} ({e}): pass a write token, or mount with --read-only"
+        )),
+        // Anything else (a missing bucket, an unreachable Hub) is for opening it to report.
+        Err(_) => Ok(()),
+    }
+}
+
 /// Explains a failure to open the repo in the user's terms.
 pub fn explain(repo: &str, revision: &str, e: &VfsError) -> String {
+    if repo.contains("buckets/") {
+        match e {
+            VfsError::Remote(HubClientError::RepoNotFound { .. } | HubClientError::NotFound { .. }) => {
+                return format!(
+                    "bucket {repo} not found, or it is private and no valid token was given \
+                     (pass --token or set HF_TOKEN)"
+                );
+            }
+            VfsError::NotFound => return format!("the prefix to mount does not exist in {repo}"),
+            _ => {}
+        }
+    }
     match e {
         VfsError::Remote(HubClientError::RepoNotFound { .. }) => format!(
             "repository {repo} not found, or it is private and no valid token was given \

@@ -701,6 +701,12 @@ fn parse_accepted_forms() {
             (Model, "ns/m".into(), some("refs/pr/1"), None),
         ),
         ("Org-1/my_model.v2", (Model, "Org-1/my_model.v2".into(), None, None)),
+        ("buckets/ns/b", (Bucket, "ns/b".into(), None, None)),
+        ("hf://buckets/ns/b", (Bucket, "ns/b".into(), None, None)),
+        (
+            "hf://buckets/ns/b/ckpt/run1/",
+            (Bucket, "ns/b".into(), None, some("ckpt/run1")),
+        ),
     ];
     for (input, want) in cases {
         assert_eq!(parsed(input), want, "{input}");
@@ -715,6 +721,11 @@ fn parse_accepted_forms() {
     );
     let (r, _, _) = RepoRef::parse("spaces/ns/name").unwrap();
     assert_eq!(r.web_path(), "spaces/ns/name");
+    let (r, _, _) = RepoRef::parse("hf://buckets/ns/b/x").unwrap();
+    assert_eq!(
+        (r.api_path().as_str(), r.web_path().as_str()),
+        ("/api/buckets/ns/b", "buckets/ns/b")
+    );
 }
 
 #[test]
@@ -738,6 +749,9 @@ fn parse_rejected_forms() {
         "hf://ns/name/../x",
         "/ns/name",
         "ns/name\n",
+        "buckets/ns/b@main",
+        "hf://buckets/ns/b@main/x",
+        "buckets/ns/b/sub",
     ] {
         let e = RepoRef::parse(bad)
             .err()

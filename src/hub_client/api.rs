@@ -7,8 +7,8 @@ use url::Url;
 
 use super::error::{ErrorContext, HubClientError};
 use super::http::{Reply, Request};
-use super::types::{RawEntry, RawInfo, RepoInfo, TreeEntry, parse_date};
-use super::{HubClient, RepoRef, check_path, check_rev, encode_path, encode_revision};
+use super::types::{RawBucketEntry, RawEntry, RawInfo, RepoInfo, TreeEntry, parse_date};
+use super::{HubClient, RepoRef, at_rev, check_path, check_rev, encode_path, encode_revision};
 
 /// Paths per paths-info request (the Hub's limit).
 pub const PATHS_INFO_BATCH: usize = 1000;
@@ -20,6 +20,9 @@ impl HubClient {
     /// whether the repo is private.
     pub async fn repo_info(&self, repo: &RepoRef, revision: &str) -> Result<RepoInfo, HubClientError> {
         check_rev(repo, revision)?;
+        if repo.is_bucket() {
+            return self.bucket_info(repo).await;
+        }
         let ctx = ErrorContext::call("GET", repo, Some(revision), None);
         let url = self.api_url(repo, &format!("/revision/{}", encode_revision(revision)))?;
         let reply = self.inner.http.send(&Request::get(url), &ctx).await?;
@@ -61,18 +64,33 @@ impl HubClient {
         check_rev(repo, commit)?;
         let path = check_path(repo, path, true)?;
         let ctx = ErrorContext::call("GET", repo, Some(commit), Some(path));
-        let mut tail = format!("/tree/{}", encode_revision(commit));
+        let mut tail = format!("/{}", at_rev(repo, "tree", commit));
         if !path.is_empty() {
             tail.push('/');
             tail.push_str(&encode_path(path));
         }
-        tail.push_str(&format!("?recursive={recursive}&expand={}", self.inner.tree_expand));
+        if repo.is_bucket() {
+            tail.push_str(&format!("?recursive={recursive}"));
+        } else {
+            tail.push_str(&format!("?recursive={recursive}&expand={}", self.inner.tree_expand));
+        }
         let mut url = self.api_url(repo, &tail)?;
         let mut out = Vec::new();
         for _ in 0..MAX_PAGES {
             let reply = self.inner.http.send(&Request::get(url.clone()), &ctx).await?;
-            let page: Vec<RawEntry> = parse_json(&reply, &ctx)?;
-            out.extend(page.into_iter().filter_map(RawEntry::into_entry));
+            if repo.is_bucket() {
+                let page: Vec<RawBucketEntry> = parse_json(&reply, &ctx)?;
+                // A bucket's tree matches the prefix as a raw key (`a/x` also lists `a/x#1`):
+                // keep what is below the directory asked for.
+                out.extend(
+                    page.into_iter()
+                        .filter_map(RawBucketEntry::into_entry)
+                        .filter(|e| below(path, e.path())),
+                );
+            } else {
+                let page: Vec<RawEntry> = parse_json(&reply, &ctx)?;
+                out.extend(page.into_iter().filter_map(RawEntry::into_entry));
+            }
             match reply.header("link").and_then(next_link) {
                 // The Hub sends an absolute URL, fetched verbatim; a relative one is resolved.
                 Some(next) => {
@@ -101,7 +119,7 @@ impl HubClient {
             .map(|p| check_path(repo, p, false))
             .collect::<Result<Vec<&str>, _>>()?;
         let ctx = ErrorContext::call("POST", repo, Some(commit), None);
-        let url: Url = self.api_url(repo, &format!("/paths-info/{}", encode_revision(commit)))?;
+        let url: Url = self.api_url(repo, &format!("/{}", at_rev(repo, "paths-info", commit)))?;
         let mut out = Vec::new();
         for batch in clean.chunks(PATHS_INFO_BATCH) {
             let mut ctx = ctx.clone();
@@ -116,11 +134,21 @@ impl HubClient {
                 ..Request::get(url.clone())
             };
             let reply = self.inner.http.send(&req, &ctx).await?;
-            let entries: Vec<RawEntry> = parse_json(&reply, &ctx)?;
-            out.extend(entries.into_iter().filter_map(RawEntry::into_entry));
+            if repo.is_bucket() {
+                let entries: Vec<RawBucketEntry> = parse_json(&reply, &ctx)?;
+                out.extend(entries.into_iter().filter_map(RawBucketEntry::into_entry));
+            } else {
+                let entries: Vec<RawEntry> = parse_json(&reply, &ctx)?;
+                out.extend(entries.into_iter().filter_map(RawEntry::into_entry));
+            }
         }
         Ok(out)
     }
+}
+
+/// Whether `entry` lies below directory `dir` ("" = the root).
+fn below(dir: &str, entry: &str) -> bool {
+    dir.is_empty() || entry.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// A 2xx JSON answer; a redirect to another origin or a bad body is an invalid response.

@@ -152,7 +152,7 @@ impl HubClient {
     /// The URL the xet crates call to refresh a write token during a long upload.
     pub fn xet_write_token_url(&self, repo: &RepoRef, revision: &str) -> Result<url::Url, HubClientError> {
         check_rev(repo, revision)?;
-        self.api_url(repo, &format!("/xet-write-token/{}", encode_revision(revision)))
+        self.api_url(repo, &format!("/{}", super::at_rev(repo, "xet-write-token", revision)))
     }
 
     /// The Authorization header for requests made on our behalf by the xet crates (token refresh).

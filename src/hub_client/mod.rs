@@ -18,6 +18,7 @@
 //! keep `/` and escape everything else outside RFC 3986's unreserved set.
 
 mod api;
+mod bucket;
 mod commit;
 mod config;
 mod download;
@@ -35,6 +36,7 @@ use std::time::Duration;
 use reqwest::header::HeaderValue;
 use url::Url;
 
+pub use bucket::{BucketBatchOutcome, BucketOp, bucket_state_id};
 pub use commit::{CommitOp, CommitRequest, PreuploadFile, SAMPLE_BYTES, UploadMode};
 pub use config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_ENDPOINT, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, HubClientConfig};
 pub use error::{ErrorContext, HubClientError};
@@ -135,13 +137,14 @@ impl HubClient {
         self.url(&format!("{}{}", repo.api_path(), tail))
     }
 
-    /// `{endpoint}/{prefix}{ns}/{name}/resolve/{rev}/{path}`.
+    /// `{endpoint}/{prefix}{ns}/{name}/resolve/{rev}/{path}`; a bucket's has no revision
+    /// (`/buckets/{ns}/{name}/resolve/{path}`).
     fn resolve_url(&self, repo: &RepoRef, rev: &str, path: &str) -> Result<Url, HubClientError> {
         repo.validate()?;
         self.url(&format!(
-            "/{}/resolve/{}/{}",
+            "/{}/resolve{}/{}",
             repo.web_path(),
-            encode_revision(rev),
+            at_rev(repo, "", rev),
             encode_path(path)
         ))
     }
@@ -149,6 +152,16 @@ impl HubClient {
     fn url(&self, path_and_query: &str) -> Result<Url, HubClientError> {
         let s = format!("{}{}", self.inner.endpoint, path_and_query);
         Url::parse(&s).map_err(|e| HubClientError::bad_input(path_and_query, format!("cannot build URL: {e}")))
+    }
+}
+
+/// `{what}/{rev}` (encoded) for a repo; just `{what}` for a bucket, whose routes take no revision
+/// (the revision hubfs passes for a bucket only names the state it listed, see `bucket`).
+fn at_rev(repo: &RepoRef, what: &str, rev: &str) -> String {
+    if repo.is_bucket() {
+        what.to_string()
+    } else {
+        format!("{what}/{}", encode_revision(rev))
     }
 }
 

@@ -9,6 +9,7 @@
 //! | `models/ns/name`, `datasets/ns/name`, `spaces/ns/name` | as prefixed | – | – |
 //! | any of the above + `@REV` | | `REV` (everything after the first `@`, may hold `/`: `ns/m@refs/pr/3`) | – |
 //! | `hf://[models/|datasets/|spaces/]ns/name[@REV][/sub/dir]` | as prefixed, model without | see below | `sub/dir` |
+//! | `buckets/ns/name`, `hf://buckets/ns/name[/prefix]` | bucket | – (a bucket has none: `@` is refused) | `prefix` |
 //!
 //! In the `hf://` form the revision ends at the next `/`, because what follows is the subfolder.
 //! Two rules keep revisions with a `/` expressible there:
@@ -34,6 +35,8 @@ pub enum RepoKind {
     Model,
     Dataset,
     Space,
+    /// A Storage Bucket: mutable, Xet-only, no git history (no revisions, no commits).
+    Bucket,
 }
 
 impl RepoKind {
@@ -43,6 +46,7 @@ impl RepoKind {
             RepoKind::Model => "models",
             RepoKind::Dataset => "datasets",
             RepoKind::Space => "spaces",
+            RepoKind::Bucket => "buckets",
         }
     }
 
@@ -52,6 +56,7 @@ impl RepoKind {
             RepoKind::Model => "",
             RepoKind::Dataset => "datasets/",
             RepoKind::Space => "spaces/",
+            RepoKind::Bucket => "buckets/",
         }
     }
 
@@ -60,6 +65,7 @@ impl RepoKind {
             "models" => Some(RepoKind::Model),
             "datasets" => Some(RepoKind::Dataset),
             "spaces" => Some(RepoKind::Space),
+            "buckets" => Some(RepoKind::Bucket),
             _ => None,
         }
     }
@@ -100,6 +106,10 @@ impl RepoRef {
         let r = RepoRef::new(kind, ns, name);
         r.validate()?;
         Ok(r)
+    }
+
+    pub fn is_bucket(&self) -> bool {
+        self.kind == RepoKind::Bucket
     }
 
     /// `ns/name`.
@@ -187,6 +197,7 @@ fn parse_plain(s: &str) -> Result<ParsedRepo, HubClientError> {
     };
     let repo = make_repo(s, kind, ns, name)?;
     let rev = match rev {
+        Some(_) if repo.is_bucket() => return Err(no_bucket_revision(s)),
         Some(r) => Some(decode_revision(s, r)?),
         None => None,
     };
@@ -210,6 +221,9 @@ fn parse_url(input: &str, rest: &str) -> Result<ParsedRepo, HubClientError> {
         None => (*name_rev, None),
     };
     let repo = make_repo(input, kind, ns, name)?;
+    if repo.is_bucket() && rev_head.is_some() {
+        return Err(no_bucket_revision(input));
+    }
     let mut sub = after;
     let rev = match rev_head {
         None => None,
@@ -233,6 +247,13 @@ fn parse_url(input: &str, rest: &str) -> Result<ParsedRepo, HubClientError> {
     }
     let sub = (!sub.is_empty()).then(|| sub.join("/"));
     Ok((repo, rev, sub))
+}
+
+fn no_bucket_revision(input: &str) -> HubClientError {
+    HubClientError::bad_input(
+        input,
+        "a bucket has no revisions: drop the '@…' (buckets/ns/name or hf://buckets/ns/name/prefix)",
+    )
 }
 
 /// Percent-decodes and checks a revision taken from a repo reference.

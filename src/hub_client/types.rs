@@ -167,6 +167,48 @@ impl RawEntry {
     }
 }
 
+/// A bucket tree or paths-info entry: `{"type":"file","path","size","xetHash","mtime","uploadedAt"}`
+/// or `{"type":"directory","path","uploadedAt"}`.
+#[derive(Deserialize)]
+pub(crate) struct RawBucketEntry {
+    #[serde(rename = "type")]
+    pub ty: String,
+    pub path: String,
+    #[serde(default)]
+    pub size: u64,
+    #[serde(rename = "xetHash")]
+    pub xet_hash: Option<String>,
+    pub mtime: Option<String>,
+    #[serde(rename = "uploadedAt")]
+    pub uploaded_at: Option<String>,
+}
+
+impl RawBucketEntry {
+    /// A bucket file is always Xet content: its Xet hash stands in for the git oid. Its mtime
+    /// (else its upload time) is the date shown, where a repo shows its last commit's.
+    pub fn into_entry(self) -> Option<TreeEntry> {
+        match self.ty.as_str() {
+            "directory" => Some(TreeEntry::Dir {
+                path: self.path,
+                oid: String::new(),
+            }),
+            "file" => {
+                let hash = self.xet_hash.filter(|h| !h.is_empty())?;
+                let date = self.mtime.or(self.uploaded_at);
+                Some(TreeEntry::File {
+                    path: self.path,
+                    size: self.size,
+                    oid: hash.clone(),
+                    lfs_sha256: None,
+                    xet_hash: Some(hash),
+                    last_commit_date: date.as_deref().and_then(parse_date),
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
 #[derive(Deserialize)]
 pub(crate) struct RawXetToken {
     #[serde(rename = "casUrl")]

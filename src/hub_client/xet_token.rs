@@ -11,7 +11,7 @@ use futures::future::{BoxFuture, Shared};
 use super::error::{ErrorContext, HubClientError};
 use super::http::{Reply, Request};
 use super::types::{RawXetToken, XetToken};
-use super::{HubClient, Inner, RepoRef, check_rev, encode_revision};
+use super::{HubClient, Inner, RepoRef, at_rev, check_rev};
 
 /// A token is refreshed this long before it expires.
 pub const XET_TOKEN_MARGIN_SECS: u64 = 60;
@@ -77,7 +77,7 @@ impl HubClient {
 
     async fn fetch_xet_read_token(&self, repo: &RepoRef, commit: &str) -> Result<XetToken, HubClientError> {
         let ctx = ErrorContext::call("GET", repo, Some(commit), None);
-        let url = self.api_url(repo, &format!("/xet-read-token/{}", encode_revision(commit)))?;
+        let url = self.api_url(repo, &format!("/{}", at_rev(repo, "xet-read-token", commit)))?;
         let reply = self.inner.http.send(&Request::get(url), &ctx).await?;
         token_from_reply(&reply, &ctx)
     }

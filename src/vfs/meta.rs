@@ -141,12 +141,22 @@ impl VirtualFs {
                 .client
                 .paths_info(&self.repo, commit, std::slice::from_ref(&remote))
                 .await?;
-            Ok::<_, VfsError>(
-                found
-                    .iter()
-                    .find(|e| entry_path(e) == remote)
-                    .map(|e| node_from_entry(commit, e).1),
-            )
+            let node = found
+                .iter()
+                .find(|e| entry_path(e) == remote)
+                .map(|e| node_from_entry(commit, e).1);
+            if node.is_some() || !self.repo.is_bucket() || remote.is_empty() {
+                return Ok::<_, VfsError>(node);
+            }
+            // A bucket's paths-info answers files only; its directories are the prefixes of its
+            // files: one is there when its listing has entries (kept for the readdir that tends
+            // to follow).
+            match self.listing(commit, path).await {
+                Ok(l) if !l.entries.is_empty() => Ok(Some(Node::Dir)),
+                Ok(_) => Ok(None),
+                Err(e) if e.errno() == libc::ENOENT => Ok(None),
+                Err(e) => Err(e),
+            }
         };
         self.points.try_get_with(key, fetch).await.map_err(VfsError::Shared)
     }

@@ -273,7 +273,10 @@ impl VirtualFs {
             passthrough: passthrough::State::default(),
         };
         let commit = vfs.commit().await?;
-        if !vfs.subfolder.is_empty() {
+        // A writable bucket mount may start under a prefix that holds nothing yet: its first
+        // file creates it.
+        let empty_prefix_ok = vfs.repo.is_bucket() && vfs.writer.is_some();
+        if !vfs.subfolder.is_empty() && !empty_prefix_ok {
             match vfs.node_at(&commit, "").await? {
                 Some(Node::Dir) => {}
                 _ => return Err(VfsError::NotFound),

@@ -163,7 +163,10 @@ impl Remote {
         if len == 0 {
             return Ok(Bytes::new());
         }
-        let pieces = self.pieces(file, commit, start, len, len <= XET_HTTP_RANGE_MAX).await?;
+        // Not for a bucket: its `/resolve/` serves whatever the path holds now, while the Xet hash
+        // names exactly the content this file was listed with.
+        let http = len <= XET_HTTP_RANGE_MAX && !self.repo.is_bucket();
+        let pieces = self.pieces(file, commit, start, len, http).await?;
         Ok(self.gather(pieces, len))
     }
 

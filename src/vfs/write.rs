@@ -525,6 +525,18 @@ impl VirtualFs {
         if let (Some(t), Found::Local(d)) = (req.mtime, &found) {
             d.set_mtime(SystemTime::from(t.stamp(now)));
         }
+        if let (Some(_), Found::Remote(m), Some(w)) = (req.mtime, &found, &self.writer)
+            && self.repo.is_bucket()
+        {
+            // A bucket keeps each file's mtime: a committed file whose mtime changed (`touch -d`,
+            // `rsync -a` setting times) is added again, same content, with the new time.
+            let mut overlay = w.overlay.lock();
+            if overlay.get(&path).is_none() {
+                overlay.set(&path, crate::write::overlay::Entry::Moved(m.clone()));
+            }
+            drop(overlay);
+            self.kick();
+        }
         if req.mode.is_some() || req.uid.is_some() || req.gid.is_some() {
             // `hubfs status` counts modes and owners the Hub never sees.
             self.kick();

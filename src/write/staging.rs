@@ -211,6 +211,8 @@ pub struct Snapshot {
     pub sample: Vec<u8>,
     /// The content is already in LFS/Xet storage: commit it as an LFS file, no preupload.
     pub uploaded: bool,
+    /// Its Xet hash, when it was uploaded through Xet for a bucket (which names content by it).
+    pub xet_hash: Option<String>,
     /// A copy of exactly these bytes, deleted when the last snapshot holding it goes.
     pub frozen: Option<std::sync::Arc<Frozen>>,
 }
@@ -525,6 +527,7 @@ impl DirtyFile {
                         sha256,
                         sample,
                         uploaded: false,
+                        xet_hash: None,
                         frozen: Some(std::sync::Arc::new(frozen)),
                     });
                 }

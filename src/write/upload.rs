@@ -43,6 +43,15 @@ pub struct UploadStats {
     pub bytes_uploaded: AtomicU64,
 }
 
+/// What an upload at close did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ahead {
+    /// Nothing: the file goes inline in the commit (a repo's small text files).
+    Inline,
+    /// The content is in LFS/Xet storage; a bucket's file comes back with its Xet hash.
+    Stored(Option<String>),
+}
+
 pub struct Uploader {
     client: HubClient,
     repo: RepoRef,
@@ -101,7 +110,13 @@ impl Uploader {
     /// Uploads one closed file's content now if the Hub stores it through LFS/Xet, so that the
     /// commit that follows only refers to it. Returns whether it is an LFS file (false: it goes
     /// inline in the commit, nothing to upload ahead).
-    pub async fn upload_ahead(&self, f: &Staged) -> Result<bool, UploadError> {
+    pub async fn upload_ahead(&self, f: &Staged) -> Result<Ahead, UploadError> {
+        if self.repo.is_bucket() {
+            let hashes = self.bounded_upload(&[f]).await?;
+            self.stats.files.fetch_add(1, Ordering::Relaxed);
+            self.stats.bytes_in.fetch_add(f.snap.size, Ordering::Relaxed);
+            return Ok(Ahead::Stored(hashes.into_iter().next().flatten()));
+        }
         let offer = [PreuploadFile {
             path: f.repo_path.clone(),
             size: f.snap.size,
@@ -109,30 +124,61 @@ impl Uploader {
         }];
         let mode = self.client.preupload(&self.repo, &self.branch, &offer).await?;
         let Some(m) = mode.into_iter().find(|m| m.path == f.repo_path) else {
-            return Ok(false);
+            return Ok(Ahead::Inline);
         };
         if !m.lfs || f.snap.size == 0 {
-            return Ok(false);
+            return Ok(Ahead::Inline);
         }
         if m.remote_oid.as_deref() != Some(f.snap.sha256.as_str()) {
-            let limit = self.base_timeout + Duration::from_secs(f.snap.size / MIN_UPLOAD_RATE);
-            match tokio::time::timeout(limit, self.upload(&[f])).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    if matches!(e, UploadError::Xet(_)) {
-                        self.renew_session();
-                    }
-                    return Err(e);
-                }
-                Err(_) => {
-                    self.renew_session();
-                    return Err(UploadError::Timeout(limit));
-                }
-            }
+            self.bounded_upload(&[f]).await?;
         }
         self.stats.files.fetch_add(1, Ordering::Relaxed);
         self.stats.bytes_in.fetch_add(f.snap.size, Ordering::Relaxed);
-        Ok(true)
+        Ok(Ahead::Stored(None))
+    }
+
+    /// `upload` within the session deadline for these bytes; a failed or stalled session is
+    /// replaced. Returns each file's Xet hash where the upload went through Xet.
+    async fn bounded_upload(&self, files: &[&Staged]) -> Result<Vec<Option<String>>, UploadError> {
+        let total: u64 = files.iter().map(|f| f.snap.size).sum();
+        let limit = self.base_timeout + Duration::from_secs(total / MIN_UPLOAD_RATE);
+        match tokio::time::timeout(limit, self.upload(files)).await {
+            Ok(Ok(hashes)) => Ok(hashes),
+            Ok(Err(e)) => {
+                if matches!(e, UploadError::Xet(_)) {
+                    self.renew_session();
+                }
+                Err(e)
+            }
+            Err(_) => {
+                self.renew_session();
+                Err(UploadError::Timeout(limit))
+            }
+        }
+    }
+
+    /// A bucket's staged files as `(path, Xet hash, size)`: every file goes through Xet (a bucket
+    /// has no inline files and no preupload), except those uploaded at close, which kept their hash.
+    pub async fn prepare_bucket(&self, files: &[Staged]) -> Result<Vec<(String, String, u64)>, UploadError> {
+        let mut out = Vec::with_capacity(files.len());
+        let mut to_upload: Vec<&Staged> = Vec::new();
+        for f in files {
+            match &f.snap.xet_hash {
+                Some(h) if f.snap.uploaded => out.push((f.repo_path.clone(), h.clone(), f.snap.size)),
+                _ => to_upload.push(f),
+            }
+        }
+        if to_upload.is_empty() {
+            return Ok(out);
+        }
+        let hashes = self.bounded_upload(&to_upload).await?;
+        for (f, h) in to_upload.iter().zip(hashes) {
+            let h = h.ok_or_else(|| UploadError::Xet(format!("no Xet hash came back for {}", f.repo_path)))?;
+            self.stats.files.fetch_add(1, Ordering::Relaxed);
+            self.stats.bytes_in.fetch_add(f.snap.size, Ordering::Relaxed);
+            out.push((f.repo_path.clone(), h, f.snap.size));
+        }
+        Ok(out)
     }
 
     /// Commit operations for `files`: inline or LFS as the Hub says, LFS content uploaded first.
@@ -192,18 +238,7 @@ impl Uploader {
             }
         }
         if !to_upload.is_empty() {
-            let total: u64 = to_upload.iter().map(|f| f.snap.size).sum();
-            let limit = self.base_timeout + Duration::from_secs(total / MIN_UPLOAD_RATE);
-            let outcome = match tokio::time::timeout(limit, self.upload(&to_upload)).await {
-                Ok(r) => r,
-                Err(_) => Err(UploadError::Timeout(limit)),
-            };
-            if let Err(e) = outcome {
-                if matches!(e, UploadError::Timeout(_) | UploadError::Xet(_)) {
-                    self.renew_session();
-                }
-                return Err(e);
-            }
+            self.bounded_upload(&to_upload).await?;
         }
         Ok(ops)
     }
@@ -226,12 +261,15 @@ impl Uploader {
         }
     }
 
-    async fn upload(&self, files: &[&Staged]) -> Result<(), UploadError> {
+    /// Uploads through Xet when the Hub hands out a write token, else plain LFS (repos only: a
+    /// bucket is Xet or nothing). Returns the Xet hash of each file, in order (None after LFS).
+    async fn upload(&self, files: &[&Staged]) -> Result<Vec<Option<String>>, UploadError> {
         match self.client.xet_write_token(&self.repo, &self.branch).await {
             Ok(token) => self.xet_upload(files, token).await,
-            Err(e) if e.is_not_found() => {
+            Err(e) if e.is_not_found() && !self.repo.is_bucket() => {
                 tracing::debug!("no Xet write token: uploading through plain LFS");
-                self.lfs_upload(files).await
+                self.lfs_upload(files).await?;
+                Ok(vec![None; files.len()])
             }
             Err(e) => Err(e.into()),
         }
@@ -252,7 +290,11 @@ impl Uploader {
         Ok(())
     }
 
-    async fn xet_upload(&self, files: &[&Staged], token: crate::hub_client::XetToken) -> Result<(), UploadError> {
+    async fn xet_upload(
+        &self,
+        files: &[&Staged],
+        token: crate::hub_client::XetToken,
+    ) -> Result<Vec<Option<String>>, UploadError> {
         let refresh = self.client.xet_write_token_url(&self.repo, &self.branch)?;
         let xet = |e: xet::error::XetError| UploadError::Xet(e.to_string());
         let builder = self.session.lock().new_upload_commit();
@@ -264,13 +306,19 @@ impl Uploader {
             .build()
             .await
             .map_err(xet)?;
+        let mut tasks = Vec::with_capacity(files.len());
         for f in files {
-            commit
+            let handle = commit
                 .upload_from_path(f.snap.path()?.to_path_buf(), Sha256Policy::from_hex(&f.snap.sha256))
                 .await
                 .map_err(xet)?;
+            tasks.push(handle.task_id());
         }
         let report = commit.commit().await.map_err(xet)?;
+        let hashes = tasks
+            .iter()
+            .map(|t| report.uploads.get(t).map(|m| m.xet_info.hash.clone()))
+            .collect();
         self.stats
             .bytes_uploaded
             .fetch_add(report.dedup_metrics.total_bytes_uploaded, Ordering::Relaxed);
@@ -281,6 +329,6 @@ impl Uploader {
             uploaded = report.dedup_metrics.total_bytes_uploaded,
             "xet upload done"
         );
-        Ok(())
+        Ok(hashes)
     }
 }

@@ -15,6 +15,7 @@
 //! work and waits for it; `round` is one commit round, `schedule` decides when rounds run, and
 //! `status` is what `hubfs status` shows.
 
+mod bucket;
 mod budget;
 mod round;
 mod schedule;
@@ -60,6 +61,9 @@ pub struct WriteOptions {
     /// `--posix strict`: refuse what the Hub cannot store (modes, owners, symlinks, special files)
     /// with EPERM instead of keeping it in the mount.
     pub posix_strict: bool,
+    /// Writable only by default (a bucket mounted without `--write`): a token that may not write
+    /// gives a read-only mount instead of an error.
+    pub unless_refused: bool,
 }
 
 /// What close() waits for on a writable mount (`--close`).
@@ -91,6 +95,7 @@ impl Default for WriteOptions {
             close: CloseMode::Commit,
             commit_budget: None,
             posix_strict: false,
+            unless_refused: false,
         }
     }
 }
@@ -187,8 +192,10 @@ impl Writer {
             repo_id: repo.to_string(),
             rate_limited: Mutex::new(None),
             next_title: Mutex::new(None),
+            // A bucket has no commits and no commit budget: every round is one batch request.
             budget: Mutex::new(
                 opts.commit_budget
+                    .filter(|_| !repo.is_bucket())
                     .map(|b| budget::CommitBudget::new(b, tokio::time::Instant::now())),
             ),
             budget_wait: Mutex::new(None),
@@ -443,11 +450,14 @@ impl VirtualFs {
             snap,
         };
         match w.uploader.upload_ahead(&staged).await {
-            Ok(true) => {
-                file.set_uploaded(&staged.snap);
+            Ok(crate::write::upload::Ahead::Stored(xet_hash)) => {
+                file.set_uploaded(&crate::write::staging::Snapshot {
+                    xet_hash,
+                    ..staged.snap
+                });
                 Ok(())
             }
-            Ok(false) => Ok(()),
+            Ok(crate::write::upload::Ahead::Inline) => Ok(()),
             Err(e) => {
                 let e = match e {
                     crate::write::upload::UploadError::Hub(h) => VfsError::Remote(h),

@@ -59,12 +59,27 @@ impl Writer {
     }
 }
 
+/// What a round sends: a commit to a repo, or a batch to a bucket.
+enum Ops {
+    Repo(Vec<CommitOp>),
+    Bucket(Vec<crate::hub_client::BucketOp>),
+}
+
+impl Ops {
+    fn is_empty(&self) -> bool {
+        match self {
+            Ops::Repo(o) => o.is_empty(),
+            Ops::Bucket(o) => o.is_empty(),
+        }
+    }
+}
+
 /// What a round found to commit.
 #[derive(Default)]
-struct Batch {
-    uploads: Vec<(String, Arc<DirtyFile>)>,
-    moves: Vec<(String, crate::vfs::remote::FileMeta)>,
-    gones: Vec<String>,
+pub(super) struct Batch {
+    pub(super) uploads: Vec<(String, Arc<DirtyFile>)>,
+    pub(super) moves: Vec<(String, crate::vfs::remote::FileMeta)>,
+    pub(super) gones: Vec<String>,
 }
 
 /// Changes one commit carries at most; the rest wait for the next round (which follows at once if
@@ -100,6 +115,14 @@ pub(super) fn commit_error(e: &VfsError) -> VfsError {
     VfsError::Commit {
         msg: e.to_string(),
         errno,
+    }
+}
+
+/// An uploader failure as the core's error.
+pub(super) fn upload_error(e: crate::write::upload::UploadError) -> VfsError {
+    match e {
+        crate::write::upload::UploadError::Hub(h) => VfsError::Remote(h),
+        other => VfsError::Upload(other.to_string()),
     }
 }
 
@@ -199,7 +222,14 @@ impl VirtualFs {
         }
         batch.limit(MAX_CHANGES_PER_COMMIT);
         let base = self.commit().await?;
-        let (ops, staged) = match self.build_ops(w, &base, &batch).await {
+        let built = if self.repo.is_bucket() {
+            self.build_bucket_ops(w, &base, &batch)
+                .await
+                .map(|(o, s)| (Ops::Bucket(o), s))
+        } else {
+            self.build_ops(w, &base, &batch).await.map(|(o, s)| (Ops::Repo(o), s))
+        };
+        let (ops, staged) = match built {
             Ok(x) => x,
             Err(e) => {
                 self.fail(w, &batch, &e);
@@ -210,7 +240,11 @@ impl VirtualFs {
             self.settle(w, &batch, &staged, &base).await;
             return Ok(false);
         }
-        match self.send_commit(w, &base, ops, &staged).await {
+        let sent = match ops {
+            Ops::Repo(ops) => self.send_commit(w, &base, ops, &staged).await,
+            Ops::Bucket(ops) => self.send_batch(w, ops, &staged).await,
+        };
+        match sent {
             Ok(new_commit) => {
                 {
                     let mut rev = self.revision.lock().await;
@@ -262,27 +296,7 @@ impl VirtualFs {
         base: &str,
         batch: &Batch,
     ) -> VfsResult<(Vec<CommitOp>, Vec<(Staged, String)>)> {
-        let mut staged = Vec::with_capacity(batch.uploads.len());
-        for (path, d) in &batch.uploads {
-            let file = d.clone();
-            let snap = tokio::task::spawn_blocking(move || file.snapshot())
-                .await
-                .map_err(|e| VfsError::Io(e.to_string()))??;
-            if snap.path != self.remote_path(path) {
-                // Renamed since the round gathered it: the next round commits it where it is now.
-                // Committed here, it would be marked clean at the path it left.
-                w.kick.notify_one();
-                continue;
-            }
-            staged.push((
-                Staged {
-                    repo_path: self.remote_path(path),
-                    file: d.clone(),
-                    snap,
-                },
-                path.clone(),
-            ));
-        }
+        let staged = self.snapshot_batch(w, batch).await?;
         let files: Vec<Staged> = staged
             .iter()
             .map(|(s, _)| Staged {
@@ -291,10 +305,7 @@ impl VirtualFs {
                 snap: s.snap.clone(),
             })
             .collect();
-        let mut ops = w.uploader.prepare(&files).await.map_err(|e| match e {
-            crate::write::upload::UploadError::Hub(h) => VfsError::Remote(h),
-            other => VfsError::Upload(other.to_string()),
-        })?;
+        let mut ops = w.uploader.prepare(&files).await.map_err(upload_error)?;
         for (path, meta) in &batch.moves {
             let repo_path = self.remote_path(path);
             match &meta.sha256 {
@@ -326,6 +337,33 @@ impl VirtualFs {
         // of a directory whose last file this commit deletes (and the other way round).
         ops.sort_by_key(|o| !matches!(o, CommitOp::DeleteFile { .. }));
         Ok((ops, staged))
+    }
+
+    /// A snapshot of each file of the batch, with the mount-relative path it was gathered at;
+    /// files renamed since are left for the next round.
+    pub(super) async fn snapshot_batch(&self, w: &Writer, batch: &Batch) -> VfsResult<Vec<(Staged, String)>> {
+        let mut staged = Vec::with_capacity(batch.uploads.len());
+        for (path, d) in &batch.uploads {
+            let file = d.clone();
+            let snap = tokio::task::spawn_blocking(move || file.snapshot())
+                .await
+                .map_err(|e| VfsError::Io(e.to_string()))??;
+            if snap.path != self.remote_path(path) {
+                // Renamed since the round gathered it: the next round commits it where it is now.
+                // Committed here, it would be marked clean at the path it left.
+                w.kick.notify_one();
+                continue;
+            }
+            staged.push((
+                Staged {
+                    repo_path: self.remote_path(path),
+                    file: d.clone(),
+                    snap,
+                },
+                path.clone(),
+            ));
+        }
+        Ok(staged)
     }
 
     /// Sends the commit, re-basing on a moved branch when the touched paths allow it.
