@@ -281,30 +281,27 @@ pub enum Listed<'a> {
 
 /// The entries of a listing under the raw key `prefix`, sorted by path (a file and a folder of the
 /// same name both appear, the file first). Keys match by prefix only, so `logs` also matches
-/// `logs.json` and `logs_old/`. One level deep (relative to the prefix's last `/`) unless
-/// `recursive`, which also lists every folder on the way.
+/// `logs.json` and `logs_old/x`. Without `recursive`, entries are cut one level below the prefix's
+/// own depth (`logs` and `logs/` both list what is inside `logs/`, plus lexical neighbours), as
+/// files and folders; with it, every matching file and no folders (Python's HfFileSystem rebuilds
+/// the folders of a recursive listing itself and would list them twice).
 pub fn listing<'a>(files: &'a BTreeMap<String, BucketFile>, prefix: &str, recursive: bool) -> Vec<(String, Listed<'a>)> {
-    let base = prefix.rfind('/').map(|i| i + 1).unwrap_or(0);
+    let depth = prefix.split('/').filter(|s| !s.is_empty()).count() + 1;
     let mut out: BTreeMap<(String, u8), Listed<'a>> = BTreeMap::new();
-    let newer = |out: &mut BTreeMap<(String, u8), Listed<'a>>, dir: String, f: &'a BucketFile| {
-        let e = out.entry((dir, 1)).or_insert(Listed::Dir(&f.uploaded_at));
-        if let Listed::Dir(at) = e
-            && f.uploaded_at.as_str() > *at
-        {
-            *e = Listed::Dir(&f.uploaded_at);
-        }
-    };
     for (path, f) in files.range(prefix.to_string()..).take_while(|(k, _)| k.starts_with(prefix)) {
-        let rel = &path[base..];
-        if recursive {
-            for (i, _) in rel.match_indices('/') {
-                newer(&mut out, path[..base + i].to_string(), f);
+        let cut = if recursive { None } else { path.match_indices('/').nth(depth - 1).map(|(i, _)| i) };
+        match cut {
+            None => {
+                out.insert((path.clone(), 0), Listed::File(f));
             }
-            out.insert((path.clone(), 0), Listed::File(f));
-        } else if let Some(i) = rel.find('/') {
-            newer(&mut out, path[..base + i].to_string(), f);
-        } else {
-            out.insert((path.clone(), 0), Listed::File(f));
+            Some(i) => {
+                let e = out.entry((path[..i].to_string(), 1)).or_insert(Listed::Dir(&f.uploaded_at));
+                if let Listed::Dir(at) = e
+                    && f.uploaded_at.as_str() > *at
+                {
+                    *e = Listed::Dir(&f.uploaded_at);
+                }
+            }
         }
     }
     out.into_iter().map(|((p, _), l)| (p, l)).collect()
@@ -490,21 +487,17 @@ mod tests {
         .map(|(p, at)| (p.to_string(), f(at)))
         .collect();
         assert_eq!(paths(&listing(&files, "", false)), ["a.txt", "logs/", "logs.json", "logs_old/"]);
-        assert_eq!(paths(&listing(&files, "logs", false)), ["logs/", "logs.json", "logs_old/"]);
+        // `logs` and `logs/` list inside logs/; raw-key neighbours of `logs` come along.
+        assert_eq!(paths(&listing(&files, "logs", false)), ["logs.json", "logs/x/", "logs/y.txt", "logs_old/z"]);
         assert_eq!(paths(&listing(&files, "logs/", false)), ["logs/x/", "logs/y.txt"]);
-        assert_eq!(
-            paths(&listing(&files, "logs/", true)),
-            ["logs/x/", "logs/x/1.txt", "logs/y.txt"]
-        );
-        assert_eq!(
-            paths(&listing(&files, "", true)).len(),
-            8,
-            "5 files and logs/, logs/x/, logs_old/"
-        );
+        assert_eq!(paths(&listing(&files, "logs/", true)), ["logs/x/1.txt", "logs/y.txt"]);
+        assert_eq!(paths(&listing(&files, "", true)).len(), 5, "files only");
         assert!(listing(&files, "nope", true).is_empty());
         // A folder carries the newest upload below it.
         let all = listing(&files, "", false);
         let logs = all.iter().find(|(p, l)| p == "logs" && matches!(l, Listed::Dir(_))).unwrap();
         assert_eq!(logs.1, Listed::Dir("5"));
+        let top = listing(&files, "logs/x", false);
+        assert_eq!(paths(&top), ["logs/x/1.txt"]);
     }
 }
