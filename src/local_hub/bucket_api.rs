@@ -19,7 +19,9 @@ use serde_json::{Value, json};
 use super::auth::Caller;
 use super::bucket_store::{Bucket, BucketDoc, BucketFile, BucketId};
 use super::error::{HubError, HubResult};
-use super::http_util::{http_date, json_response, not_modified, query_flag, query_str, read_body, set_header, with_headers};
+use super::http_util::{
+    http_date, json_response, not_modified, query_flag, query_str, read_body, set_header, with_headers,
+};
 use super::names::encode_segment;
 use super::routes::BucketRoute;
 use super::server::Req;
@@ -156,7 +158,10 @@ async fn create(state: &HubState, req: Req, id: BucketId) -> HubResult<Response>
     }
     state.buckets.create(&id, private)?;
     tracing::info!(bucket = %id, private, "bucket created");
-    Ok(json_response(StatusCode::OK, &json!({"url": url, "id": id.id(), "name": id.id()})))
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"url": url, "id": id.id(), "name": id.id()}),
+    ))
 }
 
 async fn info(state: &HubState, req: Req, id: BucketId) -> HubResult<Response> {
@@ -285,17 +290,30 @@ pub enum Listed<'a> {
 /// own depth (`logs` and `logs/` both list what is inside `logs/`, plus lexical neighbours), as
 /// files and folders; with it, every matching file and no folders (Python's HfFileSystem rebuilds
 /// the folders of a recursive listing itself and would list them twice).
-pub fn listing<'a>(files: &'a BTreeMap<String, BucketFile>, prefix: &str, recursive: bool) -> Vec<(String, Listed<'a>)> {
+pub fn listing<'a>(
+    files: &'a BTreeMap<String, BucketFile>,
+    prefix: &str,
+    recursive: bool,
+) -> Vec<(String, Listed<'a>)> {
     let depth = prefix.split('/').filter(|s| !s.is_empty()).count() + 1;
     let mut out: BTreeMap<(String, u8), Listed<'a>> = BTreeMap::new();
-    for (path, f) in files.range(prefix.to_string()..).take_while(|(k, _)| k.starts_with(prefix)) {
-        let cut = if recursive { None } else { path.match_indices('/').nth(depth - 1).map(|(i, _)| i) };
+    for (path, f) in files
+        .range(prefix.to_string()..)
+        .take_while(|(k, _)| k.starts_with(prefix))
+    {
+        let cut = if recursive {
+            None
+        } else {
+            path.match_indices('/').nth(depth - 1).map(|(i, _)| i)
+        };
         match cut {
             None => {
                 out.insert((path.clone(), 0), Listed::File(f));
             }
             Some(i) => {
-                let e = out.entry((path[..i].to_string(), 1)).or_insert(Listed::Dir(&f.uploaded_at));
+                let e = out
+                    .entry((path[..i].to_string(), 1))
+                    .or_insert(Listed::Dir(&f.uploaded_at));
                 if let Listed::Dir(at) = e
                     && f.uploaded_at.as_str() > *at
                 {
@@ -390,9 +408,11 @@ async fn xet_token(state: &HubState, req: Req, id: BucketId, write: bool) -> Hub
 }
 
 /// `HEAD|GET /buckets/{id}/resolve/{path}`: the Xet headers of a repo's Xet file (hash, token and
-/// reconstruction links), then a 302 to the blob origin, which serves the bytes with ranges for
-/// clients without Xet. A HEAD's `Content-Length` is the file size (hf-hub reads it there); an
-/// empty file is served directly (it has no Xet content to point at).
+/// reconstruction links, `X-Linked-Size`). A GET is then a 302 to the blob origin, which serves the
+/// bytes with ranges for clients without Xet. A HEAD answers 200 with the file's size as
+/// `Content-Length`: hf-hub's bucket metadata call HEADs without following redirects and takes
+/// any non-2xx for an error, and Python reads the same headers from either answer. An empty file
+/// is served directly (there is no Xet content to point at).
 async fn resolve(state: &HubState, req: Req, id: BucketId, path: String) -> HubResult<Response> {
     if req.method != Method::GET && req.method != Method::HEAD {
         return Err(HubError::MethodNotAllowed);
@@ -445,9 +465,12 @@ async fn resolve(state: &HubState, req: Req, id: BucketId, path: String) -> HubR
         set_header(&mut h, "content-length", "0");
         return Ok(with_headers(StatusCode::OK, h, Body::empty()));
     }
+    if req.method == Method::HEAD {
+        set_header(&mut h, "content-length", &f.size.to_string());
+        return Ok(with_headers(StatusCode::OK, h, Body::empty()));
+    }
     set_header(&mut h, "location", &state.presign(&format!("/xet/{}", f.xet_hash)));
-    let len = if req.method == Method::HEAD { f.size } else { 0 };
-    set_header(&mut h, "content-length", &len.to_string());
+    set_header(&mut h, "content-length", "0");
     Ok(with_headers(StatusCode::FOUND, h, Body::empty()))
 }
 
@@ -486,16 +509,25 @@ mod tests {
         .into_iter()
         .map(|(p, at)| (p.to_string(), f(at)))
         .collect();
-        assert_eq!(paths(&listing(&files, "", false)), ["a.txt", "logs/", "logs.json", "logs_old/"]);
+        assert_eq!(
+            paths(&listing(&files, "", false)),
+            ["a.txt", "logs/", "logs.json", "logs_old/"]
+        );
         // `logs` and `logs/` list inside logs/; raw-key neighbours of `logs` come along.
-        assert_eq!(paths(&listing(&files, "logs", false)), ["logs.json", "logs/x/", "logs/y.txt", "logs_old/z"]);
+        assert_eq!(
+            paths(&listing(&files, "logs", false)),
+            ["logs.json", "logs/x/", "logs/y.txt", "logs_old/z"]
+        );
         assert_eq!(paths(&listing(&files, "logs/", false)), ["logs/x/", "logs/y.txt"]);
         assert_eq!(paths(&listing(&files, "logs/", true)), ["logs/x/1.txt", "logs/y.txt"]);
         assert_eq!(paths(&listing(&files, "", true)).len(), 5, "files only");
         assert!(listing(&files, "nope", true).is_empty());
         // A folder carries the newest upload below it.
         let all = listing(&files, "", false);
-        let logs = all.iter().find(|(p, l)| p == "logs" && matches!(l, Listed::Dir(_))).unwrap();
+        let logs = all
+            .iter()
+            .find(|(p, l)| p == "logs" && matches!(l, Listed::Dir(_)))
+            .unwrap();
         assert_eq!(logs.1, Listed::Dir("5"));
         let top = listing(&files, "logs/x", false);
         assert_eq!(paths(&top), ["logs/x/1.txt"]);

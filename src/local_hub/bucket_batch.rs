@@ -87,7 +87,11 @@ fn source_files(state: &HubState, caller: Option<&Caller>, ty: &str, id: &str) -
         "model" => RepoType::Model,
         "dataset" => RepoType::Dataset,
         "space" => RepoType::Space,
-        other => return Err(format!("Invalid sourceRepoType {other:?}: use bucket, model, dataset or space")),
+        other => {
+            return Err(format!(
+                "Invalid sourceRepoType {other:?}: use bucket, model, dataset or space"
+            ));
+        }
     };
     let (ns, name) = id
         .split_once('/')

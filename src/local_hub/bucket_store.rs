@@ -179,12 +179,15 @@ impl BucketStore {
                 if !file.is_file() {
                     continue;
                 }
-                let (Some(n), Some(m)) = (ns.file_name().to_str().map(str::to_string), name.file_name().to_str().map(str::to_string))
-                else {
+                let (Some(n), Some(m)) = (
+                    ns.file_name().to_str().map(str::to_string),
+                    name.file_name().to_str().map(str::to_string),
+                ) else {
                     continue;
                 };
                 let Ok(id) = BucketId::new(&n, &m) else { continue };
-                let data = std::fs::read(&file).map_err(|e| HubError::internal(format!("reading {}: {e}", file.display())))?;
+                let data =
+                    std::fs::read(&file).map_err(|e| HubError::internal(format!("reading {}: {e}", file.display())))?;
                 let doc: BucketDoc = serde_json::from_slice(&data)
                     .map_err(|e| HubError::internal(format!("parsing {}: {e}", file.display())))?;
                 buckets.insert(id.clone(), Arc::new(Bucket::new(id, dir, doc)));
@@ -369,7 +372,10 @@ mod tests {
         assert!(s3.get(&id).is_none());
         let m3 = s3.get(&to).unwrap();
         s3.delete(&m3).unwrap();
-        assert!(matches!(s3.save(&m3, (*m3.doc()).clone()), Err(HubError::BucketNotFound { .. })));
+        assert!(matches!(
+            s3.save(&m3, (*m3.doc()).clone()),
+            Err(HubError::BucketNotFound { .. })
+        ));
         assert!(BucketStore::open(d.path(), 1000).unwrap().get(&to).is_none());
     }
 }

@@ -4,24 +4,43 @@
 
 use axum::http::Method;
 
-use super::error::{HubError, HubResult};
 use super::bucket_store::BucketId;
+use super::error::{HubError, HubResult};
 use super::names::{RepoId, RepoType, decode_segment, validate_file_path};
 
 /// Routes of storage buckets (`/api/buckets/…` and `/buckets/{ns}/{name}/resolve/…`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BucketRoute {
     /// `GET /api/buckets/{ns}`.
-    List { namespace: String },
+    List {
+        namespace: String,
+    },
     /// `GET` info, `POST` create, `DELETE` delete. The namespace may be `me` (the caller).
-    Bucket { id: BucketId },
-    Settings { id: BucketId },
+    Bucket {
+        id: BucketId,
+    },
+    Settings {
+        id: BucketId,
+    },
     /// `prefix` is the raw key prefix (no trailing slash trimmed: `a/` lists inside `a`).
-    Tree { id: BucketId, prefix: String },
-    PathsInfo { id: BucketId },
-    Batch { id: BucketId },
-    XetToken { id: BucketId, write: bool },
-    Resolve { id: BucketId, path: String },
+    Tree {
+        id: BucketId,
+        prefix: String,
+    },
+    PathsInfo {
+        id: BucketId,
+    },
+    Batch {
+        id: BucketId,
+    },
+    XetToken {
+        id: BucketId,
+        write: bool,
+    },
+    Resolve {
+        id: BucketId,
+        path: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,22 +50,68 @@ pub enum Route {
     DeleteRepo,
     ValidateYaml,
     ListRepos(RepoType),
-    Info { repo: RepoId, rev: Option<String> },
-    Tree { repo: RepoId, rev: String, path: String },
-    PathsInfo { repo: RepoId, rev: String },
-    Preupload { repo: RepoId, rev: String },
-    Commit { repo: RepoId, rev: String },
-    Refs { repo: RepoId },
-    Commits { repo: RepoId, rev: String },
-    XetToken { repo: RepoId, rev: String, write: bool },
-    Branch { repo: RepoId, name: String },
-    Tag { repo: RepoId, name: String },
-    Settings { repo: RepoId },
-    Discussions { repo: RepoId },
-    Discussion { repo: RepoId, num: u64 },
-    Resolve { repo: RepoId, rev: String, path: String },
-    LfsBatch { repo: RepoId },
-    LfsVerify { repo: RepoId },
+    Info {
+        repo: RepoId,
+        rev: Option<String>,
+    },
+    Tree {
+        repo: RepoId,
+        rev: String,
+        path: String,
+    },
+    PathsInfo {
+        repo: RepoId,
+        rev: String,
+    },
+    Preupload {
+        repo: RepoId,
+        rev: String,
+    },
+    Commit {
+        repo: RepoId,
+        rev: String,
+    },
+    Refs {
+        repo: RepoId,
+    },
+    Commits {
+        repo: RepoId,
+        rev: String,
+    },
+    XetToken {
+        repo: RepoId,
+        rev: String,
+        write: bool,
+    },
+    Branch {
+        repo: RepoId,
+        name: String,
+    },
+    Tag {
+        repo: RepoId,
+        name: String,
+    },
+    Settings {
+        repo: RepoId,
+    },
+    Discussions {
+        repo: RepoId,
+    },
+    Discussion {
+        repo: RepoId,
+        num: u64,
+    },
+    Resolve {
+        repo: RepoId,
+        rev: String,
+        path: String,
+    },
+    LfsBatch {
+        repo: RepoId,
+    },
+    LfsVerify {
+        repo: RepoId,
+    },
     AdminFaults,
     AdminStats,
     AdminLimits,
@@ -256,9 +321,7 @@ mod tests {
         let id = BucketId::new("ns", "b").unwrap();
         assert_eq!(
             p("/api/buckets/ns").unwrap(),
-            Route::Bucket(BucketRoute::List {
-                namespace: "ns".into()
-            })
+            Route::Bucket(BucketRoute::List { namespace: "ns".into() })
         );
         assert_eq!(
             p("/api/buckets/ns/b").unwrap(),

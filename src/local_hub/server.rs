@@ -17,13 +17,13 @@ use tokio::task::JoinHandle;
 use xet_client::cas_client::{LocalServer, LocalServerConfig};
 
 use super::auth::{Auth, Caller, TokenSpec};
+use super::bucket_store::BucketStore;
 use super::error::{HubError, HubResult};
 use super::faults::{FaultSettings, Faults, RouteClass};
 use super::http_util::{json_response, parse_query, read_body};
 use super::limits::{CommitLimit, RepoCommitStats};
 use super::routes::Route;
 use super::state::{HubState, HubStateParts, random_hex};
-use super::bucket_store::BucketStore;
 use super::store::{RefKind, Store};
 use super::{api_read, api_write, bucket_api, discussions, lfs, resolve, xet};
 

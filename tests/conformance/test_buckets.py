@@ -290,13 +290,15 @@ def test_plain_http_resolve(api, bucket, endpoint, local_tree):
     root, files = local_tree["root"], local_tree["files"]
     api.batch_bucket_files(bucket, add=[(str(root / "weights/model.bin"), "w.bin"), (str(root / "empty.txt"), "e")])
     big = files["weights/model.bin"]
-    head = _raw(endpoint, "HEAD", f"/buckets/{bucket}/resolve/w.bin", ALICE, follow_redirects=False)
-    assert head.status_code == 302
     xet_hash = _files(api, bucket)["w.bin"].xet_hash
-    assert head.headers["x-xet-hash"] == xet_hash
-    assert head.headers["x-linked-size"] == str(len(big))
-    assert 'rel="xet-auth"' in head.headers["link"] and 'rel="xet-reconstruction-info"' in head.headers["link"]
-    location = head.headers["location"]
+    for method, status in (("HEAD", 200), ("GET", 302)):
+        r = _raw(endpoint, method, f"/buckets/{bucket}/resolve/w.bin", ALICE, follow_redirects=False)
+        assert r.status_code == status, method
+        assert r.headers["x-xet-hash"] == xet_hash
+        assert r.headers["x-linked-size"] == str(len(big))
+        assert 'rel="xet-auth"' in r.headers["link"] and 'rel="xet-reconstruction-info"' in r.headers["link"]
+    assert r.headers["location"] != f"{endpoint}/buckets/{bucket}/resolve/w.bin"
+    location = r.headers["location"]
     r = get_session().get(location, headers={"Range": "bytes=100-1099"})
     assert r.status_code == 206 and r.content == big[100:1100]
     r = _raw(endpoint, "GET", f"/buckets/{bucket}/resolve/w.bin", ALICE, follow_redirects=True)
