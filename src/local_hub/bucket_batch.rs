@@ -53,25 +53,35 @@ fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-/// The size of a Xet file the CAS holds, `None` if it holds no such file.
-async fn cas_file_size(state: &HubState, hash: &str) -> Option<u64> {
+/// The size of a Xet file the CAS holds, `None` if it holds no such file. A miss is asked again a
+/// few times over 0.7 s: a client sends its batch right after its shard upload was answered, and the
+/// CAS must not lose that race. Answers are kept per batch (`seen`), so a batch naming one unknown
+/// hash many times waits once.
+async fn cas_file_size(state: &HubState, seen: &mut HashMap<String, Option<u64>>, hash: &str) -> Option<u64> {
     if hash == EMPTY_FILE_HASH {
         return Some(0);
     }
     if let Some(s) = state.buckets.known_xet_size(hash) {
         return Some(s);
     }
+    if let Some(answer) = seen.get(hash) {
+        return *answer;
+    }
     let h = MerkleHash::from_hex(hash).ok()?;
-    match state.cas_client.get_file_size(&h).await {
-        Ok(size) => {
-            state.buckets.remember_xet_size(hash, size);
-            Some(size)
-        }
-        Err(e) => {
-            tracing::debug!(%hash, error = %e, "xet file not in the CAS");
-            None
+    let mut answer = None;
+    for wait_ms in [0, 100, 200, 400] {
+        tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+        match state.cas_client.get_file_size(&h).await {
+            Ok(size) => {
+                state.buckets.remember_xet_size(hash, size);
+                answer = Some(size);
+                break;
+            }
+            Err(e) => tracing::debug!(%hash, error = %e, "xet file not in the CAS (yet)"),
         }
     }
+    seen.insert(hash.to_string(), answer);
+    answer
 }
 
 /// Xet hashes of a copy source and their sizes: a bucket's files, or the files of every branch of
@@ -160,6 +170,7 @@ async fn check(
     state: &HubState,
     caller: Option<&Caller>,
     sources: &mut HashMap<(String, String), SourceFiles>,
+    cas: &mut HashMap<String, Option<u64>>,
     v: &Value,
 ) -> Result<Change, String> {
     let path = str_field(v, "path")?.to_string();
@@ -168,7 +179,7 @@ async fn check(
         Some("deleteFile") => Ok(Change::Delete { path }),
         Some("addFile") => {
             let hash = xet_hash(v)?;
-            let size = cas_file_size(state, &hash)
+            let size = cas_file_size(state, cas, &hash)
                 .await
                 .ok_or_else(|| format!("Xet file {hash} not found: upload its content to the CAS first"))?;
             Ok(Change::Put {
@@ -224,10 +235,11 @@ pub async fn batch(state: &HubState, req: Req, id: BucketId) -> HubResult<Respon
 
     // Checks that need the CAS or other buckets and repos run before the bucket is locked.
     let mut sources = HashMap::new();
+    let mut cas = HashMap::new();
     let mut checked = Vec::with_capacity(lines.len());
     for v in &lines {
         let path = v["path"].as_str().unwrap_or_default().to_string();
-        checked.push((path, check(state, caller.as_ref(), &mut sources, v).await));
+        checked.push((path, check(state, caller.as_ref(), &mut sources, &mut cas, v).await));
     }
 
     let _w = b.write.lock().await;

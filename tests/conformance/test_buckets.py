@@ -336,3 +336,12 @@ def test_tokens_and_access(hf, endpoint, api, bob_api, local_read_api, local_wri
             list(HfApi(endpoint=endpoint, token=False).list_bucket_tree(private))
     finally:
         local_write_api.delete_bucket(private)
+
+
+def test_demo_bucket(anon_api, tmp_path):
+    """`--seed-demo` seeds a public bucket with two Xet files."""
+    files = _files(anon_api, "demo/scratch-bucket")
+    assert set(files) == {"hello.txt", "data/numbers.csv"}
+    anon_api.download_bucket_files("demo/scratch-bucket", [("hello.txt", tmp_path / "hello.txt")])
+    assert (tmp_path / "hello.txt").read_bytes() == b"Hello from the hubfs demo bucket!\n"
+    assert files["data/numbers.csv"].size == len(b"n,square\n" + b"".join(b"%d,%d\n" % (i, i * i) for i in range(100)))
