@@ -346,6 +346,10 @@ pub struct LocalHubArgs {
     /// more is refused with the Hub's 400. 0 for no limit.
     #[arg(long, value_name = "N", default_value_t = crate::local_hub::limits::MAX_DIR_ENTRIES)]
     pub dir_entry_limit: usize,
+    /// Most operations one bucket batch (and paths one bucket paths-info request) may carry, where
+    /// the Hub's clients split their requests; more is refused with a 400. 0 for no limit.
+    #[arg(long, value_name = "N", default_value_t = crate::local_hub::limits::MAX_BUCKET_BATCH_OPS)]
+    pub bucket_batch_limit: usize,
     #[command(flatten)]
     pub faults: FaultArgs,
 }
@@ -465,6 +469,7 @@ fn run_local_hub(args: LocalHubArgs) -> anyhow::Result<()> {
         faults,
         commit_limit: args.commit_limit,
         dir_entry_limit: args.dir_entry_limit,
+        bucket_batch_limit: args.bucket_batch_limit,
     };
     let rt = runtime()?;
     rt.block_on(async move {

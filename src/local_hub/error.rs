@@ -10,6 +10,10 @@ use axum::response::{IntoResponse, Response};
 pub enum HubError {
     #[error("Repository not found")]
     RepoNotFound { anonymous: bool },
+    /// A bucket that does not exist or that the caller may not see; the Hub sends the repos' code,
+    /// which clients turn into their bucket error for `/api/buckets/` URLs.
+    #[error("Bucket not found")]
+    BucketNotFound { anonymous: bool },
     #[error("Invalid rev id: {0}")]
     RevisionNotFound(String),
     #[error("{0}")]
@@ -54,6 +58,8 @@ impl HubError {
         match self {
             HubError::RepoNotFound { anonymous: true } => StatusCode::UNAUTHORIZED,
             HubError::RepoNotFound { anonymous: false } => StatusCode::NOT_FOUND,
+            HubError::BucketNotFound { anonymous: true } => StatusCode::UNAUTHORIZED,
+            HubError::BucketNotFound { anonymous: false } => StatusCode::NOT_FOUND,
             HubError::RevisionNotFound(_) | HubError::EntryNotFound(_) | HubError::RouteNotFound => {
                 StatusCode::NOT_FOUND
             }
@@ -73,7 +79,7 @@ impl HubError {
 
     fn code(&self) -> Option<&'static str> {
         match self {
-            HubError::RepoNotFound { .. } => Some("RepoNotFound"),
+            HubError::RepoNotFound { .. } | HubError::BucketNotFound { .. } => Some("RepoNotFound"),
             HubError::RevisionNotFound(_) => Some("RevisionNotFound"),
             HubError::EntryNotFound(_) => Some("EntryNotFound"),
             _ => None,
@@ -83,7 +89,9 @@ impl HubError {
     fn message(&self) -> String {
         match self {
             // The real Hub hides whether a private repo exists from anonymous callers this way.
-            HubError::RepoNotFound { anonymous: true } => "Invalid username or password.".to_string(),
+            HubError::RepoNotFound { anonymous: true } | HubError::BucketNotFound { anonymous: true } => {
+                "Invalid username or password.".to_string()
+            }
             other => other.to_string(),
         }
     }

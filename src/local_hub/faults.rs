@@ -38,8 +38,9 @@ pub enum RouteClass {
     /// Every request to the Xet CAS origin.
     #[serde(rename = "cas")]
     Cas,
-    /// Write calls of the API: `…/commit/…` and `…/preupload/…` (a class of its own so a test can
-    /// break commits while listings keep working).
+    /// Write calls of the API: `…/commit/…`, `…/preupload/…` and bucket batches
+    /// (`/api/buckets/{id}/batch`), a class of its own so a test can break writes while listings
+    /// keep working.
     #[serde(rename = "commit")]
     Commit,
     /// CAS: `GET /v1|v2/reconstructions…` (which xorb ranges make up a file).
@@ -256,11 +257,19 @@ pub fn classify(path: &str) -> Option<RouteClass> {
         None
     } else if !path.starts_with("/api/") && path.contains("/resolve/") {
         Some(RouteClass::Resolve)
-    } else if path.starts_with("/api/") && (path.contains("/commit/") || path.contains("/preupload/")) {
+    } else if path.starts_with("/api/") && (path.contains("/commit/") || path.contains("/preupload/"))
+        || is_bucket_batch(path)
+    {
         Some(RouteClass::Commit)
     } else {
         Some(RouteClass::Api)
     }
+}
+
+/// `/api/buckets/{ns}/{name}/batch`: a bucket's writes, faulted with the commits.
+fn is_bucket_batch(path: &str) -> bool {
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    matches!(segs.as_slice(), ["api", "buckets", _, _, "batch"])
 }
 
 /// The protocol step of a request on the CAS origin, if it is one of the fine classes. API paths
@@ -537,6 +546,15 @@ mod tests {
         for (m, path, want) in cases {
             assert_eq!(cas_step(m, path), want, "{m} {path}");
         }
+    }
+
+    #[test]
+    fn bucket_routes_are_classified() {
+        assert_eq!(classify("/api/buckets/ns/b/batch"), Some(RouteClass::Commit));
+        assert_eq!(classify("/api/buckets/ns/batch"), Some(RouteClass::Api));
+        assert_eq!(classify("/api/buckets/ns/b/tree/batch"), Some(RouteClass::Api));
+        assert_eq!(classify("/api/buckets/ns/b/xet-write-token"), Some(RouteClass::Api));
+        assert_eq!(classify("/buckets/ns/b/resolve/x.bin"), Some(RouteClass::Resolve));
     }
 
     #[test]

@@ -29,6 +29,10 @@ pub const MAX_REGULAR_FILE: u64 = 10 << 20;
 /// Most entries (files and folders) one directory may hold ("Each directory in your git repo can
 /// only contain up to 10000 files"): the default of `LocalHubConfig::dir_entry_limit`.
 pub const MAX_DIR_ENTRIES: usize = 10_000;
+/// Most operations one bucket batch may carry, and paths one bucket paths-info request may name:
+/// both stock clients (huggingface_hub, hf-hub) split their requests at 1,000, the Hub's limit as
+/// far as they show it. The default of `LocalHubConfig::bucket_batch_limit`.
+pub const MAX_BUCKET_BATCH_OPS: usize = 1000;
 /// Commit times kept per repo beyond what the current limit needs, so a limit raised at runtime
 /// still sees the commits made before it (up to this many).
 const KEEP_TIMES: usize = 10_000;

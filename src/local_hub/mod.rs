@@ -7,6 +7,9 @@
 mod api_read;
 mod api_write;
 pub mod auth;
+mod bucket_api;
+mod bucket_batch;
+pub mod bucket_store;
 mod discussions;
 pub mod error;
 pub mod faults;

@@ -4,8 +4,44 @@
 
 use axum::http::Method;
 
+use super::bucket_store::BucketId;
 use super::error::{HubError, HubResult};
 use super::names::{RepoId, RepoType, decode_segment, validate_file_path};
+
+/// Routes of storage buckets (`/api/buckets/…` and `/buckets/{ns}/{name}/resolve/…`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BucketRoute {
+    /// `GET /api/buckets/{ns}`.
+    List {
+        namespace: String,
+    },
+    /// `GET` info, `POST` create, `DELETE` delete. The namespace may be `me` (the caller).
+    Bucket {
+        id: BucketId,
+    },
+    Settings {
+        id: BucketId,
+    },
+    /// `prefix` is the raw key prefix (no trailing slash trimmed: `a/` lists inside `a`).
+    Tree {
+        id: BucketId,
+        prefix: String,
+    },
+    PathsInfo {
+        id: BucketId,
+    },
+    Batch {
+        id: BucketId,
+    },
+    XetToken {
+        id: BucketId,
+        write: bool,
+    },
+    Resolve {
+        id: BucketId,
+        path: String,
+    },
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
@@ -14,25 +50,74 @@ pub enum Route {
     DeleteRepo,
     ValidateYaml,
     ListRepos(RepoType),
-    Info { repo: RepoId, rev: Option<String> },
-    Tree { repo: RepoId, rev: String, path: String },
-    PathsInfo { repo: RepoId, rev: String },
-    Preupload { repo: RepoId, rev: String },
-    Commit { repo: RepoId, rev: String },
-    Refs { repo: RepoId },
-    Commits { repo: RepoId, rev: String },
-    XetToken { repo: RepoId, rev: String, write: bool },
-    Branch { repo: RepoId, name: String },
-    Tag { repo: RepoId, name: String },
-    Settings { repo: RepoId },
-    Discussions { repo: RepoId },
-    Discussion { repo: RepoId, num: u64 },
-    Resolve { repo: RepoId, rev: String, path: String },
-    LfsBatch { repo: RepoId },
-    LfsVerify { repo: RepoId },
+    Info {
+        repo: RepoId,
+        rev: Option<String>,
+    },
+    Tree {
+        repo: RepoId,
+        rev: String,
+        path: String,
+    },
+    PathsInfo {
+        repo: RepoId,
+        rev: String,
+    },
+    Preupload {
+        repo: RepoId,
+        rev: String,
+    },
+    Commit {
+        repo: RepoId,
+        rev: String,
+    },
+    Refs {
+        repo: RepoId,
+    },
+    Commits {
+        repo: RepoId,
+        rev: String,
+    },
+    XetToken {
+        repo: RepoId,
+        rev: String,
+        write: bool,
+    },
+    Branch {
+        repo: RepoId,
+        name: String,
+    },
+    Tag {
+        repo: RepoId,
+        name: String,
+    },
+    Settings {
+        repo: RepoId,
+    },
+    Discussions {
+        repo: RepoId,
+    },
+    Discussion {
+        repo: RepoId,
+        num: u64,
+    },
+    Resolve {
+        repo: RepoId,
+        rev: String,
+        path: String,
+    },
+    LfsBatch {
+        repo: RepoId,
+    },
+    LfsVerify {
+        repo: RepoId,
+    },
     AdminFaults,
     AdminStats,
     AdminLimits,
+    /// `POST /api/repos/move` (buckets only on this local Hub).
+    MoveRepo,
+    Bucket(BucketRoute),
 }
 
 fn join_path(segs: &[String]) -> String {
@@ -56,6 +141,16 @@ pub fn parse(method: &Method, raw_path: &str) -> HubResult<Route> {
         ["api", "repos", "create"] => return Ok(Route::CreateRepo),
         ["api", "repos", "delete"] => return Ok(Route::DeleteRepo),
         ["api", "validate-yaml"] => return Ok(Route::ValidateYaml),
+        ["api", "repos", "move"] => return Ok(Route::MoveRepo),
+        ["api", "buckets", rest @ ..] => return parse_bucket_api(rest).map(Route::Bucket),
+        ["buckets", ns, name, "resolve", path @ ..] if !path.is_empty() => {
+            let path = join_path(&segs[4..]);
+            validate_file_path(&path)?;
+            return Ok(Route::Bucket(BucketRoute::Resolve {
+                id: BucketId::new(ns, name)?,
+                path,
+            }));
+        }
         ["api", types] if *method == Method::GET => {
             if let Some(ty) = RepoType::from_plural(types) {
                 return Ok(Route::ListRepos(ty));
@@ -67,6 +162,32 @@ pub fn parse(method: &Method, raw_path: &str) -> HubResult<Route> {
         return parse_api(&segs[1..]);
     }
     parse_web(&segs)
+}
+
+fn parse_bucket_api(rest: &[&str]) -> HubResult<BucketRoute> {
+    let route = match rest {
+        [ns] => BucketRoute::List {
+            namespace: ns.to_string(),
+        },
+        [ns, name, more @ ..] => {
+            let id = BucketId::new(ns, name)?;
+            match more {
+                [] => BucketRoute::Bucket { id },
+                ["settings"] => BucketRoute::Settings { id },
+                ["paths-info"] => BucketRoute::PathsInfo { id },
+                ["batch"] => BucketRoute::Batch { id },
+                ["xet-read-token"] => BucketRoute::XetToken { id, write: false },
+                ["xet-write-token"] => BucketRoute::XetToken { id, write: true },
+                ["tree", prefix @ ..] => BucketRoute::Tree {
+                    id,
+                    prefix: prefix.join("/"),
+                },
+                _ => return Err(HubError::RouteNotFound),
+            }
+        }
+        _ => return Err(HubError::RouteNotFound),
+    };
+    Ok(route)
 }
 
 fn parse_api(segs: &[String]) -> HubResult<Route> {
@@ -193,6 +314,43 @@ mod tests {
             Err(HubError::BadRequest(_))
         ));
         assert!(matches!(p("/api/models/a/b/unknown"), Err(HubError::RouteNotFound)));
+    }
+
+    #[test]
+    fn bucket_routes() {
+        let id = BucketId::new("ns", "b").unwrap();
+        assert_eq!(
+            p("/api/buckets/ns").unwrap(),
+            Route::Bucket(BucketRoute::List { namespace: "ns".into() })
+        );
+        assert_eq!(
+            p("/api/buckets/ns/b").unwrap(),
+            Route::Bucket(BucketRoute::Bucket { id: id.clone() })
+        );
+        // The prefix keeps an encoded or a trailing slash: `logs/` lists inside `logs`.
+        for raw in ["/api/buckets/ns/b/tree/logs%2F", "/api/buckets/ns/b/tree/logs/"] {
+            assert_eq!(
+                p(raw).unwrap(),
+                Route::Bucket(BucketRoute::Tree {
+                    id: id.clone(),
+                    prefix: "logs/".into()
+                })
+            );
+        }
+        assert_eq!(
+            p("/api/buckets/ns/b/tree").unwrap(),
+            Route::Bucket(BucketRoute::Tree {
+                id: id.clone(),
+                prefix: String::new()
+            })
+        );
+        assert_eq!(
+            p("/buckets/ns/b/resolve/a%2Fc%20d.txt").unwrap(),
+            p("/buckets/ns/b/resolve/a/c%20d.txt").unwrap()
+        );
+        assert!(p("/buckets/ns/b/resolve/..%2Fx").is_err());
+        assert!(p("/api/buckets/ns/b/unknown").is_err());
+        assert_eq!(p("/api/repos/move").unwrap(), Route::MoveRepo);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! does nothing, except add the parquet file to a dataset seeded before it existed), with no
 //! downloads. The model's weights are uploaded through the Xet CAS exactly as a client would; the
 //! dataset holds a plain-LFS file, a parquet file stored through Xet and a folder of more than 1,000
-//! files.
+//! files. A small public bucket (`demo/scratch-bucket`) holds two Xet files.
 
 use sha2::{Digest, Sha256};
 use xet::xet_session::{Sha256Policy, XetSessionBuilder};
@@ -15,6 +15,8 @@ use super::store::{CommitRequest, Op, XetBinding};
 
 pub const DEMO_MODEL: &str = "demo/tiny-model";
 pub const DEMO_DATASET: &str = "demo/tiny-dataset";
+/// The demo bucket: `hello.txt` and `data/numbers.csv`, both through Xet.
+pub const DEMO_BUCKET: &str = "demo/scratch-bucket";
 /// Files in the dataset's `data/many/` folder: more than one listing page.
 pub const DEMO_MANY_FILES: usize = 1_100;
 /// Where the dataset's parquet file lives in the repo.
@@ -256,6 +258,43 @@ pub async fn seed_demo(state: &HubState) -> anyhow::Result<()> {
         let ops = vec![parquet_op(state).await?];
         commit(state, &dataset, "Add demo parquet file", ops).await?;
     }
+    seed_bucket(state).await
+}
+
+/// The demo bucket, created once with its two files (a later start finds it, even emptied).
+async fn seed_bucket(state: &HubState) -> anyhow::Result<()> {
+    let id = super::bucket_store::BucketId::new("demo", "scratch-bucket").map_err(err)?;
+    if state.buckets.get(&id).is_some() {
+        return Ok(());
+    }
+    tracing::info!("seeding buckets/{DEMO_BUCKET}");
+    let numbers: String = (0..100).map(|i| format!("{i},{}\n", i * i)).collect();
+    let files = [
+        ("hello.txt", b"Hello from the hubfs demo bucket!\n".to_vec()),
+        ("data/numbers.csv", format!("n,square\n{numbers}").into_bytes()),
+    ];
+    let mut doc_files = std::collections::BTreeMap::new();
+    let now = super::store::now_iso();
+    for (path, data) in files {
+        let entry = upload_xet(state, path, data).await?;
+        let xet_hash = entry.xet_hash.ok_or_else(|| err("the Xet upload gave no hash"))?;
+        doc_files.insert(
+            path.to_string(),
+            super::bucket_store::BucketFile {
+                xet_hash,
+                size: entry.size,
+                mtime_ms: chrono::Utc::now().timestamp_millis(),
+                uploaded_at: now.clone(),
+                content_type: None,
+            },
+        );
+    }
+    let bucket = state.buckets.create(&id, false).map_err(err)?;
+    let _w = bucket.write.lock().await;
+    let mut doc = (*bucket.doc()).clone();
+    doc.files = doc_files;
+    doc.touch();
+    state.buckets.save(&bucket, doc).map_err(err)?;
     Ok(())
 }
 

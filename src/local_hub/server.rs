@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use xet_client::cas_client::{LocalServer, LocalServerConfig};
 
 use super::auth::{Auth, Caller, TokenSpec};
+use super::bucket_store::BucketStore;
 use super::error::{HubError, HubResult};
 use super::faults::{FaultSettings, Faults, RouteClass};
 use super::http_util::{json_response, parse_query, read_body};
@@ -24,7 +25,7 @@ use super::limits::{CommitLimit, RepoCommitStats};
 use super::routes::Route;
 use super::state::{HubState, HubStateParts, random_hex};
 use super::store::{RefKind, Store};
-use super::{api_read, api_write, discussions, lfs, resolve, xet};
+use super::{api_read, api_write, bucket_api, discussions, lfs, resolve, xet};
 
 /// One request as the route handlers see it.
 pub struct Req {
@@ -51,6 +52,9 @@ pub struct LocalHubConfig {
     /// Most entries (files and folders) a commit may leave in a directory it adds to; more is
     /// refused with the Hub's 400. Default: the Hub's 10,000; 0 for no limit.
     pub dir_entry_limit: usize,
+    /// Most operations one bucket batch (and paths one bucket paths-info) may carry; more is
+    /// refused with a 400. Default: 1,000, where the Hub's clients split; 0 for no limit.
+    pub bucket_batch_limit: usize,
 }
 
 impl LocalHubConfig {
@@ -63,6 +67,7 @@ impl LocalHubConfig {
             faults: Vec::new(),
             commit_limit: CommitLimit::default(),
             dir_entry_limit: super::limits::MAX_DIR_ENTRIES,
+            bucket_batch_limit: super::limits::MAX_BUCKET_BATCH_OPS,
         }
     }
 }
@@ -126,6 +131,7 @@ impl LocalHub {
             .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {e}", cfg.data_dir.display()))?;
         let store = Store::open(&cfg.data_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
         store.set_dir_entry_limit(cfg.dir_entry_limit);
+        let buckets = BucketStore::open(&cfg.data_dir, cfg.bucket_batch_limit).map_err(|e| anyhow::anyhow!("{e}"))?;
         let faults = Faults::new();
         for (class, s) in &cfg.faults {
             faults.set(*class, s.clone()).map_err(|e| anyhow::anyhow!(e))?;
@@ -168,6 +174,7 @@ impl LocalHub {
             .build()?;
         let state = Arc::new(HubState::new(HubStateParts {
             store,
+            buckets,
             auth: Auth::new(&cfg.tokens),
             faults: faults.clone(),
             endpoint,
@@ -296,6 +303,15 @@ impl LocalHub {
         self.state.store.set_dir_entry_limit(n);
     }
 
+    /// Most operations a bucket batch (and paths a bucket paths-info) may carry (0 = no limit).
+    pub fn bucket_batch_limit(&self) -> usize {
+        self.state.buckets.batch_limit()
+    }
+
+    pub fn set_bucket_batch_limit(&self, n: usize) {
+        self.state.buckets.set_batch_limit(n);
+    }
+
     pub fn stats(&self, class: RouteClass) -> super::faults::ClassStatsSnapshot {
         self.state.faults.stats(class)
     }
@@ -379,6 +395,8 @@ async fn dispatch(state: &HubState, req: Request) -> HubResult<Response> {
         Route::AdminFaults => admin_faults(state, req).await,
         Route::AdminStats => admin_stats(state, req).await,
         Route::AdminLimits => admin_limits(state, req).await,
+        Route::MoveRepo if is(&Method::POST) => bucket_api::move_bucket(state, req).await,
+        Route::Bucket(r) => bucket_api::dispatch(state, req, r).await,
         _ => Err(HubError::MethodNotAllowed),
     }
 }
@@ -424,14 +442,16 @@ async fn admin_faults(state: &HubState, req: Req) -> HubResult<Response> {
 }
 
 /// `GET /admin/limits`: the commit budget (`"commit_limit": "128/3600"`, `"0"` = none), the
-/// entries allowed per directory (`"dir_entry_limit": 10000`, 0 = none) and each repo's commits
+/// entries allowed per directory (`"dir_entry_limit": 10000`, 0 = none), the operations allowed per
+/// bucket batch (`"bucket_batch_limit": 1000`, 0 = none) and each repo's commits
 /// (`in_window`, `total`, `refused`, `retry_after`). `POST` with `{"commit_limit": "6/60"}`,
-/// `{"dir_entry_limit": N}` and/or `{"reset_commits": true}` (forgets every repo's commits) changes
+/// `{"dir_entry_limit": N}`, `{"bucket_batch_limit": N}` and/or `{"reset_commits": true}` (forgets every repo's commits) changes
 /// those; settings left out keep their value. Needs a write token, as `/admin/faults`.
 async fn admin_limits(state: &HubState, req: Req) -> HubResult<Response> {
     if let Some(v) = admin_post(req).await? {
         let mut limit = None;
         let mut entries = None;
+        let mut bucket_ops = None;
         let mut reset = false;
         for (k, v) in &v {
             match (k.as_str(), v) {
@@ -448,10 +468,16 @@ async fn admin_limits(state: &HubState, req: Req) -> HubResult<Response> {
                     })?;
                     entries = Some(n);
                 }
+                ("bucket_batch_limit", Value::Number(n)) => {
+                    let n = n.as_u64().and_then(|n| usize::try_from(n).ok()).ok_or_else(|| {
+                        HubError::bad_request(format!("Invalid bucket_batch_limit {n}: a whole number ≥ 0"))
+                    })?;
+                    bucket_ops = Some(n);
+                }
                 ("reset_commits", Value::Bool(b)) => reset = *b,
                 _ => {
                     return Err(HubError::bad_request(format!(
-                        "Unknown or invalid setting {k:?}: use \"commit_limit\": \"N/SECONDS\" (or \"0\"), \"dir_entry_limit\": N and \"reset_commits\": true"
+                        "Unknown or invalid setting {k:?}: use \"commit_limit\": \"N/SECONDS\" (or \"0\"), \"dir_entry_limit\": N, \"bucket_batch_limit\": N and \"reset_commits\": true"
                     )));
                 }
             }
@@ -464,6 +490,10 @@ async fn admin_limits(state: &HubState, req: Req) -> HubResult<Response> {
             state.store.set_dir_entry_limit(n);
             tracing::info!(dir_entry_limit = n, "directory entry limit changed");
         }
+        if let Some(n) = bucket_ops {
+            state.buckets.set_batch_limit(n);
+            tracing::info!(bucket_batch_limit = n, "bucket batch limit changed");
+        }
         if reset {
             state.commits.reset();
             tracing::info!("commit counts reset");
@@ -474,6 +504,7 @@ async fn admin_limits(state: &HubState, req: Req) -> HubResult<Response> {
         &serde_json::json!({
             "commit_limit": state.commits.limit(),
             "dir_entry_limit": state.store.dir_entry_limit(),
+            "bucket_batch_limit": state.buckets.batch_limit(),
             "repos": state.commits.stats(),
         }),
     ))

@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 use xet_client::cas_client::DirectAccessClient;
 
 use super::auth::{Auth, Caller, check_read, check_write};
+use super::bucket_store::BucketStore;
 use super::error::{HubError, HubResult};
 use super::faults::Faults;
 use super::limits::{CommitLimit, CommitLimiter};
@@ -27,6 +28,7 @@ pub const GRANT_TTL: Duration = Duration::from_secs(3600);
 
 pub struct HubState {
     pub store: Store,
+    pub buckets: BucketStore,
     pub auth: Auth,
     pub faults: Arc<Faults>,
     /// `http://127.0.0.1:PORT` of the API origin, the blob origin and the public CAS origin.
@@ -65,6 +67,7 @@ pub fn random_hex(bytes: usize) -> String {
 
 pub struct HubStateParts {
     pub store: Store,
+    pub buckets: BucketStore,
     pub auth: Auth,
     pub faults: Arc<Faults>,
     pub endpoint: String,
@@ -82,6 +85,7 @@ impl HubState {
     pub fn new(p: HubStateParts) -> HubState {
         HubState {
             store: p.store,
+            buckets: p.buckets,
             auth: p.auth,
             faults: p.faults,
             endpoint: p.endpoint,

@@ -34,6 +34,12 @@ pub async fn token(state: &HubState, req: Req, id: RepoId, rev: String, write: b
         let repo = state.readable_repo(&id, req.caller.as_ref())?;
         state.store.resolve(&repo, &rev)?;
     }
+    Ok(token_response(state, write))
+}
+
+/// A fresh CAS token as the Hub hands it out: in the JSON body (hf_xet, hf-hub, hf-mount read it)
+/// and in `X-Xet-*` headers (Python's downloader reads only those). Shared by repos and buckets.
+pub fn token_response(state: &HubState, write: bool) -> Response {
     let (token, exp) = state.issue_cas_token(write);
     let mut resp = json_response(
         StatusCode::OK,
@@ -43,7 +49,7 @@ pub async fn token(state: &HubState, req: Req, id: RepoId, rev: String, write: b
     set_header(h, "x-xet-cas-url", &state.cas_url);
     set_header(h, "x-xet-access-token", &token);
     set_header(h, "x-xet-token-expiration", &exp.to_string());
-    Ok(resp)
+    resp
 }
 
 /// Reads the file sections of a shard: Xet file hash, sha256 (metadata extension) and size.
