@@ -10,7 +10,8 @@
 #   fsx 0.3.2        100,000 operations (1,000,000 with --long) on one file in the mount, ending
 #                    "A-OK"; then unmount (which drains the commits), remount, and compare the file the
 #                    Hub holds with fsx's final image (the same seeded run on local disk).
-# Both tools are installed with `cargo install --locked` if missing. Ends with `posix: N passed, M failed`.
+# Both tools are installed with `cargo install --locked` if missing. Ends with `posix: N passed, M failed`
+# (`posix-bucket: …` with --bucket).
 set -uo pipefail
 
 BIN="${1:?usage: ci/posix.sh HUBFS_BIN [--long] [--bucket]}"
@@ -23,6 +24,8 @@ for a in "${@:2}"; do
     *) echo "unknown option $a"; exit 2 ;;
   esac
 done
+SUMMARY=posix # the last line's prefix, which ci/test.sh counts
+[ "$BUCKET" = 1 ] && SUMMARY=posix-bucket
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/hubfs-posix.XXXXXX")"
 # pjdfstest runs some cases as other users (nobody, daemon): they must reach the mount point.
@@ -42,7 +45,7 @@ trap cleanup EXIT
 # shellcheck source=ci/lib.sh
 . "$ROOT/ci/lib.sh"
 finish() {
-  echo "posix: $PASSED passed, $FAILED failed"
+  echo "$SUMMARY: $PASSED passed, $FAILED failed"
   [ "$FAILED" -eq 0 ]
   exit $?
 }

@@ -12,7 +12,8 @@
 #      ci/commit-plan.sh (copies and steady writers into writable mounts against the Hub's commit limit)
 #      tests/workflows/run.sh (`mount --daemon` from shells that exit, then Python loaders, datasets,
 #        pyarrow, sqlite, git, tar, unzip, libnfs on the mounts; `status`, `unmount`; checked on the Hub)
-#      ci/posix.sh (pjdfstest and fsx on a writable mount; installs both with cargo install)
+#      ci/posix.sh (pjdfstest and fsx on a writable mount, then on a bucket mount; installs both with cargo install)
+#      ci/bucket-smoke.sh (a bucket mounted with --daemon, shell tools and rsync -a, checked with huggingface_hub)
 #      ci/bench.sh --smoke (the fio suite's smoke profile over FUSE and NFS; builds fio's nfs engine)
 #      ci/bench-mmap.sh (a safetensors file loaded through a mount with mmap, beside dd)
 #      ci/bench-listing.sh (200 small files read in listing order over a 30 ms Hub, prefetch on and off)
@@ -185,11 +186,13 @@ script_step "nfs smoke (libnfs)" nfs-smoke 0 bash ci/nfs-smoke.sh "$HUBFS_BIN"
 script_step "conformance" conformance 1 env HUBFS_BIN="$HUBFS_BIN" bash tests/conformance/run.sh
 # needs the conformance venv, hence skipped by --quick too
 script_step "write smoke (shell tools + huggingface_hub)" write-smoke 1 bash ci/write-smoke.sh "$HUBFS_BIN" "$VENV_PY"
+script_step "bucket smoke (mount --daemon, rsync -a, huggingface_hub buckets, kill -9)" bucket-smoke 1 bash ci/bucket-smoke.sh "$HUBFS_BIN" "$VENV_PY"
 # Commit planning against the local Hub's default commit limit (about 2 minutes; needs the venv's python)
 script_step "commit planning (budget, 429, close latency)" commit-plan 1 bash ci/commit-plan.sh "$HUBFS_BIN" "$VENV_PY"
 # needs the conformance venv (numpy, safetensors, pyarrow, pandas, datasets pinned there)
 script_step "workflows (daemon mounts + real programs)" workflows 1 bash tests/workflows/run.sh "$HUBFS_BIN" "$VENV_PY"
 script_step "posix (pjdfstest + fsx)" posix 1 bash ci/posix.sh "$HUBFS_BIN" ${POSIX_LONG:+--long}
+script_step "posix on a bucket mount (pjdfstest + fsx)" posix-bucket 1 bash ci/posix.sh "$HUBFS_BIN" --bucket ${POSIX_LONG:+--long}
 # The fio suite's smoke profile over FUSE and NFS (about 2 minutes): proves the benchmark harness end
 # to end; its figures are not benchmark figures (debug build, small files, shared machine).
 script_step "bench smoke (fio over FUSE and NFS)" bench 1 bash ci/bench.sh --smoke

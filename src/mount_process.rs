@@ -69,6 +69,7 @@ fn revision_of(source: &SourceArgs) -> String {
 /// The registry record of a mount of `source` (pid and start time are filled in by `register`).
 fn record(
     source: &SourceArgs,
+    writable: bool,
     commit: &str,
     mountpoint: String,
     frontend: Frontend,
@@ -84,10 +85,10 @@ fn record(
         commit: commit.to_string(),
         mountpoint,
         frontend,
-        mode: if source.write { "writable" } else { "read-only" }.to_string(),
+        mode: if writable { "writable" } else { "read-only" }.to_string(),
         nfs_addr: nfs_addr.map(|a| a.to_string()),
         log_file: setup.log_file.as_ref().map(|p| p.display().to_string()),
-        status_file: source.write.then(|| {
+        status_file: writable.then(|| {
             cache
                 .join("mounts")
                 .join(format!("{}.json", std::process::id()))
@@ -95,11 +96,7 @@ fn record(
                 .to_string()
         }),
         cache_dir: cache.display().to_string(),
-        drain_secs: if source.write {
-            source.drain_timeout.as_secs()
-        } else {
-            0
-        },
+        drain_secs: if writable { source.drain_timeout.as_secs() } else { 0 },
         control_socket: None,
         passthrough: None,
     }
@@ -212,6 +209,7 @@ pub fn run_mount(mut args: MountArgs) -> anyhow::Result<()> {
     let mounted = crate::mount::mount(req, &rt)?;
     let mut rec = record(
         &args.source,
+        mounted.vfs.is_writable(),
         &mounted.commit,
         absolute(&args.mountpoint).display().to_string(),
         Frontend::Fuse,
@@ -219,7 +217,7 @@ pub fn run_mount(mut args: MountArgs) -> anyhow::Result<()> {
         &setup,
     );
     let _control = control(&mounted.vfs, rt.handle(), &mut rec);
-    if !args.source.write {
+    if !mounted.vfs.is_writable() {
         // The kernel's INIT has been answered once the root can be looked at.
         let _ = std::fs::metadata(&args.mountpoint);
         rec.passthrough = Some(mounted.passthrough.describe().to_string());
@@ -306,6 +304,7 @@ fn run_nfs(
         };
         let rec = record(
             &source,
+            opened.vfs.is_writable(),
             &opened.commit,
             registered_at,
             Frontend::Nfs,

@@ -191,7 +191,12 @@ pub fn run(cache_dir: Option<&Path>, json: bool, verbose: bool) -> anyhow::Resul
     }
     for s in &mounts {
         let m = &s.mount;
-        println!("{}@{} at {} (pid {})", m.repo, m.revision, m.mountpoint, m.pid);
+        // A bucket has no revisions: its line names the bucket alone, its "commit" is its state.
+        if m.repo.starts_with("buckets/") || m.repo.starts_with("hf://buckets/") {
+            println!("{} at {} (pid {})", m.repo, m.mountpoint, m.pid);
+        } else {
+            println!("{}@{} at {} (pid {})", m.repo, m.revision, m.mountpoint, m.pid);
+        }
         let front = match (m.frontend, &m.nfs_addr) {
             (Frontend::Nfs, Some(a)) => format!("nfs {a}"),
             (Frontend::Nfs, None) => "nfs".to_string(),

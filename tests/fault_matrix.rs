@@ -1,5 +1,5 @@
 //! The fault matrix: each remote step hubfs takes (tree listing, resolve/range, Xet reconstruction,
-//! xorb fetch, xorb upload, shard upload, commit) broken by each fault (500, 429 with the Hub's
+//! xorb fetch, xorb upload, shard upload, commit, a bucket's batch) broken by each fault (500, 429 with the Hub's
 //! `RateLimit` header, stall, connection reset) at rate 1.0, through real FUSE mounts of an
 //! in-process local Hub. Every cell checks that the operation using the step returns within its
 //! documented bound with the documented errno, that the step was really reached (the local Hub's
@@ -41,10 +41,12 @@ enum Step {
     XorbUpload,
     ShardUpload,
     Commit,
+    /// A bucket mount's batch request (the local Hub counts it in the commit class).
+    BucketBatch,
 }
 
 impl Step {
-    const ALL: [Step; 7] = [
+    const ALL: [Step; 8] = [
         Step::Listing,
         Step::Resolve,
         Step::Reconstruction,
@@ -52,6 +54,7 @@ impl Step {
         Step::XorbUpload,
         Step::ShardUpload,
         Step::Commit,
+        Step::BucketBatch,
     ];
 
     fn class(self) -> RouteClass {
@@ -62,7 +65,7 @@ impl Step {
             Step::XorbFetch => RouteClass::XorbFetch,
             Step::XorbUpload => RouteClass::XorbUpload,
             Step::ShardUpload => RouteClass::ShardUpload,
-            Step::Commit => RouteClass::Commit,
+            Step::Commit | Step::BucketBatch => RouteClass::Commit,
         }
     }
 
@@ -75,6 +78,7 @@ impl Step {
             Step::XorbUpload => "xorb upload",
             Step::ShardUpload => "shard upload",
             Step::Commit => "commit",
+            Step::BucketBatch => "bucket batch",
         }
     }
 
@@ -90,7 +94,10 @@ impl Step {
     }
 
     fn writes(self) -> bool {
-        matches!(self, Step::XorbUpload | Step::ShardUpload | Step::Commit)
+        matches!(
+            self,
+            Step::XorbUpload | Step::ShardUpload | Step::Commit | Step::BucketBatch
+        )
     }
 }
 
@@ -272,7 +279,11 @@ impl Bench {
             let mut out = BTreeMap::new();
             for e in client.list_tree_recursive(repo, &head, "").await.unwrap() {
                 if let TreeEntry::File { path, lfs_sha256, .. } = e {
-                    let url = format!("{ep}/{}/resolve/{head}/{path}", repo.web_path());
+                    let url = if repo.is_bucket() {
+                        format!("{ep}/{}/resolve/{path}", repo.web_path())
+                    } else {
+                        format!("{ep}/{}/resolve/{head}/{path}", repo.web_path())
+                    };
                     let r = http.get(url).bearer_auth(DEFAULT_WRITE_TOKEN).send().await.unwrap();
                     assert!(r.status().is_success(), "{path}: {}", r.status());
                     let body = r.bytes().await.unwrap();
@@ -283,17 +294,20 @@ impl Bench {
         })
     }
 
-    /// A new dataset repo `local/NAME`.
-    fn create_dataset(&self, name: &str) {
+    /// A new dataset repo `local/NAME` (a bucket when `bucket`).
+    fn create_dataset(&self, name: &str, bucket: bool) {
         let ep = self.hub.endpoint().to_string();
         self.rt.block_on(async {
-            let r = reqwest::Client::new()
-                .post(format!("{ep}/api/repos/create"))
-                .bearer_auth(DEFAULT_WRITE_TOKEN)
-                .json(&json!({"name": name, "organization": "local", "type": "dataset"}))
-                .send()
-                .await
-                .unwrap();
+            let req = if bucket {
+                reqwest::Client::new()
+                    .post(format!("{ep}/api/buckets/local/{name}"))
+                    .json(&json!({}))
+            } else {
+                reqwest::Client::new()
+                    .post(format!("{ep}/api/repos/create"))
+                    .json(&json!({"name": name, "organization": "local", "type": "dataset"}))
+            };
+            let r = req.bearer_auth(DEFAULT_WRITE_TOKEN).send().await.unwrap();
             assert!(r.status().is_success(), "create {name}: {}", r.status());
         });
     }
@@ -425,9 +439,15 @@ impl Bench {
     fn write_cell(&self, cell: &mut Cell) {
         let step = cell.step;
         let name = format!("w-{}", format!("{step:?}").to_lowercase());
-        let repo = RepoRef::dataset(&format!("local/{name}")).unwrap();
-        self.create_dataset(&name);
-        let m = self.mount(&format!("datasets/local/{name}"), true, &name);
+        let bucket = step == Step::BucketBatch;
+        let spec = if bucket {
+            format!("buckets/local/{name}")
+        } else {
+            format!("datasets/local/{name}")
+        };
+        let repo = RepoRef::parse(&spec).unwrap().0;
+        self.create_dataset(&name, bucket);
+        let m = self.mount(&spec, true, &name);
         let root = m.mountpoint.clone();
         std::fs::write(root.join("warm.txt"), b"warm\n").unwrap();
         // close() = preupload + Xet write token + one upload session + the commit, each bounded.
@@ -465,10 +485,11 @@ impl Bench {
         let deadline = Instant::now() + Duration::from_secs(40);
         loop {
             let files = self.hub_files(&repo);
+            // A bucket lists no sha256 (its files are named by Xet hash): the served bytes decide.
             let landed = want.iter().all(|(p, s)| {
                 files
                     .get(*p)
-                    .is_some_and(|(listed, served)| listed.as_deref() == Some(s.as_str()) && served == s)
+                    .is_some_and(|(listed, served)| (bucket || listed.as_deref() == Some(s.as_str())) && served == s)
             });
             if landed && m.vfs.dirty_paths().is_empty() {
                 cell.recovered = rc2 == 0;
@@ -598,7 +619,7 @@ fn commit_step_under_the_hubs_commit_rate_limit() {
         dirs: tempfile::tempdir().unwrap(),
     };
     let name = "w-commit-limit";
-    bench.create_dataset(name);
+    bench.create_dataset(name, false);
     let window = 12;
     bench
         .hub

@@ -148,6 +148,11 @@ impl VirtualFs {
             if node.is_some() || !self.repo.is_bucket() || remote.is_empty() {
                 return Ok::<_, VfsError>(node);
             }
+            if path.is_empty() && self.writer.is_some() {
+                // The root of a writable mount of a bucket prefix: it exists (empty) before the
+                // prefix holds anything.
+                return Ok(Some(Node::Dir));
+            }
             // A bucket's paths-info answers files only; its directories are the prefixes of its
             // files: one is there when its listing has entries (kept for the readdir that tends
             // to follow).

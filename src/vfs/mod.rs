@@ -273,10 +273,9 @@ impl VirtualFs {
             passthrough: passthrough::State::default(),
         };
         let commit = vfs.commit().await?;
-        // A writable bucket mount may start under a prefix that holds nothing yet: its first
-        // file creates it.
-        let empty_prefix_ok = vfs.repo.is_bucket() && vfs.writer.is_some();
-        if !vfs.subfolder.is_empty() && !empty_prefix_ok {
+        // (A writable mount of a bucket prefix passes even while the prefix holds nothing yet:
+        // see `node_at`.)
+        if !vfs.subfolder.is_empty() {
             match vfs.node_at(&commit, "").await? {
                 Some(Node::Dir) => {}
                 _ => return Err(VfsError::NotFound),

@@ -201,7 +201,7 @@ impl VirtualFs {
         let Some(w) = &self.writer else {
             return Err(VfsError::ReadOnly);
         };
-        let remote = match self.node_at(commit, from).await? {
+        let mut remote = match self.node_at(commit, from).await? {
             Some(Node::Dir) => {
                 self.client
                     .list_tree_recursive(&self.repo, commit, &self.remote_path(from))
@@ -210,6 +210,7 @@ impl VirtualFs {
             _ => Vec::new(),
         };
         let base = self.remote_path(from);
+        add_implied_dirs(&mut remote, &base);
         let local = w.overlay.lock().subtree(from);
         let local_paths: std::collections::HashSet<&str> = local.iter().map(|(p, _)| p.as_str()).collect();
         let mut sets: Vec<(String, Entry)> = Vec::new();
@@ -276,5 +277,60 @@ impl VirtualFs {
             self.hide(commit, &old).await?;
         }
         self.hide(commit, from).await
+    }
+}
+
+/// A recursive listing of a bucket has files only (its directories are the prefixes of its files):
+/// adds an entry for every directory strictly below `base` that a file implies and the listing
+/// lacks, so a moved tree keeps its subdirectories.
+fn add_implied_dirs(entries: &mut Vec<crate::hub_client::TreeEntry>, base: &str) {
+    let mut have: std::collections::HashSet<String> = entries
+        .iter()
+        .filter(|e| e.is_dir())
+        .map(|e| e.path().to_string())
+        .collect();
+    let mut implied = Vec::new();
+    for e in entries.iter().filter(|e| !e.is_dir()) {
+        let mut p = e.path();
+        while let Some((parent, _)) = p.rsplit_once('/') {
+            if parent.len() <= base.len() || !have.insert(parent.to_string()) {
+                break;
+            }
+            implied.push(parent.to_string());
+            p = parent;
+        }
+    }
+    entries.extend(implied.into_iter().map(|path| crate::hub_client::TreeEntry::Dir {
+        path,
+        oid: String::new(),
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hub_client::TreeEntry;
+
+    fn file(p: &str) -> TreeEntry {
+        TreeEntry::File {
+            path: p.into(),
+            size: 1,
+            oid: "h".into(),
+            lfs_sha256: None,
+            xet_hash: Some("h".into()),
+            last_commit_date: None,
+        }
+    }
+
+    #[test]
+    fn implied_dirs_of_a_files_only_listing() {
+        let mut e = vec![file("top/a/b/c.txt"), file("top/a/d.txt"), file("top/x.txt")];
+        add_implied_dirs(&mut e, "top");
+        let mut dirs: Vec<&str> = e.iter().filter(|e| e.is_dir()).map(|e| e.path()).collect();
+        dirs.sort();
+        assert_eq!(dirs, vec!["top/a", "top/a/b"]);
+        let mut e = vec![file("a/b.txt")];
+        add_implied_dirs(&mut e, "");
+        assert_eq!(e.iter().filter(|e| e.is_dir()).count(), 1, "a below the root");
     }
 }

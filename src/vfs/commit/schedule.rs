@@ -36,10 +36,13 @@ async fn committer_loop(weak: Weak<VirtualFs>, kick: Arc<Notify>) {
             let Some(vfs) = weak.upgrade() else { return };
             let Some(w) = &vfs.writer else { return };
             // The Hub asked us to wait (429 with Retry-After): no commit before then, however urgent.
-            // Callers of close()/fsync() waiting for a commit get the reason at once; their files
-            // stay staged. Nothing is sent meanwhile, so no request is refused again.
+            // Callers of close()/fsync() waiting for a commit get the reason at once when the wait
+            // is long (the Hub's commit limit); a short one they wait out. Their files stay staged.
+            // Nothing is sent meanwhile, so no request is refused again.
             if let Some((until, wall)) = w.rate_limited_until() {
-                w.refuse_waiters(wall);
+                if until.saturating_duration_since(tokio::time::Instant::now()) > crate::hub_client::MAX_RETRY_WAIT {
+                    w.refuse_waiters(wall);
+                }
                 vfs.write_status();
                 drop(vfs);
                 tokio::select! {
