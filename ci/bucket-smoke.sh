@@ -88,18 +88,18 @@ sha() { sha256sum "$1" | cut -d' ' -f1; }
 cat >"$WORK/verify.py" <<'EOF'
 import hashlib, os, sys, tempfile
 from huggingface_hub import HfApi
-want = {}
+want, bucket = {}, sys.argv[2]
 for line in open(sys.argv[1]):
     parts = line.split()
     want[parts[0]] = (parts[1], int(parts[2]) if len(parts) > 2 else None)
 api = HfApi()
-files = {f.path: f for f in api.list_bucket_tree("local/smoke", recursive=True) if f.type == "file"}
+files = {f.path: f for f in api.list_bucket_tree(bucket, recursive=True) if f.type == "file"}
 ok = True
 if sorted(files) != sorted(want):
     print(f"tree differs: hub {sorted(files)} vs mount {sorted(want)}"); ok = False
 with tempfile.TemporaryDirectory() as d:
     pairs = [(files[p], os.path.join(d, p.replace("/", "__"))) for p in want if p in files]
-    api.download_bucket_files("local/smoke", pairs)
+    api.download_bucket_files(bucket, pairs)
     for f, local in pairs:
         got = hashlib.sha256(open(local, "rb").read()).hexdigest()
         sha, mtime = want[f.path]
@@ -109,7 +109,7 @@ with tempfile.TemporaryDirectory() as d:
             print(f"{f.path}: mtime {f.mtime} != {mtime} (rsync -a set it)"); ok = False
 sys.exit(0 if ok else 1)
 EOF
-timeout 300 "$PY" "$WORK/verify.py" "$WORK/want.txt"
+timeout 300 "$PY" "$WORK/verify.py" "$WORK/want.txt" local/smoke
 check "huggingface_hub: the bucket's tree, every file's sha256, rsync's mtimes" $?
 
 # A second rsync -a finds nothing to do, and the bucket does not change.
@@ -161,6 +161,29 @@ check "its bytes are exactly what was written" $?
 "$BIN" unmount "$MNT" >"$WORK/unmount.out" 2>&1
 check "hubfs unmount" $? || cat "$WORK/unmount.out"
 MOUNT_PID=""
+
+# NFS: a --serve-only bucket server (writable by default), files copied in with libnfs's nfs-cp, checked
+# with huggingface_hub after the server drained.
+if command -v nfs-cp >/dev/null; then
+  "$PY" -c 'from huggingface_hub import HfApi; HfApi().create_bucket("local/smoke-nfs")' >/dev/null 2>&1
+  mkdir -p "$WORK/nfs"
+  setsid bash -c "'$BIN' mount --daemon --nfs --serve-only buckets/local/smoke-nfs '$WORK/nfs' --cache-dir '$WORK/nfs-cache' --nfs-addr 127.0.0.1:0" \
+    >"$WORK/nfs.out" 2>&1 </dev/null
+  check "hubfs mount --nfs --serve-only of a bucket" $? || cat "$WORK/nfs.out"
+  port="$(sed -n 's|^mounted .* at nfs://[0-9.]*:\([0-9]*\)/ .*|\1|p' "$WORK/nfs.out")"
+  q="?nfsport=$port&mountport=$port"
+  head -c 3000000 /dev/urandom >"$WORK/nfs-big"; printf 'over nfs' >"$WORK/nfs-small"
+  timeout 60 nfs-cp "$WORK/nfs-big" "nfs://127.0.0.1//big.bin$q" >/dev/null 2>&1 &&
+    timeout 60 nfs-cp "$WORK/nfs-small" "nfs://127.0.0.1//small.txt$q" >/dev/null 2>&1
+  check "nfs-cp of two files into the bucket server" $?
+  "$BIN" unmount "$WORK/nfs" >/dev/null 2>&1
+  check "hubfs unmount drains the NFS server" $?
+  printf 'big.bin %s\nsmall.txt %s\n' "$(sha "$WORK/nfs-big")" "$(sha "$WORK/nfs-small")" >"$WORK/want-nfs.txt"
+  timeout 120 "$PY" "$WORK/verify.py" "$WORK/want-nfs.txt" local/smoke-nfs
+  check "huggingface_hub: the NFS-written bucket's tree and sha256" $?
+else
+  check "nfs-cp (libnfs-utils) is installed" 1
+fi
 
 echo "bucket-smoke: $PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]

@@ -169,7 +169,9 @@ pub fn explain(repo: &str, revision: &str, e: &VfsError) -> String {
                 );
             }
             VfsError::NotFound => return format!("the prefix to mount does not exist in {repo}"),
-            _ => {}
+            VfsError::Remote(HubClientError::Unauthorized { .. }) => {}
+            VfsError::Remote(HubClientError::Forbidden { .. }) => {}
+            other => return format!("cannot open {repo}: {other}"),
         }
     }
     match e {
