@@ -7,6 +7,7 @@
 #   4. cargo fmt --check, cargo clippy -D warnings, cargo build, cargo test (unit and integration tests,
 #      the VirtualFs model test, the fault matrix and the stress test in their short profiles)
 #   5. ci/nfs-smoke.sh (libnfs's nfs-ls / nfs-cat against `hubfs serve-nfs`)
+#      ci/csi-sanity.sh (kubernetes-csi's csi-sanity against `hubfs csi-node`)
 #      tests/conformance/run.sh (stock huggingface_hub against `hubfs local-hub`, xet and noxet modes)
 #      ci/write-smoke.sh (a writable mount driven by shell tools, checked with huggingface_hub; kill -9)
 #      ci/commit-plan.sh (copies and steady writers into writable mounts against the Hub's commit limit)
@@ -183,6 +184,8 @@ script_step() {
 HUBFS_BIN="$CARGO_TARGET_DIR/debug/hubfs"
 VENV_PY="${HUBFS_VENV:-${HOME:-/root}/.cache/hubfs/venv}/bin/python"
 script_step "nfs smoke (libnfs)" nfs-smoke 0 bash ci/nfs-smoke.sh "$HUBFS_BIN"
+# The CSI node plugin against kubernetes-csi's csi-sanity (installs it with `go install` once; seconds)
+script_step "csi-sanity (hubfs csi-node)" csi-sanity 0 bash ci/csi-sanity.sh "$HUBFS_BIN"
 script_step "conformance" conformance 1 env HUBFS_BIN="$HUBFS_BIN" bash tests/conformance/run.sh
 # needs the conformance venv, hence skipped by --quick too
 script_step "write smoke (shell tools + huggingface_hub)" write-smoke 1 bash ci/write-smoke.sh "$HUBFS_BIN" "$VENV_PY"

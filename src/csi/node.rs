@@ -1,0 +1,64 @@
+//! The CSI Node service: capabilities, node info, and publish / unpublish checked the way the
+//! spec asks (INVALID_ARGUMENT for a malformed request, before anything is mounted).
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use tonic::Status;
+
+use super::Plugin;
+use super::proto::*;
+
+pub fn capabilities() -> NodeGetCapabilitiesResponse {
+    NodeGetCapabilitiesResponse {
+        capabilities: vec![NodeServiceCapability {
+            rpc: Some(NodeRpc {
+                r#type: NODE_RPC_VOLUME_MOUNT_GROUP,
+            }),
+        }],
+    }
+}
+
+/// An absolute path without `..`, as kubelet sends; anything else is refused before use.
+fn target_path(volume_id: &str, target: &str) -> Result<PathBuf, Status> {
+    if volume_id.is_empty() {
+        return Err(Status::invalid_argument("volume_id is required"));
+    }
+    if target.is_empty() {
+        return Err(Status::invalid_argument("target_path is required"));
+    }
+    let p = Path::new(target);
+    if !p.is_absolute() || p.components().any(|c| c == Component::ParentDir) {
+        return Err(Status::invalid_argument(format!(
+            "target_path {target:?} must be absolute and without '..'"
+        )));
+    }
+    Ok(p.components().collect())
+}
+
+pub async fn publish(p: Arc<Plugin>, req: NodePublishVolumeRequest) -> Result<NodePublishVolumeResponse, Status> {
+    let target = target_path(&req.volume_id, &req.target_path)?;
+    if req.volume_capability.is_none() {
+        return Err(Status::invalid_argument("volume_capability is required"));
+    }
+    let spec = super::volume::parse(&req.volume_context, req.volume_capability.as_ref(), req.readonly)
+        .map_err(Status::invalid_argument)?;
+    let token = super::volume::token(&spec, &req.secrets).map_err(Status::invalid_argument)?;
+    tracing::info!(volume = %req.volume_id, target = %target.display(), source = %spec.display(),
+        read_only = spec.read_only, "NodePublishVolume");
+    let checked = super::hub::check(&spec, token.as_deref(), &p.default_endpoint).await?;
+    let endpoint = super::hub::endpoint_of(&spec, &p.default_endpoint);
+    tokio::task::spawn_blocking(move || p.sources.publish(&target, &spec, &checked, &endpoint, token.as_deref()))
+        .await
+        .map_err(|e| Status::internal(format!("publish task: {e}")))??;
+    Ok(NodePublishVolumeResponse {})
+}
+
+pub async fn unpublish(p: Arc<Plugin>, req: NodeUnpublishVolumeRequest) -> Result<NodeUnpublishVolumeResponse, Status> {
+    let target = target_path(&req.volume_id, &req.target_path)?;
+    tracing::info!(volume = %req.volume_id, target = %target.display(), "NodeUnpublishVolume");
+    tokio::task::spawn_blocking(move || p.sources.unpublish(&target))
+        .await
+        .map_err(|e| Status::internal(format!("unpublish task: {e}")))??;
+    Ok(NodeUnpublishVolumeResponse {})
+}
