@@ -271,7 +271,6 @@ pub fn parse(
         settings.commit_message = v;
     }
     let token_key = take(&["tokenKey", "tokenSecretKey"]).unwrap_or_else(|| "token".to_string());
-    drop(take);
     if let Some((k, _)) = a.iter().next() {
         return Err(format!(
             "unknown volume attribute {k:?} (see docs/KUBERNETES.md for the list)"
