@@ -427,6 +427,7 @@ fn errors_have_the_documented_codes() {
             let ch = connect(&plugin.sock).await;
             let t = target(root.path(), "pod-e", "v");
             let cap = || Some(capability(RWO, ""));
+            let dataset = [("sourceType", "dataset"), ("sourceId", "demo/tiny-dataset")];
             let cases: Vec<(NodePublishVolumeRequest, Code, &str)> = vec![
                 (
                     publish_req(&t, &[("sourceId", "demo/nope")], None, cap()),
@@ -452,6 +453,16 @@ fn errors_have_the_documented_codes() {
                     ),
                     Code::InvalidArgument,
                     "model asked writable",
+                ),
+                (
+                    publish_req(&t, &dataset, Some(common::READ), cap()),
+                    Code::PermissionDenied,
+                    "writable dataset with a read token",
+                ),
+                (
+                    publish_req(&t, &dataset, None, cap()),
+                    Code::PermissionDenied,
+                    "writable dataset without a token",
                 ),
                 (
                     publish_req(&t, &[("sourceType", "model")], None, cap()),

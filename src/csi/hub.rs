@@ -51,8 +51,14 @@ fn status_of(spec: &VolumeSpec, e: &HubClientError) -> Status {
     }
 }
 
-/// `GET /api/whoami-v2`: the token's account name. 401 is PERMISSION_DENIED.
-async fn whoami(endpoint: &str, token: &str) -> Result<String, Status> {
+/// The account a token belongs to, and whether the Hub calls it a read-only token.
+struct Who {
+    name: String,
+    read_only_token: bool,
+}
+
+/// `GET /api/whoami-v2`: the token's account name and role. 401 is PERMISSION_DENIED.
+async fn whoami(endpoint: &str, token: &str) -> Result<Who, Status> {
     let client = reqwest::Client::builder()
         .timeout(WHOAMI_TIMEOUT)
         .no_proxy()
@@ -71,10 +77,13 @@ async fn whoami(endpoint: &str, token: &str) -> Result<String, Status> {
                     .json()
                     .await
                     .map_err(|_| Status::unavailable("the Hub's whoami answer is not JSON"))?;
-                return v["name"]
+                let name = v["name"]
                     .as_str()
                     .map(str::to_string)
-                    .ok_or_else(|| Status::unavailable("the Hub's whoami answer has no name"));
+                    .ok_or_else(|| Status::unavailable("the Hub's whoami answer has no name"))?;
+                // Fine-grained tokens say "fineGrained": only a plain "read" is known not to write.
+                let read_only_token = v["auth"]["accessToken"]["role"].as_str() == Some("read");
+                return Ok(Who { name, read_only_token });
             }
             Ok(resp)
                 if resp.status() == reqwest::StatusCode::UNAUTHORIZED
@@ -106,7 +115,23 @@ pub async fn check(spec: &VolumeSpec, token: Option<&str>, default_endpoint: &st
     }
     let endpoint = endpoint_of(spec, default_endpoint);
     let identity = match token {
-        Some(t) => whoami(&endpoint, t).await?,
+        Some(t) => {
+            let who = whoami(&endpoint, t).await?;
+            if !spec.read_only && who.read_only_token {
+                return Err(Status::permission_denied(format!(
+                    "{} is asked writable but the volume's token is a read token: use a write token, \
+                     or readOnly: \"true\"",
+                    spec.display()
+                )));
+            }
+            who.name
+        }
+        None if !spec.read_only => {
+            return Err(Status::permission_denied(format!(
+                "{} is asked writable but the volume has no token (nodePublishSecretRef)",
+                spec.display()
+            )));
+        }
         None => "anonymous".to_string(),
     };
     let (repo, _, _): (RepoRef, _, _) =
