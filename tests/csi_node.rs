@@ -638,9 +638,21 @@ fn plugin_restart_adopts_and_a_dead_server_is_detached() {
                     .unwrap_or_else(|e| panic!("{e:?}\n{}", plugin.log()));
             }
         });
-        let servers = plugin.servers();
+        // A third volume whose only target goes while the plugin is down: an orphan to sweep.
+        let c = target(root.path(), "pod-c", "d");
+        rt.block_on(async {
+            let ch = connect(&plugin.sock).await;
+            let attrs = [("sourceType", "dataset"), ("sourceId", "demo/tiny-dataset")];
+            publish(&ch, publish_req(&c, &attrs, None, Some(capability(ROX, ""))))
+                .await
+                .unwrap();
+        });
+        let mut servers = plugin.servers();
+        assert_eq!(servers.len(), 2);
         // kill -9 of the plugin: pods keep their volumes.
         plugin.kill9();
+        hubfs::csi::fdpass::unmount(&c, true).unwrap();
+        assert!(read_bounded(&b.join("config.json")).is_ok());
         assert!(read_bounded(&a.join("config.json")).is_ok());
         assert!(Path::new(&format!("/proc/{}", servers[0])).exists());
 
@@ -648,7 +660,12 @@ fn plugin_restart_adopts_and_a_dead_server_is_detached() {
         rt.block_on(async {
             let ch = connect(&plugin.sock).await;
             assert!(plugin.log().contains("adopted"), "{}", plugin.log());
-            assert_eq!(plugin.servers(), servers);
+            // The orphan was stopped, the used source kept.
+            let now = plugin.servers();
+            assert_eq!(now.len(), 1, "{}", plugin.log());
+            servers.retain(|p| now.contains(p));
+            assert_eq!(now, servers);
+            assert_eq!(distinct_devs(), 1, "{:?}", hubfs_mounts());
             unpublish(&ch, &a).await.unwrap();
             assert!(read_bounded(&b.join("config.json")).is_ok());
             unpublish(&ch, &b).await.unwrap();

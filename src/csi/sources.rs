@@ -444,6 +444,12 @@ impl Sources {
                 (None, None) => self.state.remove_source(&key),
             }
         }
+        // Token files of sources that no longer exist (a crash between stop and cleanup).
+        let keys = self.state.source_keys();
+        for stale in self.state.token_keys().into_iter().filter(|k| !keys.contains(k)) {
+            tracing::info!(key = stale, "removing an orphaned token file");
+            self.state.remove_token(&stale);
+        }
     }
 
     /// Number of running sources (Probe and tests).

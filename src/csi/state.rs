@@ -136,6 +136,17 @@ impl StateDir {
         rd.flatten().filter_map(|e| e.file_name().into_string().ok()).collect()
     }
 
+    /// Keys of every token file.
+    pub fn token_keys(&self) -> Vec<String> {
+        let Ok(rd) = std::fs::read_dir(&self.token_dir) else {
+            return Vec::new();
+        };
+        rd.flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter_map(|n| n.strip_suffix(".token").map(str::to_string))
+            .collect()
+    }
+
     /// Removes a source's directory (its mountpoint must be unmounted: only empty dirs go).
     pub fn remove_source(&self, key: &str) {
         let dir = self.source_dir(key);
