@@ -108,7 +108,10 @@ pub fn unmount(dir: &Path, detach: bool) -> io::Result<()> {
 pub fn unmount_any(dir: &Path) -> io::Result<()> {
     match unmount(dir, false) {
         Ok(()) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => unmount(dir, true),
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+            tracing::info!(dir = %dir.display(), "busy: detaching it (it goes when its last user does)");
+            unmount(dir, true)
+        }
         Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOENT)) => Ok(()),
         Err(e) => Err(e),
     }

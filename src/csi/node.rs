@@ -50,7 +50,8 @@ pub async fn publish(p: Arc<Plugin>, req: NodePublishVolumeRequest) -> Result<No
     let endpoint = super::hub::endpoint_of(&spec, &p.default_endpoint);
     tokio::task::spawn_blocking(move || p.sources.publish(&target, &spec, &checked, &endpoint, token.as_deref()))
         .await
-        .map_err(|e| Status::internal(format!("publish task: {e}")))??;
+        .map_err(|e| Status::internal(format!("publish task: {e}")))?
+        .map_err(Status::from)?;
     Ok(NodePublishVolumeResponse {})
 }
 
@@ -59,6 +60,7 @@ pub async fn unpublish(p: Arc<Plugin>, req: NodeUnpublishVolumeRequest) -> Resul
     tracing::info!(volume = %req.volume_id, target = %target.display(), "NodeUnpublishVolume");
     tokio::task::spawn_blocking(move || p.sources.unpublish(&target))
         .await
-        .map_err(|e| Status::internal(format!("unpublish task: {e}")))??;
+        .map_err(|e| Status::internal(format!("unpublish task: {e}")))?
+        .map_err(Status::from)?;
     Ok(NodeUnpublishVolumeResponse {})
 }

@@ -28,7 +28,31 @@ use super::volume::VolumeSpec;
 /// How long a new server may take to open the repo and answer the handoff.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 /// Added to a source's drain timeout while waiting for its server to exit after the last unmount.
-const EXIT_MARGIN: Duration = Duration::from_secs(15);
+const EXIT_MARGIN: Duration = Duration::from_secs(10);
+/// After the connection is aborted, how long the server gets before SIGKILL.
+const KILL_AFTER_ABORT: Duration = Duration::from_secs(10);
+
+/// Aborts the FUSE connection of the filesystem `dev` (`MAJ:MIN`) through fusectl, mounting fusectl
+/// first if needed: a source whose last target was detached lazily (something still had a file
+/// open) keeps its session alive until then; this ends it, so stopping stays bounded.
+fn abort_connection(dev: &str) {
+    let Some(minor) = dev.split(':').nth(1) else {
+        return;
+    };
+    let dir = Path::new("/sys/fs/fuse/connections");
+    if !dir.join(minor).exists() {
+        let _ = Command::new("mount")
+            .args(["-t", "fusectl", "fusectl"])
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    match std::fs::write(dir.join(minor).join("abort"), b"1") {
+        Ok(()) => tracing::warn!(dev, "aborted the FUSE connection of a source still in use"),
+        Err(e) => tracing::warn!(dev, error = %e, "could not abort the FUSE connection"),
+    }
+}
 
 struct Running {
     record: SourceRecord,
@@ -49,8 +73,44 @@ pub struct Sources {
     running: Mutex<HashMap<String, Running>>,
 }
 
-fn internal(what: &str, e: impl std::fmt::Display) -> Status {
-    Status::internal(format!("{what}: {e}"))
+/// Why a source mount or a target could not be set up or taken down.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("cannot open /dev/fuse ({0}): the plugin must run privileged")]
+    NoFuse(std::io::Error),
+    #[error("{} already has a {fstype} mount of {mounted}", target.display())]
+    Busy {
+        target: PathBuf,
+        fstype: String,
+        mounted: String,
+    },
+    #[error("{what}: {err}")]
+    Io { what: &'static str, err: std::io::Error },
+    /// The server could not open the repo: not found (a race with the Hub check).
+    #[error("{0}")]
+    NotFound(String),
+    /// The server's Hub refused the token.
+    #[error("{0}")]
+    Refused(String),
+    #[error("starting the source mount: {0}")]
+    Server(String),
+}
+
+impl From<SourceError> for Status {
+    fn from(e: SourceError) -> Status {
+        let msg = e.to_string();
+        match e {
+            SourceError::NoFuse(_) => Status::failed_precondition(msg),
+            SourceError::Busy { .. } => Status::already_exists(msg),
+            SourceError::NotFound(_) => Status::not_found(msg),
+            SourceError::Refused(_) => Status::permission_denied(msg),
+            SourceError::Io { .. } | SourceError::Server(_) => Status::internal(msg),
+        }
+    }
+}
+
+fn internal(what: &'static str, err: impl Into<std::io::Error>) -> SourceError {
+    SourceError::Io { what, err: err.into() }
 }
 
 /// Whether the FUSE mount at `dir` answers ENOTCONN (its server is gone). A hung server never
@@ -76,7 +136,10 @@ pub fn answers_enotconn(dir: &Path) -> bool {
     if spawned.is_err() {
         return false;
     }
-    matches!(rx.recv_timeout(Duration::from_secs(2)), Ok(Some(libc::ENOTCONN)))
+    matches!(
+        rx.recv_timeout(Duration::from_secs(2)),
+        Ok(Some(libc::ENOTCONN | libc::ECONNABORTED))
+    )
 }
 
 impl Sources {
@@ -126,7 +189,7 @@ impl Sources {
         checked: &Checked,
         endpoint: &str,
         token: Option<&str>,
-    ) -> Result<(), Status> {
+    ) -> Result<(), SourceError> {
         let key = Self::key(spec, checked, endpoint);
         let mut running = self.running.lock();
         let table = mountinfo::read();
@@ -147,12 +210,11 @@ impl Sources {
                 return Ok(());
             }
             if e.fstype != "fuse.hubfs" {
-                return Err(Status::already_exists(format!(
-                    "{} already has a {} mount of {}",
-                    target.display(),
-                    e.fstype,
-                    e.source
-                )));
+                return Err(SourceError::Busy {
+                    target: target.to_path_buf(),
+                    fstype: e.fstype.clone(),
+                    mounted: e.source.clone(),
+                });
             }
             tracing::info!(target = %target.display(), "switching the target to another source mount");
             let old_dev = e.dev.clone();
@@ -181,7 +243,7 @@ impl Sources {
         checked: &Checked,
         endpoint: &str,
         token: Option<&str>,
-    ) -> Result<(), Status> {
+    ) -> Result<(), SourceError> {
         let mnt = self.state.source_mnt(key);
         if let Some(old) = running.remove(key) {
             tracing::warn!(
@@ -198,9 +260,7 @@ impl Sources {
             .state
             .write_token(key, token)
             .map_err(|e| internal("writing the token file", e))?;
-        let fd = fdpass::open_fuse().map_err(|e| {
-            Status::failed_precondition(format!("cannot open /dev/fuse ({e}): the plugin must run privileged"))
-        })?;
+        let fd = fdpass::open_fuse().map_err(SourceError::NoFuse)?;
         let fsname = format!("hubfs:{}", spec.display());
         fdpass::mount_fuse(
             &fd,
@@ -213,7 +273,7 @@ impl Sources {
             },
         )
         .map_err(|e| internal("mounting FUSE", e))?;
-        let fail = |child: Option<&mut Child>, st: Status| {
+        let fail = |child: Option<&mut Child>, st: SourceError| {
             if let Some(c) = child {
                 let _ = c.kill();
                 let _ = c.wait();
@@ -274,7 +334,8 @@ impl Sources {
             .spawn()
             .map_err(|e| fail(None, internal("starting hubfs csi-serve", e)))?;
         drop(theirs);
-        let msg = serde_json::to_vec(&cfg).map_err(|e| fail(Some(&mut child), internal("handoff", e)))?;
+        let msg = serde_json::to_vec(&cfg)
+            .map_err(|e| fail(Some(&mut child), internal("handoff", std::io::Error::other(e))))?;
         if let Err(e) = fdpass::send_fd(ours.as_raw_fd(), &msg, fd.as_raw_fd()) {
             return Err(fail(Some(&mut child), internal("handing the FUSE descriptor over", e)));
         }
@@ -290,11 +351,11 @@ impl Sources {
                 .strip_prefix("error: ")
                 .unwrap_or("the server exited without answering");
             let st = if why.contains("not found") {
-                Status::not_found(why.to_string())
+                SourceError::NotFound(why.to_string())
             } else if why.contains("token") {
-                Status::permission_denied(why.to_string())
+                SourceError::Refused(why.to_string())
             } else {
-                Status::internal(format!("starting the source mount: {why}"))
+                SourceError::Server(why.to_string())
             };
             return Err(fail(Some(&mut child), st));
         };
@@ -325,7 +386,7 @@ impl Sources {
     }
 
     /// Unmounts `target` (idempotent), removes it, and stops its source if no target is left.
-    pub fn unpublish(&self, target: &Path) -> Result<(), Status> {
+    pub fn unpublish(&self, target: &Path) -> Result<(), SourceError> {
         let mut running = self.running.lock();
         let table = mountinfo::read();
         if let Some(e) = mountinfo::at(&table, target) {
@@ -366,23 +427,27 @@ impl Sources {
             return;
         };
         let mnt = self.state.source_mnt(key);
+        let dev = mountinfo::at(&mountinfo::read(), &mnt).map(|e| e.dev.clone());
         if let Err(e) = fdpass::unmount_any(&mnt) {
             tracing::warn!(key, error = %e, "unmounting the source");
         }
         let limit = Duration::from_secs(r.record.drain_secs) + EXIT_MARGIN;
         let start = Instant::now();
-        let mut termed = false;
+        let mut aborted = false;
         while Self::alive(&mut r) {
-            if start.elapsed() > limit && !termed {
+            if start.elapsed() > limit && !aborted {
                 tracing::warn!(
                     key,
                     pid = r.record.pid,
-                    "the server did not exit after draining; SIGTERM"
+                    "the server did not exit within its drain timeout"
                 );
+                if let Some(dev) = &dev {
+                    abort_connection(dev);
+                }
                 // SAFETY: kill only sends a signal; the pid is checked alive with its start time.
                 unsafe { libc::kill(r.record.pid as i32, libc::SIGTERM) };
-                termed = true;
-            } else if start.elapsed() > limit + Duration::from_secs(5) {
+                aborted = true;
+            } else if start.elapsed() > limit + KILL_AFTER_ABORT {
                 tracing::warn!(key, pid = r.record.pid, "SIGKILL");
                 // SAFETY: as above.
                 unsafe { libc::kill(r.record.pid as i32, libc::SIGKILL) };
