@@ -293,11 +293,11 @@ async fn hub_file(ep: &str, repo_path: &str, path: &str) -> Vec<u8> {
     r.bytes().await.unwrap().to_vec()
 }
 
-fn token_spec(user: &str, token: &str) -> TokenSpec {
+fn token_spec(user: &str, token: &str, write: bool) -> TokenSpec {
     TokenSpec {
         user: user.to_string(),
         token: token.to_string(),
-        write: false,
+        write,
     }
 }
 
@@ -613,9 +613,10 @@ fn token_rotation_by_republish() {
         let hub = rt
             .block_on(LocalHub::start_temp_with(true, |c| {
                 c.tokens = vec![
-                    token_spec("local", "hf_first"),
-                    token_spec("local", "hf_second"),
-                    token_spec("other", "hf_other"),
+                    token_spec("local", "hf_first", false),
+                    token_spec("local", "hf_second", false),
+                    token_spec("other", "hf_other", false),
+                    token_spec("demo", "hf_demo_write", true),
                 ];
             }))
             .unwrap();
@@ -649,14 +650,50 @@ fn token_rotation_by_republish() {
             assert_eq!(std::fs::read_to_string(&files[0]).unwrap(), "hf_second");
             assert!(!plugin.log().contains("hf_second"), "the token leaked into the log");
 
-            // Another account: the target moves to a source of its own; the old one stops.
+            // A token of another account: the running pod keeps its mount (and the token it had);
+            // a new pod with that token gets a source of its own.
             publish(&ch, publish_req(&t, &attrs, Some("hf_other"), cap()))
                 .await
                 .unwrap();
-            assert_eq!(plugin.servers().len(), 1);
-            assert_ne!(plugin.servers(), servers);
-            assert_eq!(distinct_devs(), 1);
-            assert!(read_bounded(&t.join("README.md")).is_ok());
+            assert_eq!(plugin.servers(), servers);
+            assert_eq!(std::fs::read_to_string(&files[0]).unwrap(), "hf_second");
+            assert!(plugin.log().contains("another account"), "{}", plugin.log());
+            let t2 = target(root.path(), "pod-r2", "data");
+            publish(&ch, publish_req(&t2, &attrs, Some("hf_other"), cap()))
+                .await
+                .unwrap();
+            assert_eq!(plugin.servers().len(), 2);
+            assert_eq!(distinct_devs(), 2);
+            assert!(read_bounded(&t2.join("README.md")).is_ok());
+            unpublish(&ch, &t2).await.unwrap();
+            assert_eq!(plugin.servers(), servers);
+
+            // The branch moves on the Hub: kubelet's republish keeps the pod on the commit it
+            // started with; a new pod gets the new commit.
+            let c = common::client();
+            let repo = common::Repo::dataset("demo/tiny-dataset");
+            common::commit_ok(
+                &c,
+                &ep,
+                "hf_demo_write",
+                &repo,
+                &[
+                    common::header_line("new file", None),
+                    common::utf8_line("new.txt", "new\n"),
+                ],
+            )
+            .await;
+            publish(&ch, publish_req(&t, &attrs, Some("hf_second"), cap()))
+                .await
+                .unwrap();
+            assert_eq!(plugin.servers(), servers);
+            assert!(!t.join("new.txt").exists(), "the running pod's view changed under it");
+            publish(&ch, publish_req(&t2, &attrs, Some("hf_second"), cap()))
+                .await
+                .unwrap();
+            assert_eq!(read_bounded(&t2.join("new.txt")).unwrap(), b"new\n");
+            assert_eq!(distinct_devs(), 2);
+            unpublish(&ch, &t2).await.unwrap();
             unpublish(&ch, &t).await.unwrap();
             assert!(plugin.token_files().is_empty());
         });

@@ -104,6 +104,14 @@ async fn whoami(endpoint: &str, token: &str) -> Result<Who, Status> {
     )))
 }
 
+/// The account `token` belongs to (`anonymous` without one).
+pub async fn identity(spec: &VolumeSpec, token: Option<&str>, default_endpoint: &str) -> Result<String, Status> {
+    match token {
+        Some(t) => Ok(whoami(&endpoint_of(spec, default_endpoint), t).await?.name),
+        None => Ok("anonymous".to_string()),
+    }
+}
+
 /// Runs both checks.
 pub async fn check(spec: &VolumeSpec, token: Option<&str>, default_endpoint: &str) -> Result<Checked, Status> {
     if spec.kind == SourceKind::Bucket {

@@ -8,6 +8,7 @@ use tonic::Status;
 
 use super::Plugin;
 use super::proto::*;
+use super::sources::Republish;
 
 pub fn capabilities() -> NodeGetCapabilitiesResponse {
     NodeGetCapabilitiesResponse {
@@ -46,6 +47,33 @@ pub async fn publish(p: Arc<Plugin>, req: NodePublishVolumeRequest) -> Result<No
     let token = super::volume::token(&spec, &req.secrets).map_err(Status::invalid_argument)?;
     tracing::info!(volume = %req.volume_id, target = %target.display(), source = %spec.display(),
         read_only = spec.read_only, "NodePublishVolume");
+    // Kubelet's periodic republish: the pod keeps its mount (a read-only volume keeps the commit it
+    // started with even if its branch moved); only a rotated token is taken in.
+    let (p2, t2, tok2) = (p.clone(), target.clone(), token.clone());
+    let found = tokio::task::spawn_blocking(move || p2.sources.republish(&t2, tok2.as_deref()))
+        .await
+        .map_err(|e| Status::internal(format!("republish task: {e}")))?;
+    match found {
+        Republish::Done => return Ok(NodePublishVolumeResponse {}),
+        Republish::TokenChanged { key, identity } => {
+            let now = super::hub::identity(&spec, token.as_deref(), &p.default_endpoint).await?;
+            if now == identity {
+                let p2 = p.clone();
+                tokio::task::spawn_blocking(move || p2.sources.rewrite_token(&key, token.as_deref()))
+                    .await
+                    .map_err(|e| Status::internal(format!("token task: {e}")))?
+                    .map_err(Status::from)?;
+                tracing::info!(target = %target.display(), "token rotated");
+            } else {
+                // Moving a running pod's volume to another mount would pull it from under the
+                // pod's open files: the pod keeps the mount it has; new pods get the new account's.
+                tracing::warn!(target = %target.display(), "the volume's token now belongs to another \
+                    account; the running pod keeps its mount (and the old token) until it is restarted");
+            }
+            return Ok(NodePublishVolumeResponse {});
+        }
+        Republish::NotPublished => {}
+    }
     let checked = super::hub::check(&spec, token.as_deref(), &p.default_endpoint).await?;
     let endpoint = super::hub::endpoint_of(&spec, &p.default_endpoint);
     tokio::task::spawn_blocking(move || p.sources.publish(&target, &spec, &checked, &endpoint, token.as_deref()))

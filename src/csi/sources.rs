@@ -54,6 +54,18 @@ fn abort_connection(dev: &str) {
     }
 }
 
+/// What [`Sources::republish`] found.
+#[derive(Debug, PartialEq)]
+pub enum Republish {
+    /// Not mounted, or its source is gone: a full publish is needed.
+    NotPublished,
+    /// Mounted from a live source with this very token: nothing to do.
+    Done,
+    /// Mounted from a live source whose token file holds another token: the new token's account
+    /// decides whether it may replace it.
+    TokenChanged { key: String, identity: String },
+}
+
 struct Running {
     record: SourceRecord,
     /// Our child when this plugin started it; `None` for a server adopted after a restart.
@@ -180,8 +192,46 @@ impl Sources {
         server_alive(&r.record)
     }
 
-    /// Mounts `spec` at `target` (idempotent; a target showing another hubfs source is switched
-    /// to this one, e.g. after token rotation to another account).
+    /// Kubelet's republish of a target already served by a live source (every minute or so with
+    /// `requiresRepublish`): nothing is remounted, and the Hub is not asked unless the token changed.
+    pub fn republish(&self, target: &Path, token: Option<&str>) -> Republish {
+        let mut running = self.running.lock();
+        let table = mountinfo::read();
+        let Some(e) = mountinfo::at(&table, target) else {
+            return Republish::NotPublished;
+        };
+        let key = running
+            .keys()
+            .find(|k| mountinfo::at(&table, &self.state.source_mnt(k)).is_some_and(|m| m.dev == e.dev));
+        let Some(key) = key.cloned() else {
+            return Republish::NotPublished;
+        };
+        let Some(r) = running.get_mut(&key) else {
+            return Republish::NotPublished;
+        };
+        if !Self::alive(r) {
+            return Republish::NotPublished;
+        }
+        if self.state.read_token(&key).as_deref() == token {
+            return Republish::Done;
+        }
+        Republish::TokenChanged {
+            key,
+            identity: r.record.identity.clone(),
+        }
+    }
+
+    /// Rewrites the token file of a source (a rotated token of the same account).
+    pub fn rewrite_token(&self, key: &str, token: Option<&str>) -> Result<(), SourceError> {
+        let _g = self.running.lock();
+        self.state
+            .write_token(key, token)
+            .map(|_| ())
+            .map_err(|e| internal("writing the token file", e))
+    }
+
+    /// Mounts `spec` at `target` (idempotent; a target showing a dead or unknown hubfs source is
+    /// moved to this one).
     pub fn publish(
         &self,
         target: &Path,
@@ -369,6 +419,7 @@ impl Sources {
             pid,
             start_time,
             drain_secs: spec.settings.drain_timeout.as_secs(),
+            identity: checked.identity.clone(),
         };
         if let Err(e) = self.state.write_record(&record) {
             return Err(fail(Some(&mut child), internal("writing the source record", e)));

@@ -27,6 +27,10 @@ pub struct SourceRecord {
     pub start_time: u64,
     /// How long the server may take to commit what is pending once its last pod is gone.
     pub drain_secs: u64,
+    /// The Hub account of its token (`anonymous` without one): a republish with a rotated token
+    /// of the same account only rewrites the token file.
+    #[serde(default)]
+    pub identity: String,
 }
 
 #[derive(Debug, Clone)]
@@ -95,6 +99,13 @@ impl StateDir {
         f.sync_all()?;
         std::fs::rename(&tmp, &path)?;
         Ok(path)
+    }
+
+    /// The token a source was last given (`None`: anonymous or no file).
+    pub fn read_token(&self, key: &str) -> Option<String> {
+        let t = std::fs::read_to_string(self.token_file(key)).ok()?;
+        let t = t.trim();
+        (!t.is_empty()).then(|| t.to_string())
     }
 
     pub fn remove_token(&self, key: &str) {
@@ -190,6 +201,7 @@ mod tests {
             pid: std::process::id(),
             start_time: t,
             drain_secs: 1,
+            identity: "anonymous".into(),
         };
         assert!(server_alive(&r));
         assert!(!server_alive(&SourceRecord {
