@@ -74,12 +74,18 @@ pub async fn publish(p: Arc<Plugin>, req: NodePublishVolumeRequest) -> Result<No
         }
         Republish::NotPublished => {}
     }
-    let checked = super::hub::check(&spec, token.as_deref(), &p.default_endpoint).await?;
+    let checked = super::hub::check(&spec, token.as_deref(), &p.default_endpoint)
+        .await
+        .inspect_err(|e| tracing::warn!(target = %target.display(), code = ?e.code(), error = e.message(), "NodePublishVolume refused"))?;
     let endpoint = super::hub::endpoint_of(&spec, &p.default_endpoint);
-    tokio::task::spawn_blocking(move || p.sources.publish(&target, &spec, &checked, &endpoint, token.as_deref()))
+    let t = target.clone();
+    tokio::task::spawn_blocking(move || p.sources.publish(&t, &spec, &checked, &endpoint, token.as_deref()))
         .await
         .map_err(|e| Status::internal(format!("publish task: {e}")))?
-        .map_err(Status::from)?;
+        .map_err(|e| {
+            tracing::warn!(target = %target.display(), error = %e, "NodePublishVolume failed");
+            Status::from(e)
+        })?;
     Ok(NodePublishVolumeResponse {})
 }
 

@@ -38,7 +38,12 @@ pub struct ServeConfig {
     pub commit_every_ms: Option<u64>,
     pub drain_ms: u64,
     pub commit_message: String,
+    /// The server's log: rotated at [`LOG_MAX`], one old file kept.
+    pub log_file: PathBuf,
 }
+
+/// Size at which a server's log rotates.
+const LOG_MAX: u64 = 10 << 20;
 
 /// The descriptor number the plugin gives the server its socket on.
 pub const HANDOFF_FD: i32 = 3;
@@ -83,6 +88,16 @@ pub fn run() -> anyhow::Result<()> {
     let (bytes, fuse_fd) =
         super::fdpass::recv_fd(sock.as_raw_fd(), 1 << 16).context("receiving the FUSE descriptor")?;
     let cfg: ServeConfig = serde_json::from_slice(&bytes).context("the handoff message")?;
+    // Until here stderr (the same file, appended to) caught anything; from now on the log rotates
+    // and stderr (panics) follows it.
+    match crate::logging::to_file(&cfg.log_file, LOG_MAX) {
+        Ok(f) => {
+            if let Err(e) = f.redirect_stderr() {
+                tracing::warn!(error = %e, "stderr stays where the plugin pointed it");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "logging to stderr"),
+    }
     let token = std::fs::read_to_string(&cfg.token_file)
         .ok()
         .map(|t| t.trim().to_string())

@@ -350,9 +350,13 @@ impl Sources {
             commit_every_ms: s.commit_every.map(|d| d.as_millis() as u64),
             drain_ms: s.drain_timeout.as_millis() as u64,
             commit_message: s.commit_message.clone(),
+            log_file: self.state.source_dir(key).join("server.log"),
         };
         let (ours, theirs) = UnixStream::pair().map_err(|e| fail(None, internal("socket pair", e)))?;
-        let log = std::fs::File::create(self.state.source_dir(key).join("server.log"))
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.state.source_dir(key).join("server.log"))
             .map_err(|e| fail(None, internal("server log", e)))?;
         let log2 = log.try_clone().map_err(|e| fail(None, internal("server log", e)))?;
         let their_fd = theirs.as_raw_fd();

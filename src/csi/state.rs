@@ -163,8 +163,10 @@ impl StateDir {
         let dir = self.source_dir(key);
         let _ = std::fs::remove_file(dir.join("source.json"));
         let _ = std::fs::remove_dir(dir.join("mnt"));
-        // The server log stays for a post-mortem only while the directory is otherwise in use.
+        // The server's logs go with it: what went wrong at its start reached the plugin's log and
+        // the RPC's answer.
         let _ = std::fs::remove_file(dir.join("server.log"));
+        let _ = std::fs::remove_file(dir.join("server.log.1"));
         let _ = std::fs::remove_dir(&dir);
         self.remove_token(key);
     }
