@@ -580,9 +580,33 @@ fn writable_dataset_commits_on_unpublish_with_fsgroup_ownership() {
             .await
             .unwrap();
             let held = std::fs::File::open(t.join("from-pod.txt")).unwrap();
+            let (ch2, t_busy) = (ch.clone(), t.clone());
+            let slow = tokio::spawn(async move {
+                let start = Instant::now();
+                unpublish(&ch2, &t_busy).await.unwrap();
+                start.elapsed()
+            });
+            // Meanwhile another volume comes and goes: the draining source does not hold it up.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let other = target(root.path(), "pod-o", "m");
             let start = Instant::now();
-            unpublish(&ch, &t).await.unwrap();
-            let took = start.elapsed();
+            publish(
+                &ch,
+                publish_req(&other, &model_attrs(), None, Some(capability(ROX, ""))),
+            )
+            .await
+            .unwrap();
+            unpublish(&ch, &other).await.unwrap();
+            let quick = start.elapsed();
+            assert!(
+                quick < Duration::from_secs(5),
+                "another volume waited {quick:?} for a draining one"
+            );
+            assert!(
+                !slow.is_finished(),
+                "the busy volume's unpublish returned before its bound"
+            );
+            let took = slow.await.unwrap();
             assert!(
                 took < Duration::from_secs(25),
                 "unpublish of a busy volume took {took:?}"

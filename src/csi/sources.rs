@@ -54,6 +54,13 @@ fn abort_connection(dev: &str) {
     }
 }
 
+/// A source taken out of service whose server is still finishing.
+struct Stopping {
+    key: String,
+    running: Running,
+    dev: Option<String>,
+}
+
 /// What [`Sources::republish`] found.
 #[derive(Debug, PartialEq)]
 pub enum Republish {
@@ -74,10 +81,11 @@ struct Running {
 
 /// The source mounts of this node.
 ///
-/// Locking: one lock, `running`, held for the whole of a publish or unpublish, mount syscalls and
-/// a stopping source's drain included. They are rare (once per pod and volume, plus kubelet's
-/// republish every minute or so) and serialising them keeps the map, the state dir and mountinfo
-/// in step. Hub checks run before it is taken.
+/// Locking: one lock, `running`, held for the whole of a publish or unpublish (mount syscalls
+/// included): serialising them keeps the map, the state dir and mountinfo in step. Two things run
+/// without it: the Hub checks before, and the wait for a stopping source's server to drain after
+/// (the source is out of the map and unmounted by then; its files are removed under the lock again,
+/// unless a new source of the same key started meanwhile).
 pub struct Sources {
     state: StateDir,
     cache_root: PathBuf,
@@ -240,8 +248,29 @@ impl Sources {
         endpoint: &str,
         token: Option<&str>,
     ) -> Result<(), SourceError> {
+        let mut stopping = None;
+        let r = {
+            let mut running = self.running.lock();
+            self.publish_locked(&mut running, &mut stopping, target, spec, checked, endpoint, token)
+        };
+        if let Some(s) = stopping {
+            self.finish_stop(s);
+        }
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn publish_locked(
+        &self,
+        running: &mut HashMap<String, Running>,
+        stopping: &mut Option<Stopping>,
+        target: &Path,
+        spec: &VolumeSpec,
+        checked: &Checked,
+        endpoint: &str,
+        token: Option<&str>,
+    ) -> Result<(), SourceError> {
         let key = Self::key(spec, checked, endpoint);
-        let mut running = self.running.lock();
         let table = mountinfo::read();
         let mnt = self.state.source_mnt(&key);
         let alive = running.get_mut(&key).is_some_and(Self::alive);
@@ -269,10 +298,10 @@ impl Sources {
             tracing::info!(target = %target.display(), "switching the target to another source mount");
             let old_dev = e.dev.clone();
             fdpass::unmount_any(target).map_err(|e| internal("unmounting the old source", e))?;
-            self.release_dev(&mut running, &old_dev);
+            *stopping = self.release_dev(running, &old_dev);
         }
         if source_dev.is_none() {
-            self.start(&mut running, &key, spec, checked, endpoint, token)?;
+            self.start(running, &key, spec, checked, endpoint, token)?;
         } else {
             self.state
                 .write_token(&key, token)
@@ -442,13 +471,22 @@ impl Sources {
 
     /// Unmounts `target` (idempotent), removes it, and stops its source if no target is left.
     pub fn unpublish(&self, target: &Path) -> Result<(), SourceError> {
-        let mut running = self.running.lock();
-        let table = mountinfo::read();
-        if let Some(e) = mountinfo::at(&table, target) {
-            let dev = e.dev.clone();
-            fdpass::unmount_any(target).map_err(|e| internal("unmounting the target", e))?;
-            tracing::info!(target = %target.display(), "unpublished");
-            self.release_dev(&mut running, &dev);
+        let stopping = {
+            let mut running = self.running.lock();
+            let table = mountinfo::read();
+            match mountinfo::at(&table, target) {
+                Some(e) => {
+                    let dev = e.dev.clone();
+                    fdpass::unmount_any(target).map_err(|e| internal("unmounting the target", e))?;
+                    tracing::info!(target = %target.display(), "unpublished");
+                    self.release_dev(&mut running, &dev)
+                }
+                None => None,
+            }
+        };
+        // The last pod of a source is gone: its pending writes are committed before we answer.
+        if let Some(s) = stopping {
+            self.finish_stop(s);
         }
         match std::fs::remove_dir(target) {
             Ok(()) => Ok(()),
@@ -460,32 +498,47 @@ impl Sources {
         }
     }
 
-    /// Stops the source whose filesystem is `dev` if no bind of it is left.
-    fn release_dev(&self, running: &mut HashMap<String, Running>, dev: &str) {
+    /// Begins stopping the source whose filesystem is `dev` if no bind of it is left.
+    fn release_dev(&self, running: &mut HashMap<String, Running>, dev: &str) -> Option<Stopping> {
         let table = mountinfo::read();
         let key = running
             .keys()
             .find(|k| mountinfo::at(&table, &self.state.source_mnt(k)).is_some_and(|e| e.dev == dev));
-        let Some(key) = key.cloned() else {
-            return;
-        };
+        let key = key.cloned()?;
         let mnt = self.state.source_mnt(&key);
         let users = mountinfo::with_dev(&table, dev).filter(|e| e.mountpoint != mnt).count();
         if users == 0 {
-            self.stop(running, &key);
+            self.begin_stop(running, &key)
+        } else {
+            None
         }
     }
 
-    /// Unmounts a source, lets its server commit what is pending (bounded), and forgets it.
-    fn stop(&self, running: &mut HashMap<String, Running>, key: &str) {
-        let Some(mut r) = running.remove(key) else {
-            return;
-        };
+    /// Takes a source out of the map and unmounts it; its server then ends its session and
+    /// commits what is pending. Waiting for that ([`finish_stop`](Self::finish_stop)) happens
+    /// without the lock, so a draining source does not hold up other volumes.
+    fn begin_stop(&self, running: &mut HashMap<String, Running>, key: &str) -> Option<Stopping> {
+        let r = running.remove(key)?;
         let mnt = self.state.source_mnt(key);
         let dev = mountinfo::at(&mountinfo::read(), &mnt).map(|e| e.dev.clone());
         if let Err(e) = fdpass::unmount_any(&mnt) {
             tracing::warn!(key, error = %e, "unmounting the source");
         }
+        Some(Stopping {
+            key: key.to_string(),
+            running: r,
+            dev,
+        })
+    }
+
+    /// Waits (bounded) for a stopping source's server to exit, then removes its files unless a
+    /// new source of the same key started meanwhile. Must be called without the lock.
+    fn finish_stop(&self, s: Stopping) {
+        let Stopping {
+            key,
+            running: mut r,
+            dev,
+        } = s;
         let limit = Duration::from_secs(r.record.drain_secs) + EXIT_MARGIN;
         let start = Instant::now();
         let mut aborted = false;
@@ -513,14 +566,24 @@ impl Sources {
         if let Some(mut c) = r.child.take() {
             let _ = c.wait();
         }
-        self.state.remove_source(key);
+        let running = self.running.lock();
+        if !running.contains_key(&key) {
+            self.state.remove_source(&key);
+        }
         tracing::info!(key, source = %r.record.spec, "source mount stopped");
     }
 
     /// At start: adopts the sources a previous plugin left running, clears dead ones (their
     /// targets detached: they answer ENOTCONN) and stops live ones no target uses.
     pub fn adopt(&self) {
-        let mut running = self.running.lock();
+        let mut stopping = Vec::new();
+        self.adopt_locked(&mut self.running.lock(), &mut stopping);
+        for s in stopping {
+            self.finish_stop(s);
+        }
+    }
+
+    fn adopt_locked(&self, running: &mut HashMap<String, Running>, stopping: &mut Vec<Stopping>) {
         let table = mountinfo::read();
         let records: HashMap<String, SourceRecord> =
             self.state.records().into_iter().map(|r| (r.key.clone(), r)).collect();
@@ -544,7 +607,7 @@ impl Sources {
                         .count();
                     if users == 0 {
                         tracing::info!(key, "no target uses it: stopping");
-                        self.stop(&mut running, &key);
+                        stopping.extend(self.begin_stop(running, &key));
                     }
                 }
                 (_, Some(m)) => {
