@@ -520,6 +520,18 @@ fn errors_have_the_documented_codes() {
             }
             assert!(hubfs_mounts().is_empty());
             assert!(!plugin.log().contains("hf_refused"), "the token leaked into the log");
+
+            // A target that cannot be created (its parent is a file): the source started for it is
+            // stopped again, nothing is left mounted or running.
+            let file = root.path().join("not-a-dir");
+            std::fs::write(&file, b"x").unwrap();
+            let bad = file.join("mount");
+            let e = publish(&ch, publish_req(&bad, &model_attrs(), None, cap()))
+                .await
+                .expect_err("a target under a file");
+            assert_eq!(e.code(), Code::Internal, "{e:?}");
+            assert!(hubfs_mounts().is_empty(), "{:?}", hubfs_mounts());
+            assert!(plugin.servers().is_empty());
         });
     });
 }

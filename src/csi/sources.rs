@@ -248,12 +248,12 @@ impl Sources {
         endpoint: &str,
         token: Option<&str>,
     ) -> Result<(), SourceError> {
-        let mut stopping = None;
+        let mut stopping = Vec::new();
         let r = {
             let mut running = self.running.lock();
             self.publish_locked(&mut running, &mut stopping, target, spec, checked, endpoint, token)
         };
-        if let Some(s) = stopping {
+        for s in stopping {
             self.finish_stop(s);
         }
         r
@@ -263,7 +263,7 @@ impl Sources {
     fn publish_locked(
         &self,
         running: &mut HashMap<String, Running>,
-        stopping: &mut Option<Stopping>,
+        stopping: &mut Vec<Stopping>,
         target: &Path,
         spec: &VolumeSpec,
         checked: &Checked,
@@ -298,17 +298,28 @@ impl Sources {
             tracing::info!(target = %target.display(), "switching the target to another source mount");
             let old_dev = e.dev.clone();
             fdpass::unmount_any(target).map_err(|e| internal("unmounting the old source", e))?;
-            *stopping = self.release_dev(running, &old_dev);
+            stopping.extend(self.release_dev(running, &old_dev));
         }
-        if source_dev.is_none() {
+        let started = source_dev.is_none();
+        if started {
             self.start(running, &key, spec, checked, endpoint, token)?;
         } else {
             self.state
                 .write_token(&key, token)
                 .map_err(|e| internal("writing the token file", e))?;
         }
-        std::fs::create_dir_all(target).map_err(|e| internal("creating the target directory", e))?;
-        fdpass::bind(&mnt, target, spec.read_only).map_err(|e| internal("bind-mounting the source", e))?;
+        let bound = std::fs::create_dir_all(target)
+            .map_err(|e| internal("creating the target directory", e))
+            .and_then(|()| {
+                fdpass::bind(&mnt, target, spec.read_only).map_err(|e| internal("bind-mounting the source", e))
+            });
+        if let Err(e) = bound {
+            // A source started for this target alone would be left without any.
+            if started {
+                stopping.extend(self.begin_stop(running, &key));
+            }
+            return Err(e);
+        }
         tracing::info!(target = %target.display(), key, source = %spec.display(), "published");
         Ok(())
     }
