@@ -114,8 +114,12 @@ pub async fn identity(spec: &VolumeSpec, token: Option<&str>, default_endpoint: 
 
 /// Runs both checks.
 pub async fn check(spec: &VolumeSpec, token: Option<&str>, default_endpoint: &str) -> Result<Checked, Status> {
-    if spec.kind == SourceKind::Bucket {
-        // The mount spec is ready (`hf://buckets/NS/NAME[/PREFIX]`), the mount layer is not yet.
+    // A bucket's mount spec is `hf://buckets/NS/NAME[/PREFIX]`: mountable once the repo parser
+    // knows a kind whose plural is "buckets" (before that it would read "buckets" as a namespace).
+    let (repo, _, _): (RepoRef, _, _) =
+        RepoRef::parse(&spec.mount_spec()).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    let bucket = spec.kind == SourceKind::Bucket;
+    if bucket && repo.kind.plural() != "buckets" {
         return Err(Status::failed_precondition(format!(
             "{}: this hubfs build cannot mount buckets yet; mount a model, dataset or space",
             spec.display()
@@ -142,8 +146,14 @@ pub async fn check(spec: &VolumeSpec, token: Option<&str>, default_endpoint: &st
         }
         None => "anonymous".to_string(),
     };
-    let (repo, _, _): (RepoRef, _, _) =
-        RepoRef::parse(&spec.mount_spec()).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    if bucket {
+        // No revisions: the source shows the bucket as it is; the server's open says whether it
+        // exists.
+        return Ok(Checked {
+            revision: String::new(),
+            identity,
+        });
+    }
     let cfg = HubClientConfig {
         endpoint: endpoint.clone(),
         token: token.map(str::to_string),

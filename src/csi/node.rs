@@ -34,7 +34,13 @@ fn target_path(volume_id: &str, target: &str) -> Result<PathBuf, Status> {
             "target_path {target:?} must be absolute and without '..'"
         )));
     }
-    Ok(p.components().collect())
+    let p: PathBuf = p.components().collect();
+    // mountinfo shows real paths: resolve symlinks in the parent (kubelet's own directory, safe to
+    // stat), never in the target itself, which may be a mount whose server hangs.
+    match (p.parent().map(Path::canonicalize), p.file_name()) {
+        (Some(Ok(parent)), Some(name)) => Ok(parent.join(name)),
+        _ => Ok(p),
+    }
 }
 
 pub async fn publish(p: Arc<Plugin>, req: NodePublishVolumeRequest) -> Result<NodePublishVolumeResponse, Status> {

@@ -108,7 +108,9 @@ pub fn run() -> anyhow::Result<()> {
         let _g = rt.enter();
         StopSignals::new()?
     };
-    let opened = match crate::mount::open_vfs(&cfg.spec, Some(&cfg.revision), &client, &vfs_opts, &rt) {
+    // Buckets have no revision (empty): the spec alone names what to open.
+    let revision = (!cfg.revision.is_empty()).then_some(cfg.revision.as_str());
+    let opened = match crate::mount::open_vfs(&cfg.spec, revision, &client, &vfs_opts, &rt) {
         Ok(o) => o,
         Err(e) => {
             let _ = writeln!(sock, "error: {e:#}");
