@@ -103,22 +103,16 @@ impl Plugin {
         out
     }
 
-    /// The token files (in the state dir or under /run when that is the tmpfs used).
+    /// The token files, wherever the plugin keeps them (the same choice of tmpfs as the plugin's).
     fn token_files(&self) -> Vec<PathBuf> {
-        let root = self.state.canonicalize().unwrap();
-        let h = hubfs::csi::short_hash(root.as_os_str().as_encoded_bytes());
+        let dir = hubfs::csi::state::StateDir::open(&self.state).unwrap().token_dir;
         let mut out = vec![];
-        for d in [
-            root.join("tokens"),
-            PathBuf::from("/run/hubfs-csi").join(h).join("tokens"),
-        ] {
-            if let Ok(rd) = std::fs::read_dir(d) {
-                out.extend(
-                    rd.flatten()
-                        .map(|e| e.path())
-                        .filter(|p| p.extension().is_some_and(|x| x == "token")),
-                );
-            }
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            out.extend(
+                rd.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "token")),
+            );
         }
         out
     }
@@ -132,9 +126,12 @@ impl Drop for Plugin {
             println!("--- plugin log\n{}", self.log());
         }
         kill_servers(&self.state);
-        if let Ok(root) = self.state.canonicalize() {
-            let h = hubfs::csi::short_hash(root.as_os_str().as_encoded_bytes());
-            let _ = std::fs::remove_dir_all(PathBuf::from("/run/hubfs-csi").join(h));
+        if let Ok(s) = hubfs::csi::state::StateDir::open(&self.state)
+            && s.token_dir.starts_with("/")
+            && !s.token_dir.starts_with(&s.root)
+            && let Some(per_root) = s.token_dir.parent()
+        {
+            let _ = std::fs::remove_dir_all(per_root);
         }
     }
 }

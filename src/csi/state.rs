@@ -54,15 +54,19 @@ fn is_tmpfs(p: &Path) -> bool {
 
 impl StateDir {
     /// Creates the layout. Tokens go to `ROOT/tokens` when ROOT is on tmpfs, else to
-    /// `/run/hubfs-csi/<hash of ROOT>/tokens` when /run is a tmpfs, else to `ROOT/tokens` (warned).
+    /// `/run/hubfs-csi/<hash of ROOT>/tokens` when /run/hubfs-csi (the DaemonSet's memory
+    /// emptyDir) or /run is a tmpfs, else under /dev/shm, else to `ROOT/tokens` (warned).
     pub fn open(root: &Path) -> std::io::Result<StateDir> {
         std::fs::create_dir_all(root.join("sources"))?;
         let root = root.canonicalize()?;
+        let h = crate::csi::short_hash(root.as_os_str().as_encoded_bytes());
+        let run = Path::new("/run/hubfs-csi");
         let token_dir = if is_tmpfs(&root) {
             root.join("tokens")
-        } else if is_tmpfs(Path::new("/run")) {
-            let h = crate::csi::short_hash(root.as_os_str().as_encoded_bytes());
-            PathBuf::from("/run/hubfs-csi").join(h).join("tokens")
+        } else if is_tmpfs(run) || is_tmpfs(Path::new("/run")) {
+            run.join(h).join("tokens")
+        } else if is_tmpfs(Path::new("/dev/shm")) {
+            PathBuf::from("/dev/shm/hubfs-csi").join(h).join("tokens")
         } else {
             tracing::warn!("no tmpfs for tokens: they are kept in 0600 files under the state dir");
             root.join("tokens")
@@ -220,7 +224,7 @@ mod tests {
         assert_eq!(s.records(), vec![r]);
         s.remove_source("k");
         assert!(s.records().is_empty());
-        if s.token_dir.starts_with("/run/hubfs-csi") {
+        if !s.token_dir.starts_with(&s.root) {
             let _ = std::fs::remove_dir_all(s.token_dir.parent().unwrap());
         }
     }
