@@ -83,7 +83,17 @@ fn settings(cfg: &ServeConfig, token: Option<String>) -> (HubClientConfig, VfsOp
 
 /// `hubfs csi-serve`.
 pub fn run() -> anyhow::Result<()> {
-    // SAFETY: the plugin put the socket at this descriptor before exec; nothing else owns it.
+    // Run by hand, descriptor 3 is closed or something else: say so instead of taking it.
+    // SAFETY: fstat only fills the zeroed struct.
+    let is_socket = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(HANDOFF_FD, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK
+    };
+    if !is_socket {
+        anyhow::bail!("csi-serve is started by `hubfs csi-node` with a FUSE descriptor, not by hand");
+    }
+    // SAFETY: the plugin put the socket at this descriptor before exec (checked above to be a
+    // socket); nothing else in this process owns it.
     let mut sock = unsafe { UnixStream::from_raw_fd(HANDOFF_FD) };
     let (bytes, fuse_fd) =
         super::fdpass::recv_fd(sock.as_raw_fd(), 1 << 16).context("receiving the FUSE descriptor")?;
