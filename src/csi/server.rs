@@ -8,7 +8,6 @@ use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -175,7 +174,6 @@ pub fn run() -> anyhow::Result<()> {
             tracing::warn!("{left} file(s) could not be committed within the drain timeout; they stay staged");
         }
     }
-    let _keep: Arc<_> = vfs;
     tracing::info!("stopped");
     Ok(())
 }
