@@ -760,11 +760,34 @@ fn plugin_restart_adopts_and_a_dead_server_is_detached() {
                 .await
                 .unwrap();
         });
-        let mut servers = plugin.servers();
+        let c_pids = plugin.servers();
+        // A fourth whose server dies while the plugin is down: its target must be detached.
+        let d = target(root.path(), "pod-d", "d");
+        rt.block_on(async {
+            let ch = connect(&plugin.sock).await;
+            let attrs = [
+                ("sourceType", "dataset"),
+                ("sourceId", "demo/tiny-dataset"),
+                ("cacheSize", "1G"),
+            ];
+            publish(&ch, publish_req(&d, &attrs, None, Some(capability(ROX, ""))))
+                .await
+                .unwrap();
+        });
+        let d_pid = *plugin.servers().iter().find(|p| !c_pids.contains(p)).unwrap();
+        let mut servers = c_pids;
         assert_eq!(servers.len(), 2);
         // kill -9 of the plugin: pods keep their volumes.
         plugin.kill9();
         hubfs::csi::fdpass::unmount(&c, true).unwrap();
+        // SAFETY: a signal to a server this test's plugin started.
+        unsafe { libc::kill(d_pid as i32, libc::SIGKILL) };
+        let start = Instant::now();
+        while hubfs::csi::state::proc_start(d_pid).is_some_and(|(_, z)| !z) {
+            assert!(start.elapsed() < Duration::from_secs(10));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(is_mounted(&d));
         assert!(read_bounded(&b.join("config.json")).is_ok());
         assert!(read_bounded(&a.join("config.json")).is_ok());
         assert!(Path::new(&format!("/proc/{}", servers[0])).exists());
@@ -773,7 +796,8 @@ fn plugin_restart_adopts_and_a_dead_server_is_detached() {
         rt.block_on(async {
             let ch = connect(&plugin.sock).await;
             assert!(plugin.log().contains("adopted"), "{}", plugin.log());
-            // The orphan was stopped, the used source kept.
+            // The orphan was stopped, the dead one's target detached, the used source kept.
+            assert!(!is_mounted(&d), "{:?}", hubfs_mounts());
             let now = plugin.servers();
             assert_eq!(now.len(), 1, "{}", plugin.log());
             servers.retain(|p| now.contains(p));
