@@ -281,7 +281,12 @@ fn hub_bytes(hub: &LocalHub) -> u64 {
 async fn hub_file(ep: &str, repo_path: &str, path: &str) -> Vec<u8> {
     let c = reqwest::Client::builder().no_proxy().build().unwrap();
     let r = c
-        .get(format!("{ep}/{repo_path}/resolve/main/{path}"))
+        .get(if repo_path.starts_with("buckets/") {
+            // Buckets have no revisions.
+            format!("{ep}/{repo_path}/resolve/{path}")
+        } else {
+            format!("{ep}/{repo_path}/resolve/main/{path}")
+        })
         .bearer_auth(common::WRITE)
         .send()
         .await
@@ -485,9 +490,14 @@ fn errors_have_the_documented_codes() {
                     "unknown attribute",
                 ),
                 (
-                    publish_req(&t, &[("sourceType", "bucket"), ("sourceId", "demo/bk")], None, cap()),
-                    Code::FailedPrecondition,
-                    "bucket (not mountable yet)",
+                    publish_req(
+                        &t,
+                        &[("sourceType", "bucket"), ("sourceId", "demo/no-such-bucket")],
+                        Some(common::WRITE),
+                        cap(),
+                    ),
+                    Code::NotFound,
+                    "unknown bucket",
                 ),
                 (
                     NodePublishVolumeRequest {
@@ -921,6 +931,70 @@ fn n_pods_cost_the_hub_one_copy() {
                 unpublish(&ch, t).await.unwrap();
             }
             assert!(hubfs_mounts().is_empty());
+        });
+    });
+}
+
+/// Bucket volumes: `sourceType: bucket` becomes `hf://buckets/NS/NAME[/PREFIX]`; read-only by
+/// access mode, writable otherwise, the write committed (a bucket batch) by unpublish.
+#[test]
+fn bucket_volumes_read_write_and_prefixes() {
+    in_namespace("bucket_volumes_read_write_and_prefixes", || {
+        let rt = runtime();
+        let hub = rt.block_on(LocalHub::start_temp(true)).unwrap();
+        let ep = hub.endpoint().to_string();
+        let root = tempfile::tempdir().unwrap();
+        let plugin = Plugin::start(root.path(), &ep, "a");
+        rt.block_on(async {
+            let ch = connect(&plugin.sock).await;
+            let bucket = [("sourceType", "bucket"), ("sourceId", "demo/scratch-bucket")];
+            let r = target(root.path(), "pod-b1", "b");
+            publish(&ch, publish_req(&r, &bucket, None, Some(capability(ROX, ""))))
+                .await
+                .unwrap_or_else(|e| panic!("{e:?}\n{}", plugin.log()));
+            assert_eq!(
+                read_bounded(&r.join("hello.txt")).unwrap(),
+                b"Hello from the hubfs demo bucket!\n"
+            );
+            assert!(std::fs::write(r.join("x"), b"x").is_err(), "read-only by access mode");
+
+            // A prefix of the bucket as the volume's root.
+            let p = target(root.path(), "pod-b2", "b");
+            let prefixed = [("sourceType", "bucket"), ("sourceId", "demo/scratch-bucket/data")];
+            publish(&ch, publish_req(&p, &prefixed, None, Some(capability(ROX, ""))))
+                .await
+                .unwrap();
+            let csv = read_bounded(&p.join("numbers.csv")).unwrap();
+            assert!(csv.starts_with(b"n,square\n"));
+            unpublish(&ch, &p).await.unwrap();
+            unpublish(&ch, &r).await.unwrap();
+
+            // Writable with a read token: refused at publish.
+            let e = publish(
+                &ch,
+                publish_req(&r, &bucket, Some(common::READ), Some(capability(RWO, ""))),
+            )
+            .await
+            .expect_err("a read token on a writable bucket");
+            assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+
+            // Writable: the write is in the bucket once unpublish returns.
+            publish(
+                &ch,
+                publish_req(&r, &bucket, Some(common::WRITE), Some(capability(RWO, "3456"))),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e:?}\n{}", plugin.log()));
+            {
+                use std::os::unix::fs::MetadataExt;
+                assert_eq!(std::fs::metadata(&r).unwrap().gid(), 3456);
+            }
+            let body = b"bucket write from a pod\n".repeat(50);
+            std::fs::write(r.join("from-pod.txt"), &body).unwrap();
+            unpublish(&ch, &r).await.unwrap();
+            assert!(hubfs_mounts().is_empty());
+            let got = hub_file(&ep, "buckets/demo/scratch-bucket", "from-pod.txt").await;
+            assert_eq!(got, body, "the bucket write was committed by unpublish");
         });
     });
 }

@@ -114,14 +114,13 @@ pub async fn identity(spec: &VolumeSpec, token: Option<&str>, default_endpoint: 
 
 /// Runs both checks.
 pub async fn check(spec: &VolumeSpec, token: Option<&str>, default_endpoint: &str) -> Result<Checked, Status> {
-    // A bucket's mount spec is `hf://buckets/NS/NAME[/PREFIX]`: mountable once the repo parser
-    // knows a kind whose plural is "buckets" (before that it would read "buckets" as a namespace).
+    // A bucket's mount spec is `hf://buckets/NS/NAME[/PREFIX]`.
     let (repo, _, _): (RepoRef, _, _) =
         RepoRef::parse(&spec.mount_spec()).map_err(|e| Status::invalid_argument(e.to_string()))?;
     let bucket = spec.kind == SourceKind::Bucket;
-    if bucket && repo.kind.plural() != "buckets" {
-        return Err(Status::failed_precondition(format!(
-            "{}: this hubfs build cannot mount buckets yet; mount a model, dataset or space",
+    if bucket != repo.is_bucket() {
+        return Err(Status::invalid_argument(format!(
+            "{}: the sourceType and the id disagree on whether this is a bucket",
             spec.display()
         )));
     }
@@ -146,20 +145,20 @@ pub async fn check(spec: &VolumeSpec, token: Option<&str>, default_endpoint: &st
         }
         None => "anonymous".to_string(),
     };
-    if bucket {
-        // No revisions: the source shows the bucket as it is; the server's open says whether it
-        // exists.
-        return Ok(Checked {
-            revision: String::new(),
-            identity,
-        });
-    }
     let cfg = HubClientConfig {
         endpoint: endpoint.clone(),
         token: token.map(str::to_string),
         ..Default::default()
     };
     let hub = HubClient::new(cfg).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    if bucket {
+        // No revisions: the source shows the bucket as it is now and follows it.
+        hub.repo_info(&repo, "main").await.map_err(|e| status_of(spec, &e))?;
+        return Ok(Checked {
+            revision: String::new(),
+            identity,
+        });
+    }
     let asked = spec.revision.clone().unwrap_or_else(|| "main".to_string());
     let info = hub.repo_info(&repo, &asked).await.map_err(|e| status_of(spec, &e))?;
     let revision = if spec.read_only { info.sha } else { asked };

@@ -1,5 +1,5 @@
 //! `hubfs csi-node`: a Kubernetes CSI node plugin. Kubelet asks it over a unix socket to publish a
-//! volume (a model, dataset or space; buckets once hubfs mounts them) at a pod's target directory;
+//! volume (a model, dataset, space or storage bucket) at a pod's target directory;
 //! it bind-mounts a per-node *source* mount shared by every pod asking for the same thing, served
 //! by a `hubfs csi-serve` process that received the `/dev/fuse` descriptor the plugin mounted.
 //!
