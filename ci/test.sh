@@ -21,7 +21,7 @@
 #   6. final line `N passed, M failed` (cargo tests + the scripts' checks; a failed fmt/clippy/build step
 #      counts as one failure); exit status non-zero if any step failed.
 #
-#   --quick   skip the conformance suite and the steps that need its venv or take minutes (step 5 but NFS)
+#   --quick   skip the conformance suite and the steps that need its venv or take minutes (step 5 but NFS and csi-sanity)
 #   --long    the long profiles: fsx 1,000,000 operations with msync, a longer model test and stress run,
 #             a 10-minute mixed-read soak in the workflow suite
 set -uo pipefail
@@ -31,7 +31,7 @@ for arg in "$@"; do
   case "$arg" in
     --quick) QUICK=1 ;;
     --long) export POSIX_LONG=1 HUBFS_MODEL_CASES="${HUBFS_MODEL_CASES:-256}" HUBFS_MODEL_SEED="${HUBFS_MODEL_SEED:-random}" HUBFS_STRESS_SECS="${HUBFS_STRESS_SECS:-300}" WORKFLOW_SOAK_SECS="${WORKFLOW_SOAK_SECS:-600}" ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "ci/test.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
