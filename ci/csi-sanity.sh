@@ -20,11 +20,14 @@ set -uo pipefail
 BIN="${1:?usage: ci/csi-sanity.sh HUBFS_BIN}"
 BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/hubfs-csi-sanity.XXXXXX")"
+# The plugin's state dir on a tmpfs when there is one: its token files then stay inside it (and go
+# with it) instead of in a directory of their own elsewhere.
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then STATE="$(mktemp -d /dev/shm/hubfs-csi-sanity.XXXXXX)"; else STATE="$WORK/state"; fi
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]+"${PIDS[@]}"}"; do kill "$p" 2>/dev/null; done
   wait 2>/dev/null
-  rm -rf "$WORK"
+  rm -rf "$WORK" "$STATE"
 }
 trap cleanup EXIT
 
@@ -51,7 +54,7 @@ fi
 
 start_local_hub --seed-demo
 SOCK="$WORK/plugin/csi.sock"
-"$BIN" csi-node --endpoint "unix://$SOCK" --node-id sanity-node --state-dir "$WORK/state" \
+"$BIN" csi-node --endpoint "unix://$SOCK" --node-id sanity-node --state-dir "$STATE" \
   --hub-endpoint "$EP" >"$WORK/plugin.out" 2>"$WORK/plugin.err" &
 PIDS+=($!)
 wait_line "$WORK/plugin.out" "listening on " >/dev/null || { echo "csi-node did not start"; cat "$WORK/plugin.err"; exit 1; }
