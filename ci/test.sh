@@ -7,6 +7,7 @@
 #   4. cargo fmt --check, cargo clippy -D warnings, cargo build, cargo test (unit and integration tests,
 #      the VirtualFs model test, the fault matrix and the stress test in their short profiles)
 #   5. ci/nfs-smoke.sh (libnfs's nfs-ls / nfs-cat against `hubfs serve-nfs`)
+#      ci/csi-sanity.sh (kubernetes-csi's csi-sanity against `hubfs csi-node`)
 #      tests/conformance/run.sh (stock huggingface_hub against `hubfs local-hub`, xet and noxet modes)
 #      ci/write-smoke.sh (a writable mount driven by shell tools, checked with huggingface_hub; kill -9)
 #      ci/commit-plan.sh (copies and steady writers into writable mounts against the Hub's commit limit)
@@ -20,7 +21,7 @@
 #   6. final line `N passed, M failed` (cargo tests + the scripts' checks; a failed fmt/clippy/build step
 #      counts as one failure); exit status non-zero if any step failed.
 #
-#   --quick   skip the conformance suite and the steps that need its venv or take minutes (step 5 but NFS)
+#   --quick   skip the conformance suite and the steps that need its venv or take minutes (step 5 but NFS and csi-sanity)
 #   --long    the long profiles: fsx 1,000,000 operations with msync, a longer model test and stress run,
 #             a 10-minute mixed-read soak in the workflow suite
 set -uo pipefail
@@ -30,7 +31,7 @@ for arg in "$@"; do
   case "$arg" in
     --quick) QUICK=1 ;;
     --long) export POSIX_LONG=1 HUBFS_MODEL_CASES="${HUBFS_MODEL_CASES:-256}" HUBFS_MODEL_SEED="${HUBFS_MODEL_SEED:-random}" HUBFS_STRESS_SECS="${HUBFS_STRESS_SECS:-300}" WORKFLOW_SOAK_SECS="${WORKFLOW_SOAK_SECS:-600}" ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "ci/test.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -183,6 +184,8 @@ script_step() {
 HUBFS_BIN="$CARGO_TARGET_DIR/debug/hubfs"
 VENV_PY="${HUBFS_VENV:-${HOME:-/root}/.cache/hubfs/venv}/bin/python"
 script_step "nfs smoke (libnfs)" nfs-smoke 0 bash ci/nfs-smoke.sh "$HUBFS_BIN"
+# The CSI node plugin against kubernetes-csi's csi-sanity (installs it with `go install` once; seconds)
+script_step "csi-sanity (hubfs csi-node)" csi-sanity 0 bash ci/csi-sanity.sh "$HUBFS_BIN"
 script_step "conformance" conformance 1 env HUBFS_BIN="$HUBFS_BIN" bash tests/conformance/run.sh
 # needs the conformance venv, hence skipped by --quick too
 script_step "write smoke (shell tools + huggingface_hub)" write-smoke 1 bash ci/write-smoke.sh "$HUBFS_BIN" "$VENV_PY"

@@ -76,6 +76,11 @@ pub enum Command {
     },
     /// Run an offline Hub (HTTP API, LFS and Xet) that stock clients and hubfs can use.
     LocalHub(LocalHubArgs),
+    /// Kubernetes CSI node plugin: mounts repos as pod volumes (see docs/KUBERNETES.md).
+    CsiNode(crate::csi::CsiNodeArgs),
+    /// Serves one source mount of `csi-node` (started by the plugin with a FUSE descriptor).
+    #[command(hide = true)]
+    CsiServe,
 }
 
 /// Where a mount's content comes from and how it is cached: shared by `mount` and `serve-nfs`.
@@ -451,6 +456,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             verbose,
         } => crate::status::run(cache_dir.as_deref(), json, verbose),
         Command::Demo { dir, exit } => crate::demo::run(&dir, exit),
+        Command::CsiNode(args) => crate::csi::run(args),
+        Command::CsiServe => crate::csi::run_serve(),
     }
 }
 

@@ -8,6 +8,7 @@ pub mod ceiling;
 pub mod chunk_store;
 pub mod cli;
 pub mod control;
+pub mod csi;
 pub mod daemon;
 pub mod demo;
 pub mod fuse;

@@ -1,0 +1,130 @@
+//! `hubfs csi-node`: a Kubernetes CSI node plugin. Kubelet asks it over a unix socket to publish a
+//! volume (a model, dataset, space or storage bucket) at a pod's target directory;
+//! it bind-mounts a per-node *source* mount shared by every pod asking for the same thing, served
+//! by a `hubfs csi-serve` process that received the `/dev/fuse` descriptor the plugin mounted.
+//!
+//! - [`proto`]: the CSI messages (hand-written from the spec's field numbers, no protoc);
+//! - [`grpc`]: the three services routed by hand over tonic;
+//! - [`identity`], [`node`]: the RPCs; [`volume`]: volume attributes; [`hub`]: checks against the Hub;
+//! - [`sources`]: the source mounts, shared, started, stopped and adopted after a restart;
+//! - [`state`]: the state directory and token files; [`mountinfo`]: what is mounted;
+//! - [`fdpass`]: /dev/fuse, mount(2), binds and SCM_RIGHTS; [`server`]: the serving process.
+//!
+//! docs/KUBERNETES.md says how to deploy it and what was tested.
+
+pub mod fdpass;
+pub mod grpc;
+pub mod hub;
+pub mod identity;
+pub mod mountinfo;
+pub mod node;
+pub mod proto;
+pub mod server;
+pub mod sources;
+pub mod state;
+pub mod volume;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Args;
+use sha2::Digest;
+
+/// `hubfs csi-node` options.
+#[derive(Args, Debug)]
+pub struct CsiNodeArgs {
+    /// The gRPC socket kubelet talks to, `unix:///csi/csi.sock`.
+    #[arg(long)]
+    pub endpoint: String,
+    /// This node's name (NodeGetInfo), usually the Kubernetes node name.
+    #[arg(long)]
+    pub node_id: String,
+    /// Where source mounts and their records live; must survive a plugin restart (a hostPath).
+    #[arg(long, default_value = "/var/lib/hubfs-csi")]
+    pub state_dir: PathBuf,
+    /// Root of the sources' disk caches (default: STATE_DIR/cache).
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+    /// Hub endpoint of volumes that name none (default: $HF_ENDPOINT, else https://huggingface.co).
+    #[arg(long)]
+    pub hub_endpoint: Option<String>,
+}
+
+/// What the RPC handlers share.
+pub struct Plugin {
+    pub node_id: String,
+    pub default_endpoint: String,
+    pub sources: sources::Sources,
+}
+
+impl Plugin {
+    pub fn probe(&self) -> proto::ProbeResponse {
+        let ready = self.sources.state().root.join("sources").is_dir();
+        proto::ProbeResponse {
+            ready: Some(proto::BoolValue { value: ready }),
+        }
+    }
+
+    pub fn node_info(&self) -> proto::NodeGetInfoResponse {
+        proto::NodeGetInfoResponse {
+            node_id: self.node_id.clone(),
+            max_volumes_per_node: 0,
+        }
+    }
+}
+
+/// First 16 hex digits of the sha256 of `b`: names of source directories and token files.
+pub fn short_hash(b: &[u8]) -> String {
+    hex::encode(&sha2::Sha256::digest(b)[..8])
+}
+
+fn socket_path(endpoint: &str) -> anyhow::Result<PathBuf> {
+    let p = endpoint
+        .strip_prefix("unix://")
+        .or_else(|| endpoint.strip_prefix("unix:"))
+        .unwrap_or(endpoint);
+    if !p.starts_with('/') {
+        anyhow::bail!("--endpoint {endpoint:?}: use unix:///absolute/path/csi.sock");
+    }
+    Ok(PathBuf::from(p))
+}
+
+/// `hubfs csi-node`.
+pub fn run(args: CsiNodeArgs) -> anyhow::Result<()> {
+    let socket = socket_path(&args.endpoint)?;
+    if args.node_id.trim().is_empty() {
+        anyhow::bail!("--node-id must not be empty");
+    }
+    let state =
+        state::StateDir::open(&args.state_dir).with_context(|| format!("state dir {}", args.state_dir.display()))?;
+    let cache = args.cache_dir.clone().unwrap_or_else(|| state.root.join("cache"));
+    let default_endpoint = args
+        .hub_endpoint
+        .clone()
+        .unwrap_or_else(|| crate::hub_client::HubClientConfig::from_env().endpoint)
+        .trim_end_matches('/')
+        .to_string();
+    let plugin = Arc::new(Plugin {
+        node_id: args.node_id.clone(),
+        default_endpoint,
+        sources: sources::Sources::new(state, cache)?,
+    });
+    // Before serving: kubelet's first calls after a restart find the old mounts known.
+    plugin.sources.adopt();
+    let rt = crate::cli::runtime()?;
+    rt.block_on(async move {
+        let mut signals = crate::cli::StopSignals::new()?;
+        tracing::info!(socket = %socket.display(), node = %args.node_id, "CSI node plugin listening");
+        println!("listening on {}", socket.display());
+        use std::io::Write;
+        std::io::stdout().flush()?;
+        // Source mounts are left running on exit: pods keep their volumes, the next plugin adopts them.
+        grpc::serve(plugin, &socket, async move { signals.recv().await }).await
+    })
+}
+
+/// `hubfs csi-serve` (started by the plugin, not by people).
+pub fn run_serve() -> anyhow::Result<()> {
+    server::run()
+}

@@ -1,0 +1,179 @@
+//! `hubfs csi-serve`: the process that serves one source mount. The plugin started it in a session
+//! of its own (so it outlives a plugin restart) with one end of a socket pair as descriptor 3; on
+//! it arrive the mount's settings and, attached, the `/dev/fuse` descriptor the plugin mounted. It
+//! answers `ready COMMIT` or `error: WHY`, serves until the kernel ends the session (the plugin
+//! unmounted the source) or a SIGTERM, then commits what is pending within the drain timeout.
+
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::cli::{StopSignals, runtime};
+use crate::hub_client::HubClientConfig;
+use crate::vfs::{VfsOptions, WriteOptions};
+
+/// The handoff message: everything the server needs but the token, which it reads from
+/// `token_file` (0600, tmpfs) so it appears in no argv, environment or socket buffer it logs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServeConfig {
+    pub spec: String,
+    pub revision: String,
+    pub endpoint: String,
+    pub token_file: PathBuf,
+    pub mountpoint: PathBuf,
+    pub read_only: bool,
+    pub uid: u32,
+    pub gid: u32,
+    pub cache_dir: PathBuf,
+    pub memory_cache_size: u64,
+    pub cache_size: u64,
+    pub metadata_ttl_ms: u64,
+    pub prefetch_files: usize,
+    pub commit_every_ms: Option<u64>,
+    pub drain_ms: u64,
+    pub commit_message: String,
+    /// The server's log: rotated at [`LOG_MAX`], one old file kept.
+    pub log_file: PathBuf,
+}
+
+/// Size at which a server's log rotates.
+const LOG_MAX: u64 = 10 << 20;
+
+/// The descriptor number the plugin gives the server its socket on.
+pub const HANDOFF_FD: i32 = 3;
+
+fn settings(cfg: &ServeConfig, token: Option<String>) -> (HubClientConfig, VfsOptions) {
+    let client = HubClientConfig {
+        endpoint: cfg.endpoint.clone(),
+        token,
+        ..Default::default()
+    };
+    let mut vfs = VfsOptions {
+        metadata_ttl: Duration::from_millis(cfg.metadata_ttl_ms),
+        uid: cfg.uid,
+        gid: cfg.gid,
+        memory_cache_bytes: cfg.memory_cache_size,
+        cache_dir: Some(cfg.cache_dir.clone()),
+        disk_cache_bytes: cfg.cache_size,
+        prefetch_files: cfg.prefetch_files,
+        passthrough: true,
+        ..VfsOptions::default()
+    };
+    if !cfg.read_only {
+        let mut w = WriteOptions {
+            staging_root: cfg.cache_dir.join("staging"),
+            commit_message: cfg.commit_message.clone(),
+            status_dir: Some(cfg.cache_dir.join("mounts")),
+            ..Default::default()
+        };
+        if let Some(ms) = cfg.commit_every_ms {
+            w.quiet_period = Duration::from_millis(ms);
+            w.max_batch_delay = Duration::from_millis(ms);
+        }
+        vfs.write = Some(w);
+    }
+    (client, vfs)
+}
+
+/// `hubfs csi-serve`.
+pub fn run() -> anyhow::Result<()> {
+    // Run by hand, descriptor 3 is closed or something else: say so instead of taking it.
+    // SAFETY: fstat only fills the zeroed struct.
+    let is_socket = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(HANDOFF_FD, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK
+    };
+    if !is_socket {
+        anyhow::bail!("csi-serve is started by `hubfs csi-node` with a FUSE descriptor, not by hand");
+    }
+    // SAFETY: the plugin put the socket at this descriptor before exec (checked above to be a
+    // socket); nothing else in this process owns it.
+    let mut sock = unsafe { UnixStream::from_raw_fd(HANDOFF_FD) };
+    let (bytes, fuse_fd) =
+        super::fdpass::recv_fd(sock.as_raw_fd(), 1 << 16).context("receiving the FUSE descriptor")?;
+    let cfg: ServeConfig = serde_json::from_slice(&bytes).context("the handoff message")?;
+    // Until here stderr (the same file, appended to) caught anything; from now on the log rotates
+    // and stderr (panics) follows it.
+    match crate::logging::to_file(&cfg.log_file, LOG_MAX) {
+        Ok(f) => {
+            if let Err(e) = f.redirect_stderr() {
+                tracing::warn!(error = %e, "stderr stays where the plugin pointed it");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "logging to stderr"),
+    }
+    let token = std::fs::read_to_string(&cfg.token_file)
+        .ok()
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty());
+    let (client, vfs_opts) = settings(&cfg, token);
+    let rt = runtime()?;
+    let mut signals = {
+        let _g = rt.enter();
+        StopSignals::new()?
+    };
+    // Buckets have no revision (empty): the spec alone names what to open.
+    let revision = (!cfg.revision.is_empty()).then_some(cfg.revision.as_str());
+    let opened = match crate::mount::open_vfs(&cfg.spec, revision, &client, &vfs_opts, &rt) {
+        Ok(o) => o,
+        Err(e) => {
+            let _ = writeln!(sock, "error: {e:#}");
+            return Err(e);
+        }
+    };
+    let vfs = opened.vfs.clone();
+    let adapter = crate::fuse::FuseAdapter::new(vfs.clone(), rt.handle().clone());
+    let mut config = fuser::Config::default();
+    config.acl = fuser::SessionACL::All;
+    config.n_threads = Some(4);
+    // The server need not be able to open /dev/fuse: every thread shares the handed descriptor.
+    config.clone_fd = false;
+    let session =
+        match fuser::Session::from_fd(adapter, fuse_fd, fuser::SessionACL::All, config).and_then(|s| s.spawn()) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = writeln!(sock, "error: FUSE session: {e}");
+                return Err(e).context("FUSE session");
+            }
+        };
+    vfs.set_mountpoint(&cfg.mountpoint);
+    writeln!(sock, "ready {}", opened.commit).context("answering the plugin")?;
+    drop(sock);
+    tracing::info!(spec = %cfg.spec, commit = %opened.commit, mountpoint = %cfg.mountpoint.display(), "serving");
+
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let joiner = std::thread::spawn(move || {
+        let r = session.join();
+        let _ = tx.send(());
+        r
+    });
+    let mountpoint = cfg.mountpoint.clone();
+    rt.block_on(async {
+        tokio::select! {
+            _ = signals.recv() => {
+                tracing::info!("signal received: detaching the source mount");
+                if let Err(e) = super::fdpass::unmount(&mountpoint, true) {
+                    tracing::warn!(error = %e, "detaching the source mount");
+                }
+            }
+            _ = rx => tracing::info!("the source mount was unmounted"),
+        }
+    });
+    if joiner.join().is_err() {
+        tracing::warn!("the FUSE session thread panicked");
+    }
+    if vfs.is_writable() {
+        let left = rt.block_on(vfs.drain(Duration::from_millis(cfg.drain_ms)));
+        vfs.remove_status();
+        if left > 0 {
+            tracing::warn!("{left} file(s) could not be committed within the drain timeout; they stay staged");
+        }
+    }
+    tracing::info!("stopped");
+    Ok(())
+}

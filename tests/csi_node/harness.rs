@@ -1,0 +1,349 @@
+//! The harness of tests/csi_node.rs: a mount namespace per test, the plugin as a separate
+//! process, a gRPC client over its unix socket, kubelet-shaped targets and mountinfo checks.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hubfs::csi::proto::*;
+use hubfs::local_hub::{LocalHub, RouteClass, TokenSpec};
+use tonic::transport::Channel;
+
+pub const NS_ENV: &str = "HUBFS_CSI_TEST_NS";
+
+/// Runs `body` in a private mount namespace: re-executes this test binary for test `name` under
+/// `unshare -m`, or, inside that child, runs the body.
+pub fn in_namespace(name: &str, body: impl FnOnce()) {
+    if std::env::var_os(NS_ENV).is_some() {
+        body();
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private"])
+        .arg(exe)
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(NS_ENV, "1")
+        .output()
+        .expect("run unshare");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{text}");
+    assert!(out.status.success(), "{name} failed in its namespace");
+    assert!(text.contains("1 passed"), "{name} did not run in its namespace: {text}");
+}
+
+/// A plugin process and what it needs.
+pub struct Plugin {
+    child: Child,
+    pub sock: PathBuf,
+    pub state: PathBuf,
+    log: PathBuf,
+}
+
+impl Plugin {
+    pub fn start(root: &Path, ep: &str, tag: &str) -> Plugin {
+        let sock = root.join("plugin/csi.sock");
+        let state = root.join("state");
+        let log = root.join(format!("plugin-{tag}.log"));
+        let _ = std::fs::remove_file(&sock);
+        let child = Command::new(env!("CARGO_BIN_EXE_hubfs"))
+            .args(["csi-node", "--node-id", "test-node", "--hub-endpoint", ep])
+            .arg("--endpoint")
+            .arg(format!("unix://{}", sock.display()))
+            .arg("--state-dir")
+            .arg(&state)
+            .env("RUST_LOG", "hubfs=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start hubfs csi-node");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !sock.exists() {
+            assert!(Instant::now() < deadline, "the plugin did not listen within 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Plugin {
+            child,
+            sock,
+            state,
+            log,
+        }
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Pids of the running source servers, from the state dir.
+    pub fn servers(&self) -> Vec<u32> {
+        let mut out = vec![];
+        if let Ok(rd) = std::fs::read_dir(self.state.join("sources")) {
+            for e in rd.flatten() {
+                if let Ok(b) = std::fs::read(e.path().join("source.json")) {
+                    let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+                    out.push(v["pid"].as_u64().unwrap() as u32);
+                }
+            }
+        }
+        out
+    }
+
+    /// The token files, wherever the plugin keeps them (the same choice of tmpfs as the plugin's).
+    pub fn token_files(&self) -> Vec<PathBuf> {
+        let dir = hubfs::csi::state::StateDir::open(&self.state).unwrap().token_dir;
+        let mut out = vec![];
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            out.extend(
+                rd.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "token")),
+            );
+        }
+        out
+    }
+}
+
+impl Drop for Plugin {
+    /// Also on a failed assertion: no server outlives the test, no token directory stays in /run.
+    fn drop(&mut self) {
+        self.kill9();
+        if std::env::var_os("HUBFS_CSI_SHOW_LOG").is_some() {
+            println!("--- plugin log\n{}", self.log());
+        }
+        kill_servers(&self.state);
+        if let Ok(s) = hubfs::csi::state::StateDir::open(&self.state)
+            && s.token_dir.starts_with("/")
+            && !s.token_dir.starts_with(&s.root)
+            && let Some(per_root) = s.token_dir.parent()
+        {
+            let _ = std::fs::remove_dir_all(per_root);
+        }
+    }
+}
+
+/// Kills every server still recorded (end of a test: the namespace's mounts go with them).
+pub fn kill_servers(state: &Path) {
+    if let Ok(rd) = std::fs::read_dir(state.join("sources")) {
+        for e in rd.flatten() {
+            if let Ok(b) = std::fs::read(e.path().join("source.json")) {
+                let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+                // SAFETY: a signal to a process this test started.
+                unsafe { libc::kill(v["pid"].as_u64().unwrap() as i32, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+pub async fn connect(sock: &Path) -> Channel {
+    let sock = sock.to_path_buf();
+    tonic::transport::Endpoint::try_from("http://localhost")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: http::Uri| {
+            let s = sock.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(s).await?,
+                ))
+            }
+        }))
+        .await
+        .expect("connect to the plugin")
+}
+
+pub async fn call<Req, Resp>(ch: &Channel, path: &'static str, req: Req) -> Result<Resp, tonic::Status>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
+    let mut g = tonic::client::Grpc::new(ch.clone());
+    g.ready().await.map_err(|e| tonic::Status::unknown(e.to_string()))?;
+    let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+    let r = tokio::time::timeout(
+        Duration::from_secs(120),
+        g.unary(
+            tonic::Request::new(req),
+            http::uri::PathAndQuery::from_static(path),
+            codec,
+        ),
+    )
+    .await
+    .map_err(|_| tonic::Status::deadline_exceeded("the plugin did not answer within 120 s"))?;
+    r.map(|r| r.into_inner())
+}
+
+/// A kubelet-shaped target under `root`.
+pub fn target(root: &Path, pod: &str, vol: &str) -> PathBuf {
+    root.join(format!(
+        "var/lib/kubelet/pods/{pod}/volumes/kubernetes.io~csi/{vol}/mount"
+    ))
+}
+
+pub fn capability(mode: i32, group: &str) -> VolumeCapability {
+    VolumeCapability {
+        block: None,
+        mount: Some(MountVolume {
+            fs_type: String::new(),
+            mount_flags: vec![],
+            volume_mount_group: group.to_string(),
+        }),
+        access_mode: Some(AccessMode { mode }),
+    }
+}
+
+pub const RWO: i32 = 1;
+pub const ROX: i32 = 3;
+
+pub fn publish_req(
+    target: &Path,
+    attrs: &[(&str, &str)],
+    token: Option<&str>,
+    cap: Option<VolumeCapability>,
+) -> NodePublishVolumeRequest {
+    let mut secrets = HashMap::new();
+    if let Some(t) = token {
+        secrets.insert("token".to_string(), t.to_string());
+    }
+    let mut volume_context: HashMap<String, String> =
+        attrs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    volume_context.insert("csi.storage.k8s.io/pod.name".into(), "p".into());
+    NodePublishVolumeRequest {
+        volume_id: "vol-1".into(),
+        publish_context: HashMap::new(),
+        staging_target_path: String::new(),
+        target_path: target.display().to_string(),
+        volume_capability: cap,
+        readonly: false,
+        secrets,
+        volume_context,
+    }
+}
+
+pub async fn publish(ch: &Channel, req: NodePublishVolumeRequest) -> Result<(), tonic::Status> {
+    call::<_, NodePublishVolumeResponse>(ch, "/csi.v1.Node/NodePublishVolume", req)
+        .await
+        .map(|_| ())
+}
+
+pub async fn unpublish(ch: &Channel, target: &Path) -> Result<(), tonic::Status> {
+    call::<_, NodeUnpublishVolumeResponse>(
+        ch,
+        "/csi.v1.Node/NodeUnpublishVolume",
+        NodeUnpublishVolumeRequest {
+            volume_id: "vol-1".into(),
+            target_path: target.display().to_string(),
+        },
+    )
+    .await
+    .map(|_| ())
+}
+
+/// hubfs mounts in this namespace: (mountpoint, dev).
+pub fn hubfs_mounts() -> Vec<(PathBuf, String)> {
+    hubfs::csi::mountinfo::read()
+        .into_iter()
+        .filter(|e| e.fstype == "fuse.hubfs")
+        .map(|e| (e.mountpoint, e.dev))
+        .collect()
+}
+
+pub fn distinct_devs() -> usize {
+    let mut d: Vec<String> = hubfs_mounts().into_iter().map(|(_, d)| d).collect();
+    d.sort();
+    d.dedup();
+    d.len()
+}
+
+pub fn is_mounted(p: &Path) -> bool {
+    hubfs_mounts().iter().any(|(m, _)| m == p)
+}
+
+/// Bytes the Hub sent, every route class together (`ALL`: the CAS steps are counted in `cas` too).
+pub fn hub_bytes(hub: &LocalHub) -> u64 {
+    RouteClass::ALL.iter().map(|c| hub.stats(*c).bytes_out).sum()
+}
+
+/// The Hub's bytes of a file (redirects followed).
+pub async fn hub_file(ep: &str, repo_path: &str, path: &str) -> Vec<u8> {
+    let c = reqwest::Client::builder().no_proxy().build().unwrap();
+    let r = c
+        .get(if repo_path.starts_with("buckets/") {
+            // Buckets have no revisions.
+            format!("{ep}/{repo_path}/resolve/{path}")
+        } else {
+            format!("{ep}/{repo_path}/resolve/main/{path}")
+        })
+        .bearer_auth(crate::common::WRITE)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "download {path}: {}", r.status());
+    r.bytes().await.unwrap().to_vec()
+}
+
+pub fn token_spec(user: &str, token: &str, write: bool) -> TokenSpec {
+    TokenSpec {
+        user: user.to_string(),
+        token: token.to_string(),
+        write,
+    }
+}
+
+/// Zeroes the Hub's request and byte counters.
+pub async fn reset_stats(ep: &str) {
+    let r = crate::common::client()
+        .get(format!("{ep}/admin/stats?reset=1"))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+}
+
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+pub fn model_attrs() -> Vec<(&'static str, &'static str)> {
+    vec![("sourceType", "model"), ("sourceId", "demo/tiny-model")]
+}
+
+/// Reads a file in a thread with a deadline (a mount gone wrong must fail the test, not hang it).
+pub fn read_bounded(p: &Path) -> std::io::Result<Vec<u8>> {
+    let p = p.to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::read(p));
+    });
+    rx.recv_timeout(Duration::from_secs(60)).expect("read hung for 60 s")
+}
+
+/// sha256 of a file read in 1 MiB pieces (a 1 GiB figure run must not hold copies in memory).
+pub fn sha256_of(p: &Path) -> String {
+    use sha2::Digest;
+    use std::io::Read;
+    let mut f = std::fs::File::open(p).unwrap();
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    hex::encode(h.finalize())
+}
