@@ -355,6 +355,24 @@ fn token_rotation_by_republish() {
             assert_eq!(plugin.servers(), servers);
             assert_eq!(std::fs::read_to_string(&files[0]).unwrap(), "hf_second");
             assert!(!plugin.log().contains("hf_second"), "the token leaked into the log");
+            // The running server takes the rotated token (it polls its token file).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !plugin.server_logs().contains("the token file changed") {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the server did not pick up the rotated token:\n{}",
+                    plugin.server_logs()
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            assert!(
+                !plugin.server_logs().contains("hf_second"),
+                "the token leaked into a server log"
+            );
+            assert!(
+                read_bounded(&t.join("README.md")).is_ok(),
+                "reads go on after the rotation"
+            );
 
             // A token of another account: the running pod keeps its mount (and the token it had);
             // a new pod with that token gets a source of its own.

@@ -962,4 +962,18 @@ async fn redirects_drop_the_token_and_are_cached() {
     assert_eq!(head.commit.as_deref(), Some(commit));
     assert_eq!(seen.count("cdn"), before);
     assert!(seen.requests.lock().iter().all(|r| r.0 == "hub" || r.2.is_none()));
+
+    // A rotated token: later requests (of clones too) carry the new one, no request the old one.
+    let clone = c.clone();
+    c.set_token(Some("hf_rotated_secret")).unwrap();
+    let n = seen.requests.lock().len();
+    clone.head_file(&repo, commit, "other").await.unwrap();
+    {
+        let reqs = seen.requests.lock();
+        assert_eq!(reqs[n].2.as_deref(), Some("Bearer hf_rotated_secret"));
+    }
+    assert!(c.set_token(Some("bad\ntoken")).is_err(), "an invalid token is refused");
+    c.set_token(None).unwrap();
+    assert!(!c.has_token());
+    assert!(!format!("{c:?}").contains("hf_rotated_secret"));
 }

@@ -146,6 +146,9 @@ pub fn run() -> anyhow::Result<()> {
     drop(sock);
     tracing::info!(spec = %cfg.spec, commit = %opened.commit, mountpoint = %cfg.mountpoint.display(), "serving");
 
+    // Kubelet's republish rewrites the token file when the secret rotates: the running mount
+    // takes the new token within seconds (it never reaches argv, environment or logs).
+    rt.spawn(watch_token(cfg.token_file.clone(), vfs.hub_client().clone()));
     let (tx, rx) = tokio::sync::oneshot::channel();
     let joiner = std::thread::spawn(move || {
         let r = session.join();
@@ -176,4 +179,26 @@ pub fn run() -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// How often the token file is looked at.
+const TOKEN_POLL: Duration = Duration::from_secs(2);
+
+/// Reads `file` every [`TOKEN_POLL`] and gives the client the token it holds whenever it changed.
+/// A file that cannot be read leaves the current token in place.
+async fn watch_token(file: PathBuf, client: crate::hub_client::HubClient) {
+    let read = |f: &PathBuf| std::fs::read_to_string(f).ok().map(|t| t.trim().to_string());
+    let mut last = read(&file);
+    loop {
+        tokio::time::sleep(TOKEN_POLL).await;
+        let Some(now) = read(&file) else { continue };
+        if last.as_deref() == Some(now.as_str()) {
+            continue;
+        }
+        match client.set_token((!now.is_empty()).then_some(now.as_str())) {
+            Ok(()) => tracing::info!("the token file changed: later requests carry the new token"),
+            Err(e) => tracing::warn!(error = %e, "the token file holds no usable token; keeping the current one"),
+        }
+        last = Some(now);
+    }
 }

@@ -158,8 +158,8 @@ impl HubClient {
     /// The Authorization header for requests made on our behalf by the xet crates (token refresh).
     pub fn auth_headers(&self) -> HeaderMap {
         let mut h = HeaderMap::new();
-        if let Some(t) = &self.inner.http.token {
-            h.insert(AUTHORIZATION, t.clone());
+        if let Some(t) = self.inner.http.auth_header() {
+            h.insert(AUTHORIZATION, t);
         }
         h
     }

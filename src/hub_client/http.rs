@@ -112,18 +112,49 @@ enum Failure {
     TooLarge,
 }
 
+/// A token in both forms the client needs.
+#[derive(Clone)]
+pub(crate) struct Token {
+    pub header: HeaderValue,
+    pub text: String,
+}
+
+impl Token {
+    /// `None` for an empty token; an error for one that cannot be a header value.
+    pub fn new(text: &str) -> Result<Option<Token>, HubClientError> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Ok(None);
+        }
+        let mut header = HeaderValue::from_str(&format!("Bearer {text}"))
+            .map_err(|_| HubClientError::bad_input("token", "the token contains invalid characters"))?;
+        header.set_sensitive(true);
+        Ok(Some(Token {
+            header,
+            text: text.to_string(),
+        }))
+    }
+}
+
 /// The parts of the client an exchange needs.
 pub(crate) struct Http {
     pub client: reqwest::Client,
     pub origin: url::Origin,
-    pub token: Option<HeaderValue>,
-    /// The token as text, only to scrub it out of server messages.
-    pub token_text: Option<String>,
+    /// The Authorization header and the token's text (kept only to scrub it out of server
+    /// messages); replaced whole by `HubClient::set_token`. A leaf lock, never held across an await.
+    pub token: parking_lot::RwLock<Option<Token>>,
+    /// Every token this client has used, to scrub from messages after a rotation too.
+    pub old_tokens: parking_lot::Mutex<Vec<String>>,
     pub timeout: Duration,
     pub max_retries: u32,
 }
 
 impl Http {
+    /// The Authorization header requests to the Hub's origin carry, if a token is set.
+    pub fn auth_header(&self) -> Option<HeaderValue> {
+        self.token.read().as_ref().map(|t| t.header.clone())
+    }
+
     /// Sends `req`, retrying and following redirects as documented above.
     pub async fn send(&self, req: &Request, ctx: &ErrorContext) -> Result<Reply, HubClientError> {
         let mut url = req.url.clone();
@@ -214,10 +245,10 @@ impl Http {
             .client
             .request(req.method.clone(), url.clone())
             .headers(req.headers.clone());
-        if let Some(t) = &self.token
-            && url.origin() == self.origin
+        if url.origin() == self.origin
+            && let Some(h) = self.auth_header()
         {
-            rb = rb.header(reqwest::header::AUTHORIZATION, t.clone());
+            rb = rb.header(reqwest::header::AUTHORIZATION, h);
         }
         if let Some((ct, body)) = &req.body {
             rb = rb.header(reqwest::header::CONTENT_TYPE, *ct).body(body.clone());
@@ -292,8 +323,11 @@ impl Http {
     /// Removes the token from a text that came from the network, and keeps it short.
     fn scrub(&self, s: &str) -> String {
         let mut s = s.to_string();
-        if let Some(t) = self.token_text.as_deref().filter(|t| !t.is_empty()) {
-            s = s.replace(t, "<redacted>");
+        if let Some(t) = self.token.read().as_ref() {
+            s = s.replace(&t.text, "<redacted>");
+        }
+        for t in self.old_tokens.lock().iter() {
+            s = s.replace(t.as_str(), "<redacted>");
         }
         if s.len() > 300 {
             let mut cut = 300;

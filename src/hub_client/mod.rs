@@ -33,7 +33,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::header::HeaderValue;
 use url::Url;
 
 pub use bucket::{BucketBatchOutcome, BucketOp, bucket_state_id};
@@ -83,16 +82,7 @@ impl HubClient {
                 "timeouts must be greater than zero",
             ));
         }
-        let token_text = cfg.token.as_deref().map(str::trim).filter(|t| !t.is_empty());
-        let token = match token_text {
-            Some(t) => {
-                let mut v = HeaderValue::from_str(&format!("Bearer {t}"))
-                    .map_err(|_| HubClientError::bad_input("token", "the token contains invalid characters"))?;
-                v.set_sensitive(true);
-                Some(v)
-            }
-            None => None,
-        };
+        let token = http::Token::new(cfg.token.as_deref().unwrap_or(""))?;
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(cfg.connect_timeout)
@@ -105,8 +95,8 @@ impl HubClient {
                 http: http::Http {
                     client,
                     origin: url.origin(),
-                    token,
-                    token_text: token_text.map(str::to_string),
+                    token: parking_lot::RwLock::new(token),
+                    old_tokens: parking_lot::Mutex::new(Vec::new()),
                     timeout: cfg.timeout,
                     max_retries: cfg.max_retries,
                 },
@@ -126,9 +116,28 @@ impl HubClient {
         &self.inner.endpoint
     }
 
+    /// Replaces the token every later request carries (a rotated token: a Kubernetes secret
+    /// rewritten by kubelet's republish). Clones share it. Xet tokens already fetched stay valid
+    /// until they expire. The old token is still scrubbed from messages.
+    pub fn set_token(&self, token: Option<&str>) -> Result<(), HubClientError> {
+        let new = http::Token::new(token.unwrap_or(""))?;
+        let old = std::mem::replace(&mut *self.inner.http.token.write(), new);
+        if let Some(old) = old {
+            let mut kept = self.inner.http.old_tokens.lock();
+            if !kept.contains(&old.text) {
+                // A bound: a process rotates its token a few times in its life.
+                if kept.len() >= 16 {
+                    kept.remove(0);
+                }
+                kept.push(old.text);
+            }
+        }
+        Ok(())
+    }
+
     /// Whether requests to the endpoint carry a token.
     pub fn has_token(&self) -> bool {
-        self.inner.http.token.is_some()
+        self.inner.http.token.read().is_some()
     }
 
     /// `{endpoint}/api/{kind}s/{ns}/{name}{tail}`; `tail` must already be encoded.
@@ -186,7 +195,7 @@ impl fmt::Debug for HubClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HubClient")
             .field("endpoint", &self.inner.endpoint)
-            .field("token", &self.inner.http.token.as_ref().map(|_| "<redacted>"))
+            .field("token", &self.inner.http.token.read().as_ref().map(|_| "<redacted>"))
             .field("timeout", &self.inner.http.timeout)
             .field("max_retries", &self.inner.http.max_retries)
             .finish()

@@ -289,6 +289,11 @@ impl VirtualFs {
         &self.opts
     }
 
+    /// The Hub client this mount reads and writes through (shared by its clones).
+    pub fn hub_client(&self) -> &HubClient {
+        &self.client
+    }
+
     /// The commit the mount currently shows; a branch or tag is re-resolved once per TTL.
     pub async fn commit(&self) -> VfsResult<String> {
         let mut rev = self.revision.lock().await;

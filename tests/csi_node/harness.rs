@@ -85,6 +85,17 @@ impl Plugin {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Every source server's log, concatenated.
+    pub fn server_logs(&self) -> String {
+        let mut out = String::new();
+        if let Ok(rd) = std::fs::read_dir(self.state.join("sources")) {
+            for e in rd.flatten() {
+                out.push_str(&std::fs::read_to_string(e.path().join("server.log")).unwrap_or_default());
+            }
+        }
+        out
+    }
+
     /// Pids of the running source servers, from the state dir.
     pub fn servers(&self) -> Vec<u32> {
         let mut out = vec![];
