@@ -160,7 +160,7 @@ fn check_bucket_write(
 
 /// Explains a failure to open the repo in the user's terms.
 pub fn explain(repo: &str, revision: &str, e: &VfsError) -> String {
-    if repo.contains("buckets/") {
+    if RepoRef::parse(repo).is_ok_and(|(r, _, _)| r.is_bucket()) {
         match e {
             VfsError::Remote(HubClientError::RepoNotFound { .. } | HubClientError::NotFound { .. }) => {
                 return format!(

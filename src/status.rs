@@ -192,7 +192,7 @@ pub fn run(cache_dir: Option<&Path>, json: bool, verbose: bool) -> anyhow::Resul
     for s in &mounts {
         let m = &s.mount;
         // A bucket has no revisions: its line names the bucket alone, its "commit" is its state.
-        if m.repo.starts_with("buckets/") || m.repo.starts_with("hf://buckets/") {
+        if crate::hub_client::RepoRef::parse(&m.repo).is_ok_and(|(r, _, _)| r.is_bucket()) {
             println!("{} at {} (pid {})", m.repo, m.mountpoint, m.pid);
         } else {
             println!("{}@{} at {} (pid {})", m.repo, m.revision, m.mountpoint, m.pid);

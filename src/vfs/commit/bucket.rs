@@ -3,7 +3,7 @@
 //! against: each operation sets or removes one path, last writer wins, so there is no re-basing;
 //! an operation the Hub refuses holds just its file (kept staged, its error in `hubfs status`).
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::Writer;
 use super::round::{Batch, upload_error};
@@ -91,7 +91,8 @@ impl VirtualFs {
         Ok((ops, staged))
     }
 
-    /// Sends a round's batch; returns the bucket's state after it. Files whose operation the Hub
+    /// Sends a round's batch; returns the bucket's state after it (which may include others'
+    /// changes made meanwhile: a bucket has no parent to pin). Files whose operation the Hub
     /// refused are held with its reason; the rest count as committed.
     pub(super) async fn send_batch(
         &self,
@@ -115,10 +116,7 @@ impl VirtualFs {
                 w.held.lock().insert(s.file.id());
             }
         }
-        let state = self.client.repo_info(&self.repo, &w.branch).await?.sha;
-        let mut rev = self.revision.lock().await;
-        rev.commit = state.clone();
-        rev.checked = Instant::now();
-        Ok(state)
+        // The bucket's state after the batch (the caller moves the mount to it).
+        Ok(self.client.repo_info(&self.repo, &w.branch).await?.sha)
     }
 }
