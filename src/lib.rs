@@ -17,6 +17,7 @@ pub mod local_hub;
 pub mod logging;
 pub mod mount;
 pub mod mount_process;
+pub mod mountinfo;
 pub mod nfs;
 pub mod registry;
 pub mod status;

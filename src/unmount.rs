@@ -10,53 +10,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 
+use crate::mountinfo::Entry;
 use crate::registry::{Frontend, MountRecord};
 
-/// One line of `/proc/self/mountinfo`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MountEntry {
-    pub mountpoint: PathBuf,
-    pub fstype: String,
-    pub source: String,
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space, `\011`, `\012`, `\134`).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Parses mountinfo text: `ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL…] - FSTYPE SOURCE SUPER`.
-pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
-    text.lines()
-        .filter_map(|l| {
-            let (head, tail) = l.split_once(" - ")?;
-            let mountpoint = head.split(' ').nth(4)?;
-            let mut t = tail.split(' ');
-            Some(MountEntry {
-                mountpoint: PathBuf::from(unescape(mountpoint)),
-                fstype: t.next()?.to_string(),
-                source: unescape(t.next().unwrap_or("")),
-            })
-        })
-        .collect()
-}
-
 /// The mount at `dir` (the last one: mounts stack).
-pub fn mounted_at(dir: &Path) -> Option<MountEntry> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    parse_mountinfo(&text).into_iter().rev().find(|m| m.mountpoint == dir)
+pub fn mounted_at(dir: &Path) -> Option<Entry> {
+    crate::mountinfo::at(&crate::mountinfo::read(), dir).cloned()
 }
 
 /// DIR made absolute without touching DIR itself (its parent is resolved, which is safe).
@@ -68,7 +27,7 @@ fn absolute_no_stat(dir: &Path) -> PathBuf {
     }
 }
 
-fn is_hubfs_fstype(m: &MountEntry) -> bool {
+fn is_hubfs_fstype(m: &Entry) -> bool {
     m.fstype == "fuse.hubfs" || m.source.starts_with("hubfs:")
 }
 
@@ -162,24 +121,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mountinfo_lines_parse_with_escapes_and_optional_fields() {
-        let text = "36 35 98:0 / /mnt/a\\040b rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n\
-                    40 1 0:52 / /tmp/m rw,nosuid,nodev,relatime shared:7 - fuse.hubfs hubfs:demo/tiny-model ro\n\
-                    bad line\n";
-        let m = parse_mountinfo(text);
-        assert_eq!(m.len(), 2);
-        assert_eq!(m[0].mountpoint, Path::new("/mnt/a b"));
-        assert_eq!(m[0].fstype, "ext3");
-        assert_eq!(m[1].fstype, "fuse.hubfs");
-        assert_eq!(m[1].source, "hubfs:demo/tiny-model");
+    fn hubfs_mounts_are_told_apart() {
+        let text = "36 35 98:0 / /mnt/a rw - ext3 /dev/root rw\n\
+                    40 1 0:52 / /tmp/m rw,nosuid shared:7 - fuse.hubfs hubfs:demo/tiny-model ro\n";
+        let m = crate::mountinfo::parse(text);
         assert!(is_hubfs_fstype(&m[1]));
         assert!(!is_hubfs_fstype(&m[0]));
-    }
-
-    #[test]
-    fn unescape_leaves_plain_backslashes() {
-        assert_eq!(unescape("a\\134b"), "a\\b");
-        assert_eq!(unescape("a\\xb"), "a\\xb");
-        assert_eq!(unescape("end\\"), "end\\");
     }
 }

@@ -7,7 +7,7 @@
 //! - [`grpc`]: the three services routed by hand over tonic;
 //! - [`identity`], [`node`]: the RPCs; [`volume`]: volume attributes; [`hub`]: checks against the Hub;
 //! - [`sources`]: the source mounts, shared, started, stopped and adopted after a restart;
-//! - [`state`]: the state directory and token files; [`mountinfo`]: what is mounted;
+//! - [`state`]: the state directory and token files; [`mountinfo`] (shared with `hubfs unmount`): what is mounted;
 //! - [`fdpass`]: /dev/fuse, mount(2), binds and SCM_RIGHTS; [`server`]: the serving process.
 //!
 //! docs/KUBERNETES.md says how to deploy it and what was tested.
@@ -16,7 +16,7 @@ pub mod fdpass;
 pub mod grpc;
 pub mod hub;
 pub mod identity;
-pub mod mountinfo;
+pub use crate::mountinfo;
 pub mod node;
 pub mod proto;
 pub mod server;

@@ -6,7 +6,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::Writer;
-use super::round::{Batch, upload_error};
+use super::round::{Batch, staged_copies, upload_error};
 use crate::hub_client::BucketOp;
 use crate::vfs::error::{VfsError, VfsResult};
 use crate::vfs::remote::ContentId;
@@ -39,15 +39,11 @@ impl VirtualFs {
         batch: &Batch,
     ) -> VfsResult<(Vec<BucketOp>, Vec<(Staged, String)>)> {
         let staged = self.snapshot_batch(w, batch).await?;
-        let files: Vec<Staged> = staged
-            .iter()
-            .map(|(s, _)| Staged {
-                repo_path: s.repo_path.clone(),
-                file: s.file.clone(),
-                snap: s.snap.clone(),
-            })
-            .collect();
-        let uploaded = w.uploader.prepare_bucket(&files).await.map_err(upload_error)?;
+        let uploaded = w
+            .uploader
+            .prepare_bucket(&staged_copies(&staged))
+            .await
+            .map_err(upload_error)?;
         let mut ops = Vec::with_capacity(uploaded.len() + batch.moves.len() + batch.gones.len());
         // Deletions first, as in a commit: a file may take the name of a directory emptied here.
         for path in &batch.gones {

@@ -118,6 +118,18 @@ pub(super) fn commit_error(e: &VfsError) -> VfsError {
     }
 }
 
+/// The staged files of a round, for the uploader (which takes them without their mount paths).
+pub(super) fn staged_copies(staged: &[(Staged, String)]) -> Vec<Staged> {
+    staged
+        .iter()
+        .map(|(s, _)| Staged {
+            repo_path: s.repo_path.clone(),
+            file: s.file.clone(),
+            snap: s.snap.clone(),
+        })
+        .collect()
+}
+
 /// An uploader failure as the core's error.
 pub(super) fn upload_error(e: crate::write::upload::UploadError) -> VfsError {
     match e {
@@ -297,15 +309,11 @@ impl VirtualFs {
         batch: &Batch,
     ) -> VfsResult<(Vec<CommitOp>, Vec<(Staged, String)>)> {
         let staged = self.snapshot_batch(w, batch).await?;
-        let files: Vec<Staged> = staged
-            .iter()
-            .map(|(s, _)| Staged {
-                repo_path: s.repo_path.clone(),
-                file: s.file.clone(),
-                snap: s.snap.clone(),
-            })
-            .collect();
-        let mut ops = w.uploader.prepare(&files).await.map_err(upload_error)?;
+        let mut ops = w
+            .uploader
+            .prepare(&staged_copies(&staged))
+            .await
+            .map_err(upload_error)?;
         for (path, meta) in &batch.moves {
             let repo_path = self.remote_path(path);
             match &meta.sha256 {

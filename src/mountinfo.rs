@@ -1,7 +1,7 @@
 //! Reading `/proc/self/mountinfo`: which paths are mounted, and which mounts share a superblock
-//! (a source mount and its bind mounts carry the same `MAJ:MIN`). Nothing here stats a mount: a
-//! FUSE mount whose server died answers stat with ENOTCONN, and one whose server hangs never
-//! answers.
+//! (a CSI source mount and its bind mounts carry the same `MAJ:MIN`). `hubfs unmount` and the CSI
+//! plugin both ask it. Nothing here stats a mount: a FUSE mount whose server died answers stat with
+//! ENOTCONN, and one whose server hangs never answers.
 
 use std::path::{Path, PathBuf};
 
@@ -98,5 +98,18 @@ mod tests {
             Some(41)
         );
         assert!(at(&t, Path::new("/nope")).is_none());
+    }
+
+    #[test]
+    fn optional_fields_bad_lines_and_plain_backslashes() {
+        let text = "36 35 98:0 / /mnt/a\\040b rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n\
+                    bad line\n";
+        let t = parse(text);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].mountpoint, Path::new("/mnt/a b"));
+        assert_eq!((t[0].fstype.as_str(), t[0].source.as_str()), ("ext3", "/dev/root"));
+        assert_eq!(unescape("a\\134b"), "a\\b");
+        assert_eq!(unescape("a\\xb"), "a\\xb");
+        assert_eq!(unescape("end\\"), "end\\");
     }
 }
