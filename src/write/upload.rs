@@ -108,8 +108,8 @@ impl Uploader {
     }
 
     /// Uploads one closed file's content now if the Hub stores it through LFS/Xet, so that the
-    /// commit that follows only refers to it. Returns whether it is an LFS file (false: it goes
-    /// inline in the commit, nothing to upload ahead).
+    /// commit that follows only refers to it (a bucket's always goes through Xet). `Inline`: it
+    /// goes inline in the commit, nothing to upload ahead.
     pub async fn upload_ahead(&self, f: &Staged) -> Result<Ahead, UploadError> {
         if self.repo.is_bucket() {
             let hashes = self.bounded_upload(&[f]).await?;
