@@ -105,6 +105,6 @@ pub fn mount(dir: &std::path::Path, mib: usize) -> std::io::Result<fuser::Backgr
     config.n_threads = Some(4);
     config.clone_fd = true;
     let session = fuser::Session::new(MemFs { data }, dir, &config)?.spawn()?;
-    crate::mount::raise_readahead(dir);
+    crate::mount::raise_readahead(dir, crate::mount::READAHEAD_MODEL);
     Ok(session)
 }

@@ -165,6 +165,11 @@ pub struct SourceArgs {
     /// through hubfs as before). `off`: every read goes through hubfs.
     #[arg(long, default_value = "auto", value_parser = ["auto", "off"])]
     pub passthrough: String,
+    /// Kernel readahead of the mount in KiB (a page fault in an mmap'd file reads around it by as
+    /// much). Default: 8192 for model repos (safetensors loads), 1024 for datasets, spaces and
+    /// buckets (random reads of a mapping pay it per fault).
+    #[arg(long, value_name = "KIB", value_parser = clap::value_parser!(u64).range(128..=65536))]
+    pub readahead_kib: Option<u64>,
 }
 
 /// `--commit-budget`: a budget, or none (`0`).
@@ -197,6 +202,7 @@ impl SourceArgs {
             disk_cache_bytes: self.cache_size,
             prefetch_files: self.prefetch_files,
             passthrough: self.passthrough == "auto",
+            readahead: self.readahead_kib.map(|k| k << 10),
             ..VfsOptions::default()
         };
         let mut vfs = vfs;

@@ -2798,6 +2798,39 @@ async fn xet_files_resolve_auth_and_persist() {
         .await
         .unwrap();
     assert_eq!(r.status(), 416);
+    // Ranges are rebuilt from the terms that cover them: one byte inside a term, a suffix, a range
+    // from the middle of one term to the middle of another, and an open end.
+    let mid = 33usize << 20;
+    for (range, from, to) in [
+        (format!("bytes={mid}-{mid}"), mid, mid + 1),
+        ("bytes=-4097".to_string(), size - 4097, size),
+        (format!("bytes={}-", size - (9 << 20) - 5), size - (9 << 20) - 5, size),
+    ] {
+        let r = c.get(&loc).header("range", &range).send().await.unwrap();
+        assert_eq!(r.status(), 206, "{range}");
+        let want = &weights[from..to];
+        assert_eq!(
+            header_str(r.headers(), "content-length"),
+            Some(want.len().to_string().as_str()),
+            "{range}"
+        );
+        let got = r.bytes().await.unwrap();
+        assert!(got.as_ref() == want, "{range} differs");
+    }
+    // HEAD and conditional requests answer without a body.
+    let r = c.head(&loc).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        header_str(r.headers(), "content-length"),
+        Some(size.to_string().as_str())
+    );
+    let r = c
+        .get(&loc)
+        .header("if-none-match", format!("\"{xet}\""))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 304);
     // The whole file.
     let got = c.get(&loc).send().await.unwrap().bytes().await.unwrap();
     assert_eq!(sha256_hex(&got), oid);

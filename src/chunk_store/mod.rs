@@ -42,6 +42,25 @@ pub struct ChunkStore {
     pool: BufferPool,
     pending_writes: Arc<std::sync::atomic::AtomicUsize>,
     disk_writers: Arc<tokio::sync::Semaphore>,
+    /// Blocks being loaded right now (from disk or the Hub), so a reader that seeks into one waits
+    /// for it instead of asking the Hub for the same bytes again. A leaf lock: nothing else is taken
+    /// while it is held.
+    loading: Arc<parking_lot::Mutex<BlockSet>>,
+}
+
+/// A set of (content key, block index).
+type BlockSet = std::collections::HashSet<(Arc<str>, u64)>;
+
+/// Marks a block as loading for as long as it lives.
+struct Loading<'a> {
+    set: &'a parking_lot::Mutex<BlockSet>,
+    key: (Arc<str>, u64),
+}
+
+impl Drop for Loading<'_> {
+    fn drop(&mut self) {
+        self.set.lock().remove(&self.key);
+    }
 }
 
 impl ChunkStore {
@@ -60,6 +79,7 @@ impl ChunkStore {
             pool: BufferPool::new(BLOCK_SIZE as usize, POOL_IDLE_BUFFERS),
             pending_writes: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             disk_writers: Arc::new(tokio::sync::Semaphore::new(DISK_WRITERS)),
+            loading: Arc::default(),
         }
     }
 
@@ -140,6 +160,11 @@ impl ChunkStore {
             .flatten()
     }
 
+    /// Whether the block is being loaded by some caller of `get_or_fetch` right now.
+    pub fn is_loading(&self, key: &Arc<str>, block: u64) -> bool {
+        self.loading.lock().contains(&(key.clone(), block))
+    }
+
     /// The block, from memory, disk, or `fetch` on a miss of both; one load per block however many
     /// callers wait. Fetched blocks are written to disk in the background.
     pub async fn get_or_fetch<F>(&self, key: &Arc<str>, block: u64, expected_len: u64, fetch: F) -> VfsResult<Bytes>
@@ -147,6 +172,11 @@ impl ChunkStore {
         F: Future<Output = VfsResult<Bytes>>,
     {
         let load = async {
+            let _loading = Loading {
+                set: &self.loading,
+                key: (key.clone(), block),
+            };
+            self.loading.lock().insert((key.clone(), block));
             if let Some(b) = self.read_disk(key, block, expected_len).await {
                 return Ok(b);
             }
@@ -187,8 +217,31 @@ mod tests {
             assert_eq!(&t.await.unwrap()[..], b"block");
         }
         assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(!s.is_loading(&key, 3), "a finished load is not loading");
         assert!(s.get(&key, 3, 5).await.is_some());
         assert!(s.get(&key, 4, 5).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_block_is_loading_only_while_its_fetch_runs() {
+        let s = ChunkStore::new(1 << 20);
+        let key: Arc<str> = Arc::from("k");
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        let (s2, k2) = (s.clone(), key.clone());
+        let t = tokio::spawn(async move {
+            s2.get_or_fetch(&k2, 2, 1, async {
+                let _ = wait.await;
+                Err(VfsError::NotFound)
+            })
+            .await
+        });
+        while !s.is_loading(&key, 2) {
+            tokio::task::yield_now().await;
+        }
+        assert!(!s.is_loading(&key, 1), "only the block asked for");
+        go.send(()).unwrap();
+        assert!(t.await.unwrap().is_err());
+        assert!(!s.is_loading(&key, 2), "a failed load is not loading either");
     }
 
     #[tokio::test]

@@ -84,6 +84,16 @@ impl VolumeSpec {
         }
     }
 
+    /// The kernel readahead of this source's mount: what `hubfs mount` gives its repo kind.
+    pub fn readahead(&self) -> u64 {
+        crate::mount::default_readahead(match self.kind {
+            SourceKind::Model => crate::hub_client::RepoKind::Model,
+            SourceKind::Dataset => crate::hub_client::RepoKind::Dataset,
+            SourceKind::Space => crate::hub_client::RepoKind::Space,
+            SourceKind::Bucket => crate::hub_client::RepoKind::Bucket,
+        })
+    }
+
     /// Short human name for logs and mountinfo (never the token).
     pub fn display(&self) -> String {
         self.mount_spec()

@@ -9,7 +9,9 @@ use serde_json::json;
 use xet_core_structures::merklehash::MerkleHash;
 
 use super::error::{HubError, HubResult};
-use super::http_util::{ContentMeta, http_date, json_response, not_modified, serve_file, set_header, with_headers};
+use super::http_util::{
+    ContentMeta, content_head, http_date, json_response, not_modified, serve_file, set_header, with_headers,
+};
 use super::model::FileEntry;
 use super::names::RepoId;
 use super::server::Req;
@@ -139,66 +141,89 @@ pub async fn blob_download(state: &HubState, req: Req, kind: &str, key: &str) ->
     }
 }
 
-/// Serves a Xet file to plain HTTP clients. The file is reconstructed once, term by term, into
-/// `objects/xet/{hash}` (the embedded CAS rebuilds a whole file in memory for every range it is asked
-/// for), then every range is a plain file read. Reconstructions are serialised so two requests for
-/// one file do the work once.
+/// Serves a Xet file to plain HTTP clients, as the Hub's CAS bridge does: a range is rebuilt from
+/// the terms that cover it and streamed term by term, so the first byte of a range costs the same
+/// on a fresh Hub as on a warm one. (Materialising the whole file on first download made the first
+/// small range of a large file wait for all of it: about 1 s per 512 MiB here, longer than a
+/// client's read deadline for files of tens of GB.)
 async fn xet_download(state: &HubState, req: Req, key: &str) -> HubResult<Response> {
     let hash = MerkleHash::from_hex(key).map_err(|_| HubError::bad_request("Invalid Xet hash"))?;
-    let path = state.store.xet_object_path(&hash.hex());
-    if !path.is_file() {
-        let _one_at_a_time = state.xet_materialize.lock().await;
-        if !path.is_file() {
-            materialize_xet(state, &hash, &path).await?;
-        }
-    }
-    let size = std::fs::metadata(&path).map_err(HubError::internal)?.len();
+    let size = file_size(state, &hash).await?;
     let meta = ContentMeta {
         size,
         etag: key,
         last_modified: None,
     };
-    serve_file(&req.method, &req.headers, &path, meta, HeaderMap::new()).await
+    let mut out = HeaderMap::new();
+    let (status, range) = content_head(&req.headers, &meta, &mut out)?;
+    set_header(&mut out, "content-type", "application/octet-stream");
+    let Some(range) = range.filter(|_| req.method != Method::HEAD) else {
+        return Ok(with_headers(status, out, Body::empty()));
+    };
+    let recon = reconstruction(state, &hash, range.start, range.end + 1).await?;
+    Ok(with_headers(status, out, xet_range_body(state, recon, range.len())))
 }
 
-/// The file's reconstruction from the embedded CAS.
+/// Size of a Xet file. Right after an upload the embedded CAS may not know the file for a moment,
+/// so a miss is retried for up to about 5 s (the presigned URL exists only for committed files).
+async fn file_size(state: &HubState, hash: &MerkleHash) -> HubResult<u64> {
+    for _ in 0..50 {
+        if let Ok(n) = state.cas_client.get_file_size(hash).await {
+            return Ok(n);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Err(HubError::EntryNotFound("Entry not found".to_string()))
+}
+
+/// The reconstruction of bytes `[start, end)` of a Xet file from the embedded CAS.
 async fn reconstruction(
     state: &HubState,
     hash: &MerkleHash,
+    start: u64,
+    end: u64,
 ) -> HubResult<xet_client::cas_types::QueryReconstructionResponse> {
-    match state.cas_client.get_reconstruction_v1(hash, None).await {
+    let range = xet_client::cas_types::FileRange::new(start, end);
+    match state.cas_client.get_reconstruction_v1(hash, Some(range)).await {
         Ok(Some(r)) => Ok(r),
         Ok(None) => Err(HubError::EntryNotFound("Entry not found".to_string())),
         Err(e) => Err(HubError::internal(format!("reconstructing Xet file {hash}: {e}"))),
     }
 }
 
-async fn materialize_xet(state: &HubState, hash: &MerkleHash, dest: &std::path::Path) -> HubResult<()> {
-    let recon = reconstruction(state, hash).await?;
-    let tmp = tempfile::NamedTempFile::new_in(state.store.tmp_dir()).map_err(HubError::internal)?;
-    let mut out = tokio::fs::File::from_std(tmp.reopen().map_err(HubError::internal)?);
-    for term in &recon.terms {
-        let xorb: MerkleHash = (&term.hash).into();
-        let mut parts = state
-            .cas_client
-            .get_xorb_ranges(&xorb, vec![(term.range.start, term.range.end)])
-            .await
-            .map_err(|e| HubError::internal(format!("reading xorb {xorb}: {e}")))?;
-        let data = parts.pop().ok_or_else(|| HubError::internal("empty xorb range"))?;
-        tokio::io::AsyncWriteExt::write_all(&mut out, &data)
-            .await
-            .map_err(HubError::internal)?;
-    }
-    // Wait for tokio's in-flight writes before syncing: the file must be whole before the rename
-    // makes it visible to other requests.
-    tokio::io::AsyncWriteExt::flush(&mut out)
-        .await
-        .map_err(HubError::internal)?;
-    out.sync_all().await.map_err(HubError::internal)?;
-    drop(out);
-    if let Some(parent) = dest.parent() {
-        std::fs::create_dir_all(parent).map_err(HubError::internal)?;
-    }
-    tmp.persist(dest).map_err(|e| HubError::internal(e.error))?;
-    Ok(())
+/// A body of `len` bytes from a range's reconstruction: each term's chunks are decompressed when
+/// the body gets to them (one term in memory at a time), the first term less the bytes before the
+/// range. A term that cannot be read ends the body early, which the client sees as a short body.
+fn xet_range_body(state: &HubState, recon: xet_client::cas_types::QueryReconstructionResponse, len: u64) -> Body {
+    let cas = state.cas_client.clone();
+    let terms = recon.terms.into_iter();
+    let skip = recon.offset_into_first_range;
+    let stream = futures::stream::unfold((terms, skip, len), move |(mut terms, skip, left)| {
+        let cas = cas.clone();
+        async move {
+            if left == 0 {
+                return None;
+            }
+            let term = terms.next()?;
+            let xorb: MerkleHash = (&term.hash).into();
+            let data = match cas
+                .get_xorb_ranges(&xorb, vec![(term.range.start, term.range.end)])
+                .await
+                .ok()
+                .and_then(|mut parts| parts.pop())
+            {
+                Some(d) => d,
+                None => {
+                    tracing::warn!(%xorb, "local hub: a xorb range of a download is unreadable");
+                    return Some((Err(std::io::Error::other("xorb range unreadable")), (terms, 0, 0)));
+                }
+            };
+            let from = (skip as usize).min(data.len());
+            let to = (from as u64 + left).min(data.len() as u64) as usize;
+            let piece = data.slice(from..to);
+            let left = left - piece.len() as u64;
+            Some((Ok::<_, std::io::Error>(piece), (terms, 0, left)))
+        }
+    });
+    Body::from_stream(stream)
 }

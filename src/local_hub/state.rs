@@ -44,8 +44,6 @@ pub struct HubState {
     /// Secret for presigned blob URLs; random per data dir, kept on disk.
     secret: Vec<u8>,
     cas_grants: Mutex<HashMap<String, CasGrant>>,
-    /// Serialises reconstructions of Xet files for plain-HTTP downloads.
-    pub xet_materialize: tokio::sync::Mutex<()>,
     /// Whether uploads may go through Xet (write tokens, the LFS batch `xet` transfer). Off, the Hub
     /// behaves like one without Xet storage, so clients must use plain LFS.
     pub xet_uploads: std::sync::atomic::AtomicBool,
@@ -97,7 +95,6 @@ impl HubState {
             http: p.http,
             secret: p.secret,
             cas_grants: Mutex::new(HashMap::new()),
-            xet_materialize: tokio::sync::Mutex::new(()),
             xet_uploads: std::sync::atomic::AtomicBool::new(true),
             commits: CommitLimiter::new(p.commit_limit),
         }

@@ -244,14 +244,6 @@ impl Store {
             .join(sha256)
     }
 
-    /// Decompressed copy of a Xet file, made on first plain-HTTP download.
-    pub fn xet_object_path(&self, xet_hash: &str) -> PathBuf {
-        self.root
-            .join("objects/xet")
-            .join(&xet_hash[..2.min(xet_hash.len())])
-            .join(xet_hash)
-    }
-
     pub fn tmp_dir(&self) -> PathBuf {
         self.root.join("objects/tmp")
     }

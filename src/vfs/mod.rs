@@ -60,6 +60,9 @@ pub struct VfsOptions {
     /// FUSE passthrough for fully cached files on read-only mounts, where the kernel allows it
     /// (`passthrough`).
     pub passthrough: bool,
+    /// Kernel readahead of the mount in bytes, which the read path's sequential detection follows;
+    /// `None`: by repo kind (`mount::default_readahead`).
+    pub readahead: Option<u64>,
 }
 
 impl Default for VfsOptions {
@@ -75,6 +78,7 @@ impl Default for VfsOptions {
             write: None,
             prefetch_files: 16,
             passthrough: false,
+            readahead: None,
         }
     }
 }
@@ -245,7 +249,11 @@ impl VirtualFs {
             store.pool().clone(),
         )?);
         let vfs = VirtualFs {
-            reader: Reader { remote, store },
+            reader: Reader {
+                remote,
+                store,
+                readahead: opts.readahead.unwrap_or(crate::mount::default_readahead(repo.kind)),
+            },
             client,
             repo,
             revision_name: revision.to_string(),
@@ -673,6 +681,11 @@ impl VirtualFs {
     /// Every mutation of a read-only mount.
     pub fn refuse_write(&self) -> VfsError {
         VfsError::ReadOnly
+    }
+
+    /// The kernel readahead this mount is meant to have, in bytes.
+    pub fn readahead(&self) -> u64 {
+        self.reader.readahead
     }
 
     pub fn is_writable(&self) -> bool {

@@ -14,21 +14,34 @@ use crate::chunk_store::{BLOCK_SIZE, ChunkStore};
 /// slow link, see `Remote::window_scale`).
 pub const MAX_WINDOW_BLOCKS: u64 = 8;
 
-/// How far from the previous read's end a read may start and still count as sequential.
+/// How far from the previous read's end a read may start and still count as sequential, at
+/// least: small reads get this; reads the size of the kernel's readahead requests get two
+/// readahead windows if that is more (its async windows and a page fault's read-around arrive out
+/// of order by up to a window), so a random 4 KiB reader is not taken for a sequential one.
 const SEQUENTIAL_SLACK: u64 = 4 << 20;
+
+/// Reads up to this size are small (they get `SEQUENTIAL_SLACK`).
+const SMALL_READ: u64 = 64 << 10;
 
 /// Per-handle reader state.
 #[derive(Debug, Clone)]
 pub struct ReadState {
     /// Where the next read starts if the reader is sequential.
     next: u64,
-    /// Prefetch window in blocks; doubles on sequential reads, resets on a seek.
+    /// Where the current sequential run started (the lowest offset it has read).
+    run_start: u64,
+    /// Prefetch window in blocks; doubles on sequential reads past `PREFETCH_AFTER`, resets on a
+    /// seek.
     window: u64,
 }
 
 impl Default for ReadState {
     fn default() -> Self {
-        ReadState { next: 0, window: 1 }
+        ReadState {
+            next: 0,
+            run_start: 0,
+            window: 1,
+        }
     }
 }
 
@@ -37,6 +50,12 @@ impl Default for ReadState {
 pub struct Reader {
     pub remote: Arc<Remote>,
     pub store: ChunkStore,
+    /// The mount's kernel readahead in bytes: a sequential run no longer than this gets no
+    /// prefetch past the blocks it reads. One page fault in an mmap'd file makes the kernel read
+    /// around it by a whole readahead window, which looks like a short sequential run, and a random
+    /// reader of a mapping (numpy memmap sampling) would otherwise pull a growing window of blocks
+    /// with every fault.
+    pub readahead: u64,
 }
 
 impl Reader {
@@ -73,11 +92,17 @@ impl Reader {
         }
         let key = file.id.key();
         let (first, last) = (offset / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
-        let Some(w) = classify(&mut state.lock(), offset, end) else {
+        let Some(w) = classify(&mut state.lock(), offset, end, self.readahead) else {
             // A seek: only the bytes asked for, from a cache tier that has them (no whole-block
-            // load off disk) or else from the Hub (no read amplification).
+            // load off disk), from the blocks already on their way (a page fault's read-around
+            // and the kernel's out-of-order readahead land in blocks a prefetch is loading), or
+            // else from the Hub (no read amplification).
             if let Some(b) = self.cached_range(file, &key, offset, end).await {
                 return Ok(b);
+            }
+            if (first..=last).all(|idx| self.store.is_loading(&key, idx)) {
+                let blocks = try_join_all((first..=last).map(|idx| self.block(file, commit, &key, idx))).await?;
+                return Ok(assemble(&blocks, first * BLOCK_SIZE, offset, end));
             }
             return self.remote.fetch_exact(file, commit, offset, end - offset).await;
         };
@@ -131,18 +156,29 @@ impl Reader {
 }
 
 /// Classifies a read of `[offset, end)` and advances the handle's state: `Some(window)` for a
-/// sequential read (prefetch `window` blocks past it), `None` for a seek (fetch exactly the range).
-/// Pure, so the policy is tested and benchmarked without I/O.
-pub fn classify(st: &mut ReadState, offset: u64, end: u64) -> Option<u64> {
+/// sequential read (prefetch `window` blocks past it; 0 while the run is no longer than the
+/// mount's `readahead`), `None` for a seek (fetch exactly the range). Pure, so the policy is tested
+/// and benchmarked without I/O.
+pub fn classify(st: &mut ReadState, offset: u64, end: u64, readahead: u64) -> Option<u64> {
     // Kernel readahead sends several reads at once and they may arrive out of order: a read near
     // where the last one ended still counts as sequential.
-    let sequential = offset.abs_diff(st.next) <= SEQUENTIAL_SLACK;
-    st.next = st.next.max(end);
+    let slack = if end - offset <= SMALL_READ {
+        SEQUENTIAL_SLACK
+    } else {
+        SEQUENTIAL_SLACK.max(2 * readahead)
+    };
+    let sequential = offset.abs_diff(st.next) <= slack;
     if sequential {
+        st.next = st.next.max(end);
+        st.run_start = st.run_start.min(offset);
+        if st.next - st.run_start <= readahead {
+            return Some(0);
+        }
         st.window = (st.window * 2).min(MAX_WINDOW_BLOCKS);
         Some(st.window)
     } else {
         st.next = end;
+        st.run_start = offset;
         st.window = 1;
         None
     }
@@ -182,6 +218,9 @@ fn assemble(blocks: &[Bytes], base: u64, offset: u64, end: u64) -> Bytes {
 mod tests {
     use super::*;
 
+    /// A model mount's readahead.
+    const RA: u64 = 8 << 20;
+
     #[test]
     fn assemble_across_blocks() {
         let a = Bytes::from(vec![1u8; 10]);
@@ -196,19 +235,66 @@ mod tests {
     fn sequential_reads_grow_the_window_and_a_seek_resets_it() {
         let mut st = ReadState::default();
         let mib = 1 << 20;
-        assert_eq!(classify(&mut st, 0, mib), Some(2));
-        assert_eq!(classify(&mut st, mib, 2 * mib), Some(4));
+        // The first readahead window of a run gets no prefetch past its blocks.
+        for i in 0..8 {
+            assert_eq!(classify(&mut st, i * mib, (i + 1) * mib, RA), Some(0), "read {i}");
+        }
+        assert_eq!(classify(&mut st, 8 * mib, 9 * mib, RA), Some(2));
+        assert_eq!(classify(&mut st, 9 * mib, 10 * mib, RA), Some(4));
         // Out of order but within the slack (kernel readahead): still sequential.
-        assert_eq!(classify(&mut st, 3 * mib, 4 * mib), Some(8));
-        assert_eq!(classify(&mut st, 2 * mib, 3 * mib), Some(MAX_WINDOW_BLOCKS));
-        assert_eq!(classify(&mut st, 100 * mib, 101 * mib), None, "a seek");
+        assert_eq!(classify(&mut st, 11 * mib, 12 * mib, RA), Some(8));
+        assert_eq!(classify(&mut st, 10 * mib, 11 * mib, RA), Some(MAX_WINDOW_BLOCKS));
+        assert_eq!(classify(&mut st, 100 * mib, 101 * mib, RA), None, "a seek");
         assert_eq!(
-            classify(&mut st, 101 * mib, 102 * mib),
-            Some(2),
-            "window restarts small"
+            classify(&mut st, 101 * mib, 102 * mib, RA),
+            Some(0),
+            "a new run starts without prefetch"
         );
         // Prefetch stops at the last block of the file.
         assert_eq!(prefetch_blocks(3 * BLOCK_SIZE + 1, 1, 8), 1..4);
         assert_eq!(prefetch_blocks(BLOCK_SIZE, 1, 8), 1..1);
+        assert_eq!(prefetch_blocks(BLOCK_SIZE * 4, 1, 0), 1..1);
+    }
+
+    #[test]
+    fn a_page_faults_read_around_prefetches_nothing_past_it() {
+        // A fault at 200 MiB: the kernel reads 8 MiB around it in 1 MiB requests, in any order.
+        let mib = 1 << 20;
+        let mut st = ReadState::default();
+        let _ = classify(&mut st, 0, mib, RA);
+        for i in [197u64, 196, 199, 198, 200, 202, 201, 203] {
+            let c = classify(&mut st, i * mib, (i + 1) * mib, RA);
+            assert!(c.unwrap_or(0) == 0, "read at {i} MiB: {c:?}");
+        }
+        // The reader goes on past the window: now it is sequential for real.
+        assert_eq!(classify(&mut st, 204 * mib, 205 * mib, RA), Some(2));
+    }
+
+    #[test]
+    fn a_one_mib_readahead_prefetches_after_one_mib() {
+        // Dataset mounts: a fault reads around by 1 MiB (one request, a seek); a reader going on
+        // from there gets its prefetch after the first MiB.
+        let mib = 1 << 20;
+        let mut st = ReadState::default();
+        assert_eq!(classify(&mut st, 0, mib, mib), Some(0));
+        assert_eq!(classify(&mut st, mib, 2 * mib, mib), Some(2));
+        assert_eq!(classify(&mut st, 50 * mib, 51 * mib, mib), None, "past the 4 MiB slack");
+    }
+
+    #[test]
+    fn small_reads_keep_a_short_slack() {
+        let mut st = ReadState::default();
+        let kib = 1 << 10;
+        let _ = classify(&mut st, 0, 4 * kib, RA);
+        assert_eq!(
+            classify(&mut st, 6 << 20, (6 << 20) + 4 * kib, RA),
+            None,
+            "6 MiB away: a seek"
+        );
+        let _ = classify(&mut st, 0, 1 << 20, RA);
+        assert!(
+            classify(&mut st, 12 << 20, 13 << 20, RA).is_some(),
+            "a readahead-sized read 11 MiB on is sequential"
+        );
     }
 }
