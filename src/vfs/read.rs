@@ -30,7 +30,7 @@ pub struct ReadState {
     next: u64,
     /// Where the current sequential run started (the lowest offset it has read).
     run_start: u64,
-    /// Prefetch window in blocks; doubles on sequential reads past `PREFETCH_AFTER`, resets on a
+    /// Prefetch window in blocks; doubles on sequential reads past the readahead, resets on a
     /// seek.
     window: u64,
 }
@@ -107,20 +107,11 @@ impl Reader {
             return self.remote.fetch_exact(file, commit, offset, end - offset).await;
         };
 
-        // Everything cached: serve it whatever the access pattern.
-        let mut cached = Vec::new();
-        for idx in first..=last {
-            match self.store.get(&key, idx, block_len(file.size, idx)).await {
-                Some(b) => cached.push(b),
-                None => break,
-            }
-        }
+        // Whole blocks from memory, else disk, else the Hub: `get_or_fetch` loads a block once
+        // however many reads want it (the kernel's readahead sends several reads of one block at
+        // once, and each reading an 8 MiB block off disk for itself multiplied the disk reads).
         self.prefetch(file, commit, &key, last + 1, w);
-        let blocks = if cached.len() as u64 == last - first + 1 {
-            cached
-        } else {
-            try_join_all((first..=last).map(|idx| self.block(file, commit, &key, idx))).await?
-        };
+        let blocks = try_join_all((first..=last).map(|idx| self.block(file, commit, &key, idx))).await?;
         Ok(assemble(&blocks, first * BLOCK_SIZE, offset, end))
     }
 
@@ -156,9 +147,9 @@ impl Reader {
 }
 
 /// Classifies a read of `[offset, end)` and advances the handle's state: `Some(window)` for a
-/// sequential read (prefetch `window` blocks past it; 0 while the run is no longer than the
-/// mount's `readahead`), `None` for a seek (fetch exactly the range). Pure, so the policy is tested
-/// and benchmarked without I/O.
+/// sequential read (prefetch `window` blocks past it; 0 while a run that did not start at offset 0
+/// is no longer than the mount's `readahead`), `None` for a seek (fetch exactly the range). Pure,
+/// so the policy is tested and benchmarked without I/O.
 pub fn classify(st: &mut ReadState, offset: u64, end: u64, readahead: u64) -> Option<u64> {
     // Kernel readahead sends several reads at once and they may arrive out of order: a read near
     // where the last one ended still counts as sequential.
@@ -171,7 +162,9 @@ pub fn classify(st: &mut ReadState, offset: u64, end: u64, readahead: u64) -> Op
     if sequential {
         st.next = st.next.max(end);
         st.run_start = st.run_start.min(offset);
-        if st.next - st.run_start <= readahead {
+        // A run from the start of the file is a reader of the file (cat, cp, a loader reading
+        // the header on), not one fault's read-around: it gets its prefetch at once.
+        if st.run_start > 0 && st.next - st.run_start <= readahead {
             return Some(0);
         }
         st.window = (st.window * 2).min(MAX_WINDOW_BLOCKS);
@@ -235,21 +228,24 @@ mod tests {
     fn sequential_reads_grow_the_window_and_a_seek_resets_it() {
         let mut st = ReadState::default();
         let mib = 1 << 20;
-        // The first readahead window of a run gets no prefetch past its blocks.
-        for i in 0..8 {
-            assert_eq!(classify(&mut st, i * mib, (i + 1) * mib, RA), Some(0), "read {i}");
-        }
-        assert_eq!(classify(&mut st, 8 * mib, 9 * mib, RA), Some(2));
-        assert_eq!(classify(&mut st, 9 * mib, 10 * mib, RA), Some(4));
+        // A reader from the start of the file prefetches at once.
+        assert_eq!(classify(&mut st, 0, mib, RA), Some(2));
+        assert_eq!(classify(&mut st, mib, 2 * mib, RA), Some(4));
         // Out of order but within the slack (kernel readahead): still sequential.
-        assert_eq!(classify(&mut st, 11 * mib, 12 * mib, RA), Some(8));
-        assert_eq!(classify(&mut st, 10 * mib, 11 * mib, RA), Some(MAX_WINDOW_BLOCKS));
+        assert_eq!(classify(&mut st, 3 * mib, 4 * mib, RA), Some(8));
+        assert_eq!(classify(&mut st, 2 * mib, 3 * mib, RA), Some(MAX_WINDOW_BLOCKS));
         assert_eq!(classify(&mut st, 100 * mib, 101 * mib, RA), None, "a seek");
-        assert_eq!(
-            classify(&mut st, 101 * mib, 102 * mib, RA),
-            Some(0),
-            "a new run starts without prefetch"
-        );
+        // A run that starts elsewhere gets no prefetch past its blocks for its first readahead
+        // window (what one page fault's read-around looks like), then grows again.
+        for i in 101..108 {
+            assert_eq!(
+                classify(&mut st, i * mib, (i + 1) * mib, RA),
+                Some(0),
+                "read at {i} MiB"
+            );
+        }
+        assert_eq!(classify(&mut st, 108 * mib, 109 * mib, RA), Some(2));
+        assert_eq!(classify(&mut st, 109 * mib, 110 * mib, RA), Some(4));
         // Prefetch stops at the last block of the file.
         assert_eq!(prefetch_blocks(3 * BLOCK_SIZE + 1, 1, 8), 1..4);
         assert_eq!(prefetch_blocks(BLOCK_SIZE, 1, 8), 1..1);
@@ -276,9 +272,9 @@ mod tests {
         // from there gets its prefetch after the first MiB.
         let mib = 1 << 20;
         let mut st = ReadState::default();
-        assert_eq!(classify(&mut st, 0, mib, mib), Some(0));
-        assert_eq!(classify(&mut st, mib, 2 * mib, mib), Some(2));
+        let _ = classify(&mut st, 0, mib, mib);
         assert_eq!(classify(&mut st, 50 * mib, 51 * mib, mib), None, "past the 4 MiB slack");
+        assert_eq!(classify(&mut st, 51 * mib, 52 * mib, mib), Some(2));
     }
 
     #[test]
