@@ -210,17 +210,38 @@ pub fn default_readahead(kind: crate::hub_client::RepoKind) -> u64 {
     }
 }
 
-/// Sets the kernel readahead of a new mount to `bytes` (its BDI is named after the mount's st_dev).
+/// Sets the kernel readahead of a new mount to `bytes`.
+/// The kernel may only be told through sysfs, which takes root; `hubfs status` shows what the
+/// mount got (`readahead_of`).
 pub fn raise_readahead(mountpoint: &Path, bytes: u64) {
-    let Ok(meta) = std::fs::metadata(mountpoint) else {
+    let Some(path) = readahead_path(mountpoint) else {
         return;
     };
-    let dev = meta.dev();
-    let (major, minor) = (libc::major(dev), libc::minor(dev));
-    let path = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
     if let Err(e) = std::fs::write(&path, format!("{}", bytes / 1024)) {
-        tracing::debug!(path, error = %e, "could not raise readahead");
+        tracing::info!(
+            path,
+            error = %e,
+            "could not set the kernel readahead to {} KiB (it takes root); page faults in mapped files read around by the kernel's default",
+            bytes / 1024
+        );
     }
+}
+
+/// The kernel readahead a mount has, in bytes.
+pub fn readahead_of(mountpoint: &Path) -> Option<u64> {
+    let kib: u64 = std::fs::read_to_string(readahead_path(mountpoint)?)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// The sysfs file of a mount's readahead: its BDI is named after the mount's st_dev.
+fn readahead_path(mountpoint: &Path) -> Option<String> {
+    let dev = std::fs::metadata(mountpoint).ok()?.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    Some(format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb"))
 }
 
 /// Mounts; returns once the mount is usable.

@@ -99,6 +99,7 @@ fn record(
         drain_secs: if writable { source.drain_timeout.as_secs() } else { 0 },
         control_socket: None,
         passthrough: None,
+        readahead_kib: None,
     }
 }
 
@@ -217,6 +218,8 @@ pub fn run_mount(mut args: MountArgs) -> anyhow::Result<()> {
         &setup,
     );
     let _control = control(&mounted.vfs, rt.handle(), &mut rec);
+    rec.readahead_kib =
+        crate::mount::readahead_of(&args.mountpoint).map(|got| (mounted.vfs.readahead() / 1024, got / 1024));
     if !mounted.vfs.is_writable() {
         // The kernel's INIT has been answered once the root can be looked at.
         let _ = std::fs::metadata(&args.mountpoint);

@@ -55,6 +55,9 @@ pub struct MountRecord {
     /// FUSE passthrough as the session negotiated it at mount (read-only FUSE mounts).
     #[serde(default)]
     pub passthrough: Option<String>,
+    /// The kernel readahead hubfs asked for and the one the mount got, in KiB (FUSE mounts).
+    #[serde(default)]
+    pub readahead_kib: Option<(u64, u64)>,
 }
 
 /// The registry directory (created if missing).
@@ -211,6 +214,7 @@ mod tests {
             drain_secs: 0,
             control_socket: None,
             passthrough: None,
+            readahead_kib: None,
         };
         assert!(alive(&r));
         r.start_time += 1;

@@ -210,6 +210,13 @@ pub fn run(cache_dir: Option<&Path>, json: bool, verbose: bool) -> anyhow::Resul
         if let Some(p) = &m.passthrough {
             println!("  passthrough: {p}");
         }
+        match m.readahead_kib {
+            Some((asked, got)) if got == asked => println!("  readahead: {got} KiB"),
+            Some((asked, got)) => {
+                println!("  readahead: {got} KiB (hubfs asked for {asked} KiB: setting it takes root)")
+            }
+            None => {}
+        }
         if let Some(w) = &s.writable {
             print_writable(w, verbose);
         }

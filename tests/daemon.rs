@@ -346,6 +346,12 @@ fn status_lists_fuse_writable_and_nfs_mounts_of_three_cache_dirs() {
     assert_eq!(n["mountpoint"], s(&dirs[2]));
     assert!(n["nfs_addr"].as_str().unwrap().starts_with("127.0.0.1:"));
     assert!(a["writable"].is_null() && n["writable"].is_null());
+    // The kernel readahead by repo kind, asked and got (the tests run as root): 8 MiB for a model
+    // (mmap'd weights), 1 MiB for a dataset (random reads of a mapping pay it per fault); none for
+    // NFS.
+    assert_eq!(a["readahead_kib"], serde_json::json!([8192, 8192]), "{a:#}");
+    assert_eq!(b["readahead_kib"], serde_json::json!([1024, 1024]), "{b:#}");
+    assert!(n["readahead_kib"].is_null(), "{n:#}");
     assert_eq!(b["writable"]["repo"], "datasets/local/daemon-w", "{b:#}");
     // The default share of the Hub's commit budget; the note itself is committed in the
     // background (checked on the Hub after unmount).
@@ -360,6 +366,10 @@ fn status_lists_fuse_writable_and_nfs_mounts_of_three_cache_dirs() {
         assert!(out.contains(&format!(" at {} (pid ", d.display())), "{out}");
     }
     assert!(out.contains(&format!("log: {}", rw_log.display())), "{out}");
+    assert!(
+        out.contains("readahead: 8192 KiB") && out.contains("readahead: 1024 KiB"),
+        "{out}"
+    );
 
     // unmount refuses what is not a hubfs mount, in words.
     for (dir, want) in [
