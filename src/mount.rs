@@ -210,9 +210,8 @@ pub fn default_readahead(kind: crate::hub_client::RepoKind) -> u64 {
     }
 }
 
-/// Sets the kernel readahead of a new mount to `bytes`.
-/// The kernel may only be told through sysfs, which takes root; `hubfs status` shows what the
-/// mount got (`readahead_of`).
+/// Sets the kernel readahead of a new mount to `bytes`. The kernel takes it only through sysfs,
+/// which needs root; `hubfs status` shows what the mount got (`readahead_of`).
 pub fn raise_readahead(mountpoint: &Path, bytes: u64) {
     let Some(path) = readahead_path(mountpoint) else {
         return;
