@@ -46,6 +46,9 @@ pub struct ChunkStore {
     /// for it instead of asking the Hub for the same bytes again. A leaf lock: nothing else is taken
     /// while it is held.
     loading: Arc<parking_lot::Mutex<BlockSet>>,
+    /// Blocks queued for the disk tier and not yet written (or given up), so a close can tell a
+    /// block on its way to disk from one that never will be. A leaf lock, like `loading`.
+    writing: Arc<parking_lot::Mutex<BlockSet>>,
 }
 
 /// A set of (content key, block index).
@@ -80,6 +83,7 @@ impl ChunkStore {
             pending_writes: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             disk_writers: Arc::new(tokio::sync::Semaphore::new(DISK_WRITERS)),
             loading: Arc::default(),
+            writing: Arc::default(),
         }
     }
 
@@ -118,8 +122,10 @@ impl ChunkStore {
             return;
         }
         let (k, data, pending) = ((key.clone(), block), data.clone(), self.pending_writes.clone());
-        let writers = self.disk_writers.clone();
+        let (writers, writing) = (self.disk_writers.clone(), self.writing.clone());
+        writing.lock().insert(k.clone());
         tokio::spawn(async move {
+            let queued = k.clone();
             // A busy disk (a burst of prefetched blocks, a loaded machine) makes a block wait for a
             // writer rather than be dropped; only a disk stuck for DISK_WRITE_WAIT loses it.
             match tokio::time::timeout(DISK_WRITE_WAIT, writers.acquire_owned()).await {
@@ -132,6 +138,7 @@ impl ChunkStore {
                 }
                 _ => tracing::debug!(block = k.1, "disk cache stuck; block not written"),
             }
+            writing.lock().remove(&queued);
             pending.fetch_sub(1, Ordering::AcqRel);
         });
     }
@@ -158,6 +165,13 @@ impl ChunkStore {
             .await
             .ok()
             .flatten()
+    }
+
+    /// Whether the block is on its way to the disk tier: loading, or queued for its write. (A
+    /// block only in memory is not: the write queue may have been full when it was fetched.)
+    pub fn on_its_way_to_disk(&self, key: &Arc<str>, block: u64) -> bool {
+        let k = (key.clone(), block);
+        self.writing.lock().contains(&k) || self.loading.lock().contains(&k)
     }
 
     /// Whether the block is being loaded by some caller of `get_or_fetch` right now.
@@ -265,7 +279,12 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(&b[..], b"disk");
-            // The write is in the background: wait for it.
+            // The write is in the background: the block is on its way to disk until it is there.
+            assert!(
+                s.on_its_way_to_disk(&key, 0) || s.disk().unwrap().weighted_size() == 1024,
+                "a fetched block is queued for the disk or written"
+            );
+            assert!(!s.on_its_way_to_disk(&key, 1), "only the block fetched");
             for _ in 0..200 {
                 if s.disk().unwrap().weighted_size() == 1024 {
                     break;
@@ -273,6 +292,16 @@ mod tests {
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
             assert_eq!(s.disk().unwrap().weighted_size(), 1024, "4 bytes, weighed as a KiB");
+            for _ in 0..200 {
+                if !s.on_its_way_to_disk(&key, 0) {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            assert!(
+                !s.on_its_way_to_disk(&key, 0),
+                "a written block is no longer on its way"
+            );
         }
         // A new store (a remount) over the same dir: no fetch needed once the scan has run.
         let s = ChunkStore::with_disk(1 << 20, dir.path(), 1 << 20).unwrap();

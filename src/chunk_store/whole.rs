@@ -63,10 +63,15 @@ impl DiskTier {
     /// How many blocks of content `key` (`size` bytes) are not on disk as block files, counting
     /// up to `limit` (a huge file's open does not walk its every block).
     pub fn missing_blocks(&self, key: &Arc<str>, size: u64, limit: u64) -> u64 {
+        self.missing_block_list(key, size, limit).len() as u64
+    }
+
+    /// The indices of the blocks `missing_blocks` counts.
+    pub fn missing_block_list(&self, key: &Arc<str>, size: u64, limit: u64) -> Vec<u64> {
         (0..size.div_ceil(BLOCK_SIZE))
             .filter(|&i| self.index.get(&(key.clone(), i)) != Some(block_len(size, i)))
             .take(limit as usize)
-            .count() as u64
+            .collect()
     }
 
     /// Joins the blocks of content `key` (`size` bytes) into its whole file, then drops the

@@ -76,9 +76,13 @@ impl VirtualFs {
         if size == 0 || disk.is_whole(&key, size) {
             return;
         }
-        let missing = disk.missing_blocks(&key, size, LAST_BLOCKS_PENDING + 1);
-        let wait = closing && missing <= LAST_BLOCKS_PENDING && missing < size.div_ceil(crate::chunk_store::BLOCK_SIZE);
-        if missing > 0 && !wait {
+        // Only blocks still on their way to disk (loading, or queued behind) are waited for: a
+        // file of a few blocks read fast can close before any of them is written.
+        let missing = disk.missing_block_list(&key, size, LAST_BLOCKS_PENDING + 1);
+        let store = &self.reader.store;
+        let on_their_way = missing.iter().all(|&i| store.on_its_way_to_disk(&key, i));
+        let wait = closing && missing.len() as u64 <= LAST_BLOCKS_PENDING && on_their_way;
+        if !missing.is_empty() && !wait {
             return;
         }
         if !self.passthrough.joining.lock().insert(key.clone()) {
