@@ -193,7 +193,7 @@ pub fn explain(repo: &str, revision: &str, e: &VfsError) -> String {
 
 /// Kernel readahead of a model repo's mount, in bytes: one cache block. A page fault in an mmap'd
 /// file reads around it by the readahead, and the in-order safetensors load of a 512 MiB file went
-/// from 74-79% of `dd`'s rate at 1 MiB to 89-91% at 8 MiB (`ci/bench-mmap.sh`).
+/// from 74-79% of `dd`'s rate at 1 MiB to 87-91% at 8 MiB (`ci/bench-mmap.sh`).
 pub const READAHEAD_MODEL: u64 = crate::chunk_store::BLOCK_SIZE;
 
 /// Kernel readahead of every other mount (datasets, spaces, buckets): 1 MiB, the largest FUSE
