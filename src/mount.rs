@@ -152,6 +152,7 @@ fn check_write(
     };
     if !hub.has_token() {
         if optional {
+            tracing::warn!("no token: mounting {repo} read-only");
             eprintln!("hubfs: no token, so {spec} is mounted read-only (pass --token or set HF_TOKEN to write)");
             opts.write = None;
             return Ok(());
@@ -193,7 +194,7 @@ fn check_bucket_write(
             Ok(())
         }
         Err(e @ (HubClientError::Unauthorized { .. } | HubClientError::Forbidden { .. })) => Err(anyhow::anyhow!(
-            "the token may not write to {spec} ({e}): pass a write token, or mount with --read-only"
+            "the token may not write to {spec} ({e}): pass a token that may, or mount with --read-only"
         )),
         // Anything else (a missing bucket, an unreachable Hub) is for opening it to report.
         Err(_) => Ok(()),
