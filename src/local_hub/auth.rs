@@ -1,5 +1,10 @@
 //! Tokens and access rules of the local Hub. Token values are secrets: they are compared and looked
 //! up here and never logged or echoed; logs name the token's user instead.
+//!
+//! Tokens have the Hub's roles: classic `read` and `write` tokens act with their user's rights;
+//! fine-grained ones only with the permissions they list (`repo.content.read`, `repo.write`),
+//! globally, on a namespace or on one repo, so that clients checking a token's scopes (whoami) and
+//! the refusals that follow from them can be tested end to end.
 
 use std::collections::HashMap;
 use std::sync::Arc;
