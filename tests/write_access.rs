@@ -19,6 +19,8 @@ const FG_READ: &str = "hf_alice_fg_read";
 const FG_OTHER: &str = "hf_alice_fg_other";
 /// Reads and writes alice/data.
 const FG_WRITE: &str = "hf_alice_fg_write";
+/// Reads and writes everything of alice's (her buckets too).
+const FG_NAMESPACE: &str = "hf_alice_fg_namespace";
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -179,6 +181,7 @@ async fn fine_grained_hub() -> LocalHub {
         format!("alice:{FG_READ}:fineGrained:dataset/alice/data=repo.content.read,global=discussion.write"),
         format!("alice:{FG_OTHER}:fineGrained:dataset/alice/other=repo.content.read+repo.write"),
         format!("alice:{FG_WRITE}:fineGrained:dataset/alice/data=repo.content.read+repo.write"),
+        format!("alice:{FG_NAMESPACE}:fineGrained:user/alice=repo.content.read+repo.write"),
     ];
     LocalHub::start_temp_with(false, |c| {
         c.tokens = tokens.iter().map(|s| s.parse().unwrap()).collect()
@@ -260,6 +263,48 @@ fn fine_grained_tokens_mount_writable_only_where_they_may_write() {
         rt.block_on(got.bytes()).unwrap().as_ref(),
         b"written with a fine-grained token\n"
     );
+
+    // A bucket: whoami names no bucket permissions, so a token scoped to one dataset is judged by
+    // the Hub's answer to a Xet write token: refused with --write, read-only without.
+    let r = rt.block_on(async {
+        c.post(format!("{ep}/api/buckets/alice/b"))
+            .header("authorization", common::bearer(ALICE_WRITE))
+            .json(&serde_json::json!({}))
+            .send()
+            .await
+            .unwrap()
+    });
+    assert!(r.status().is_success(), "create bucket: {}", r.status());
+    cli.refused(
+        Some(FG_WRITE),
+        &["mount", "--write", "buckets/alice/b", d],
+        &dir,
+        &["may not write to buckets/alice/b", "--read-only"],
+    );
+    let o = cli.run(Some(FG_WRITE), &["mount", "--daemon", "buckets/alice/b", d]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let e = std::fs::write(dir.join("x"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS));
+    unmount(&cli, &dir);
+    // repo.write on the namespace covers its buckets.
+    let o = cli.run(
+        Some(FG_NAMESPACE),
+        &["mount", "--daemon", "--write", "buckets/alice/b", d],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::write(dir.join("in-bucket.txt"), b"bucket\n").unwrap();
+    let o = cli.run(None, &["sync", d]);
+    assert!(o.status.success(), "sync: {}", String::from_utf8_lossy(&o.stderr));
+    unmount(&cli, &dir);
+    // The bucket's file is there: its download redirects to the blob origin (404 if missing).
+    let got = rt.block_on(async {
+        c.get(format!("{ep}/buckets/alice/b/resolve/in-bucket.txt"))
+            .header("authorization", common::bearer(ALICE_WRITE))
+            .send()
+            .await
+            .unwrap()
+    });
+    assert_eq!(got.status(), reqwest::StatusCode::FOUND);
     rt.block_on(hub.stop());
 }
 
