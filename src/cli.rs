@@ -338,7 +338,9 @@ pub struct LocalHubArgs {
     /// Address of the API origin (the blob and CAS origins take free ports on the same IP).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub addr: SocketAddr,
-    /// A token as NAME:TOKEN:read|write (repeatable). Without any, hf_local_write and hf_local_read exist.
+    /// A token as NAME:TOKEN:read|write, or NAME:TOKEN:fineGrained:SCOPES with SCOPES such as
+    /// dataset/NAME/DS=repo.content.read+repo.write,user/NAME=repo.content.read (repeatable; see
+    /// docs/LOCAL_HUB.md). Without any, hf_local_write and hf_local_read exist.
     #[arg(long = "token", value_name = "NAME:TOKEN:ROLE")]
     pub tokens: Vec<TokenSpec>,
     /// Create the demo repos demo/tiny-model and datasets/demo/tiny-dataset if missing.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 
 use crate::fuse::{FuseAdapter, MAX_READ};
-use crate::hub_client::{HubClient, HubClientConfig, HubClientError, RepoRef};
+use crate::hub_client::{HubClient, HubClientConfig, HubClientError, RepoRef, WriteAccess};
 use crate::vfs::error::VfsError;
 use crate::vfs::{VfsOptions, VirtualFs};
 
@@ -119,8 +119,8 @@ pub fn open_vfs(
         .unwrap_or_else(|| "main".to_string());
     let hub = HubClient::new(client.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut opts = opts.clone();
-    if repo.is_bucket() && opts.write.is_some() {
-        check_bucket_write(&hub, &repo, spec, &mut opts, rt)?;
+    if opts.write.is_some() {
+        check_write(&hub, &repo, spec, &mut opts, rt)?;
     }
     let vfs = rt
         .block_on(VirtualFs::new(hub, repo.clone(), &revision, subfolder.as_deref(), opts))
@@ -131,9 +131,52 @@ pub fn open_vfs(
     Ok(Opened { vfs, repo, commit })
 }
 
-/// A bucket mount is writable by default: asks the Hub for a write token once, so that a token
-/// that may only read gives a read-only mount (or, with an explicit `--write`, a clear error)
-/// instead of failing at the first close.
+/// Refuses a writable mount the token cannot write, before anything is mounted, instead of
+/// letting the first close fail: asks the Hub what the token may do (whoami), and for a bucket
+/// also for a Xet write token. A bucket mount is writable by default (`unless_refused`): there a
+/// refusal gives a read-only mount and a line on stderr. When the Hub cannot say (an old Hub, a
+/// fine-grained token whose scopes do not name the repo's permissions), the mount goes ahead and
+/// the Hub decides at the first write, as it does for a token that loses write access later.
+fn check_write(
+    hub: &HubClient,
+    repo: &RepoRef,
+    spec: &str,
+    opts: &mut VfsOptions,
+    rt: &tokio::runtime::Runtime,
+) -> anyhow::Result<()> {
+    let optional = opts.write.as_ref().is_some_and(|w| w.unless_refused);
+    let instead = if repo.is_bucket() {
+        "mount with --read-only"
+    } else {
+        "mount without --write"
+    };
+    if !hub.has_token() {
+        if optional {
+            tracing::warn!("no token: mounting {repo} read-only");
+            eprintln!("hubfs: no token, so {spec} is mounted read-only (pass --token or set HF_TOKEN to write)");
+            opts.write = None;
+            return Ok(());
+        }
+        bail!("--write needs a token that may write to {spec}: pass --token or set HF_TOKEN, or {instead}");
+    }
+    if let WriteAccess::No(why) = rt.block_on(hub.write_access(repo)) {
+        if optional {
+            tracing::warn!("the token may not write to {repo} ({why}): mounting it read-only");
+            eprintln!("hubfs: the token may not write to {spec} ({why}): mounted read-only");
+            opts.write = None;
+            return Ok(());
+        }
+        bail!("the token may not write to {spec} ({why}): pass a token that may, or {instead}");
+    }
+    if repo.is_bucket() {
+        check_bucket_write(hub, repo, spec, opts, rt)?;
+    }
+    Ok(())
+}
+
+/// A bucket's write permissions are not all named in whoami: asks for a Xet write token once, so
+/// that a token that may only read gives a read-only mount (or, with an explicit `--write`, a clear
+/// error) instead of failing at the first close.
 fn check_bucket_write(
     hub: &HubClient,
     bucket: &RepoRef,
@@ -151,7 +194,7 @@ fn check_bucket_write(
             Ok(())
         }
         Err(e @ (HubClientError::Unauthorized { .. } | HubClientError::Forbidden { .. })) => Err(anyhow::anyhow!(
-            "the token may not write to {spec} ({e}): pass a write token, or mount with --read-only"
+            "the token may not write to {spec} ({e}): pass a token that may, or mount with --read-only"
         )),
         // Anything else (a missing bucket, an unreachable Hub) is for opening it to report.
         Err(_) => Ok(()),

@@ -679,3 +679,69 @@ fn bucket_volumes_read_write_and_prefixes() {
         });
     });
 }
+
+/// A writable volume is published only with a token that may write to its repo: fine-grained
+/// tokens scoped read-only, or to write another repo, are PERMISSION_DENIED at publish; one scoped
+/// to write the repo gets a writable volume whose file reaches the Hub.
+#[test]
+fn writable_volumes_need_a_token_that_may_write_the_repo() {
+    in_namespace("writable_volumes_need_a_token_that_may_write_the_repo", || {
+        let rt = runtime();
+        let scoped = |token: &str, scopes: &str| format!("demo:{token}:fineGrained:{scopes}").parse().unwrap();
+        let hub = rt
+            .block_on(LocalHub::start_temp_with(true, |c| {
+                c.tokens = vec![
+                    token_spec("demo", "hf_demo_write", true),
+                    scoped("hf_fg_read", "dataset/demo/tiny-dataset=repo.content.read"),
+                    scoped("hf_fg_other", "dataset/demo/other=repo.content.read+repo.write"),
+                    scoped("hf_fg_write", "dataset/demo/tiny-dataset=repo.content.read+repo.write"),
+                ];
+            }))
+            .unwrap();
+        let ep = hub.endpoint().to_string();
+        let root = tempfile::tempdir().unwrap();
+        let plugin = Plugin::start(root.path(), &ep, "a");
+        rt.block_on(async {
+            let ch = connect(&plugin.sock).await;
+            let t = target(root.path(), "pod-fg", "data");
+            let attrs = [("sourceType", "dataset"), ("sourceId", "demo/tiny-dataset")];
+            let cap = || Some(capability(RWO, ""));
+            for token in ["hf_fg_read", "hf_fg_other"] {
+                let e = publish(&ch, publish_req(&t, &attrs, Some(token), cap()))
+                    .await
+                    .expect_err(token);
+                assert_eq!(e.code(), Code::PermissionDenied, "{token}: {e:?}");
+                assert!(e.message().contains("fine-grained"), "{token}: {e:?}");
+                assert!(!e.message().contains(token), "the token leaked into {e:?}");
+            }
+            assert!(hubfs_mounts().is_empty());
+            // Read-only, the read-scoped token is fine.
+            let ro = target(root.path(), "pod-fg-ro", "data");
+            publish(
+                &ch,
+                publish_req(&ro, &attrs, Some("hf_fg_read"), Some(capability(ROX, ""))),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e:?}\n{}", plugin.log()));
+            unpublish(&ch, &ro).await.unwrap();
+
+            publish(&ch, publish_req(&t, &attrs, Some("hf_fg_write"), cap()))
+                .await
+                .unwrap_or_else(|e| panic!("{e:?}\n{}", plugin.log()));
+            std::fs::write(t.join("from-fine-grained.txt"), b"fine-grained\n").unwrap();
+            unpublish(&ch, &t).await.unwrap();
+            assert!(hubfs_mounts().is_empty());
+            let got = common::client()
+                .get(format!(
+                    "{ep}/datasets/demo/tiny-dataset/resolve/main/from-fine-grained.txt"
+                ))
+                .bearer_auth("hf_demo_write")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(got.status(), reqwest::StatusCode::OK);
+            assert_eq!(got.bytes().await.unwrap().as_ref(), b"fine-grained\n");
+            assert!(!plugin.log().contains("hf_fg_"), "a token leaked into the log");
+        });
+    });
+}

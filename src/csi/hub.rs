@@ -8,7 +8,7 @@ use std::time::Duration;
 use tonic::Status;
 
 use super::volume::{SourceKind, VolumeSpec};
-use crate::hub_client::{HubClient, HubClientConfig, HubClientError, RepoRef};
+use crate::hub_client::{HubClient, HubClientConfig, HubClientError, RepoRef, TokenRole, Whoami, WriteAccess};
 
 /// Deadline of one whoami exchange, and how many times a network failure or 5xx is retried.
 const WHOAMI_TIMEOUT: Duration = Duration::from_secs(15);
@@ -51,57 +51,32 @@ fn status_of(spec: &VolumeSpec, e: &HubClientError) -> Status {
     }
 }
 
-/// The account a token belongs to, and whether the Hub calls it a read-only token.
-struct Who {
-    name: String,
-    read_only_token: bool,
+/// A Hub client for whoami with `token`: one exchange ends within WHOAMI_TIMEOUT × WHOAMI_TRIES
+/// plus backoff, so a publish is answered before kubelet gives up on it.
+fn whoami_client(endpoint: &str, token: &str) -> Result<HubClient, Status> {
+    let cfg = HubClientConfig {
+        endpoint: endpoint.to_string(),
+        token: Some(token.to_string()),
+        timeout: WHOAMI_TIMEOUT,
+        max_retries: WHOAMI_TRIES - 1,
+        ..Default::default()
+    };
+    HubClient::new(cfg).map_err(|e| Status::invalid_argument(e.to_string()))
 }
 
-/// `GET /api/whoami-v2`: the token's account name and role. 401 is PERMISSION_DENIED.
-async fn whoami(endpoint: &str, token: &str) -> Result<Who, Status> {
-    let client = reqwest::Client::builder()
-        .timeout(WHOAMI_TIMEOUT)
-        .no_proxy()
-        .build()
-        .map_err(|e| Status::internal(format!("HTTP client: {e}")))?;
-    let url = format!("{endpoint}/api/whoami-v2");
-    let mut last = String::new();
-    for attempt in 0..WHOAMI_TRIES {
-        if attempt > 0 {
-            tokio::time::sleep(Duration::from_millis(500 << attempt)).await;
+/// `GET /api/whoami-v2`: the token's account and what it may do. A token the Hub refuses is
+/// PERMISSION_DENIED.
+async fn whoami(endpoint: &str, token: &str) -> Result<Whoami, Status> {
+    match whoami_client(endpoint, token)?.whoami().await {
+        Ok(who) => Ok(who),
+        Err(HubClientError::Unauthorized { .. } | HubClientError::Forbidden { .. }) => {
+            Err(Status::permission_denied("the Hub refused the volume's token"))
         }
-        let r = client.get(&url).bearer_auth(token).send().await;
-        match r {
-            Ok(resp) if resp.status().is_success() => {
-                let v: serde_json::Value = resp
-                    .json()
-                    .await
-                    .map_err(|_| Status::unavailable("the Hub's whoami answer is not JSON"))?;
-                let name = v["name"]
-                    .as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| Status::unavailable("the Hub's whoami answer has no name"))?;
-                // Fine-grained tokens say "fineGrained": only a plain "read" is known not to write.
-                let read_only_token = v["auth"]["accessToken"]["role"].as_str() == Some("read");
-                return Ok(Who { name, read_only_token });
-            }
-            Ok(resp)
-                if resp.status() == reqwest::StatusCode::UNAUTHORIZED
-                    || resp.status() == reqwest::StatusCode::FORBIDDEN =>
-            {
-                return Err(Status::permission_denied("the Hub refused the volume's token"));
-            }
-            Ok(resp) if resp.status().is_server_error() || resp.status().as_u16() == 429 => {
-                last = format!("HTTP {}", resp.status());
-            }
-            Ok(resp) => return Err(Status::unavailable(format!("whoami answered HTTP {}", resp.status()))),
-            // The error text names the URL only, never the header holding the token.
-            Err(e) => last = e.without_url().to_string(),
-        }
+        // The client's errors never carry the token.
+        Err(e) => Err(Status::unavailable(format!(
+            "the Hub at {endpoint} did not answer whoami: {e}"
+        ))),
     }
-    Err(Status::unavailable(format!(
-        "the Hub at {endpoint} did not answer whoami: {last}"
-    )))
 }
 
 /// The account `token` belongs to (`anonymous` without one).
@@ -109,6 +84,25 @@ pub async fn identity(spec: &VolumeSpec, token: Option<&str>, default_endpoint: 
     match token {
         Some(t) => Ok(whoami(&endpoint_of(spec, default_endpoint), t).await?.name),
         None => Ok("anonymous".to_string()),
+    }
+}
+
+/// A writable volume whose token may not write to its repo or bucket is PERMISSION_DENIED. When
+/// whoami cannot say (a role this client does not know, a fine-grained token on a bucket), the
+/// volume is published and the Hub decides at the first write.
+fn refuse_unwritable(spec: &VolumeSpec, who: &Whoami, repo: &RepoRef) -> Result<(), Status> {
+    match (&who.token, who.write_access(repo)) {
+        (TokenRole::Read, _) => Err(Status::permission_denied(format!(
+            "{} is asked writable but the volume's token is a read token: use a write token, \
+             or readOnly: \"true\"",
+            spec.display()
+        ))),
+        (_, WriteAccess::No(why)) => Err(Status::permission_denied(format!(
+            "{} is asked writable but the volume's token may not write to it ({why}): use a token \
+             that may, or readOnly: \"true\"",
+            spec.display()
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -128,12 +122,8 @@ pub async fn check(spec: &VolumeSpec, token: Option<&str>, default_endpoint: &st
     let identity = match token {
         Some(t) => {
             let who = whoami(&endpoint, t).await?;
-            if !spec.read_only && who.read_only_token {
-                return Err(Status::permission_denied(format!(
-                    "{} is asked writable but the volume's token is a read token: use a write token, \
-                     or readOnly: \"true\"",
-                    spec.display()
-                )));
+            if !spec.read_only {
+                refuse_unwritable(spec, &who, &repo)?;
             }
             who.name
         }

@@ -1,5 +1,6 @@
 //! The Hub client: every HTTP request hubfs sends to the Hugging Face Hub (or a local Hub) for
-//! reading repos: repo info, tree listings, paths-info, Xet read tokens, ranged downloads, file HEADs.
+//! reading repos: repo info, tree listings, paths-info, Xet read tokens, ranged downloads, file HEADs,
+//! and whoami (what the token may do).
 //!
 //! Reliability rules (see docs/ARCHITECTURE.md and `http`):
 //! - every attempt has a deadline (`HubClientConfig::timeout`, covering connect, headers and body);
@@ -27,6 +28,7 @@ mod http;
 mod lfs_upload;
 mod repo;
 mod types;
+mod whoami;
 mod xet_token;
 
 use std::fmt;
@@ -43,6 +45,7 @@ pub use http::MAX_RETRY_WAIT;
 pub use lfs_upload::LfsUploadAction;
 pub use repo::{ParsedRepo, RepoKind, RepoRef, encode_path, encode_revision};
 pub use types::{FileHead, RepoInfo, TreeEntry, XetToken};
+pub use whoami::{FineGrained, REPO_WRITE, Scope, TokenRole, Whoami, WriteAccess};
 
 /// How long a redirect target (a presigned CDN URL) is reused for the same (repo, commit, path).
 pub const REDIRECT_CACHE_TTL: Duration = Duration::from_secs(50 * 60);

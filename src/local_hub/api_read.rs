@@ -307,28 +307,13 @@ pub async fn commits(state: &HubState, req: Req, id: RepoId, rev: String) -> Hub
     Ok(resp)
 }
 
+/// `GET /api/whoami-v2`: the token's user and what the token may do (its role, and for a
+/// fine-grained token its permissions), shaped as the Hub's answer. 401 without a token.
 pub async fn whoami(_state: &HubState, req: Req) -> HubResult<Response> {
-    let Some(c) = req.caller else {
+    let Some(c): Option<Caller> = req.caller else {
         return Err(HubError::BadToken);
     };
-    Ok(json_response(StatusCode::OK, &whoami_json(&c)))
-}
-
-fn whoami_json(c: &Caller) -> Value {
-    json!({
-        "type": "user",
-        "id": c.user,
-        "name": c.user,
-        "fullname": c.user,
-        "email": null,
-        "emailVerified": false,
-        "isPro": false,
-        "orgs": [],
-        "auth": {"type": "access_token", "accessToken": {
-            "displayName": format!("{}-{}", c.user, if c.write { "write" } else { "read" }),
-            "role": if c.write { "write" } else { "read" },
-        }},
-    })
+    Ok(json_response(StatusCode::OK, &c.whoami_json()))
 }
 
 pub async fn list_repos(state: &HubState, req: Req, ty: super::names::RepoType) -> HubResult<Response> {

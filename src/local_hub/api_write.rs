@@ -274,9 +274,10 @@ pub async fn create_repo(state: &HubState, req: Req) -> HubResult<Response> {
     let body: CreateBody =
         serde_json::from_slice(&body).map_err(|e| HubError::bad_request(format!("Invalid body: {e}")))?;
     let id = repo_from_body(&body, &caller.user)?;
-    if !caller.write {
+    if !caller.token_writes(&id.namespace, None) {
         return Err(HubError::Forbidden(
-            "You need a write token to create a repo".to_string(),
+            "You need a write token (or a fine-grained one with repo.write on the namespace) to create a repo"
+                .to_string(),
         ));
     }
     if !caller.admin && caller.user != id.namespace {

@@ -3,7 +3,8 @@
 //! (`/buckets/{id}/resolve/{path}`).
 //!
 //! Access follows the repo rules (`auth`): public buckets are readable by anyone, private ones only
-//! by their namespace's users, and writes need a write token of the namespace. A bucket the caller
+//! by their namespace's users, and writes need a write token of the namespace (or a fine-grained
+//! one with `repo.write` on it). A bucket the caller
 //! may not see is reported missing (401 anonymous, 404 with a token) with `X-Error-Code:
 //! RepoNotFound`, which clients turn into their bucket-not-found error on `/api/buckets/` URLs.
 
@@ -47,8 +48,10 @@ pub async fn dispatch(state: &HubState, req: Req, route: BucketRoute) -> HubResu
     }
 }
 
+/// Whether `caller` may see the private buckets of `namespace`: its user's, through a token that
+/// reads there (a fine-grained one needs `repo.content.read` or `repo.write` on the namespace).
 fn owns(caller: &Caller, namespace: &str) -> bool {
-    caller.admin || caller.user == namespace
+    (caller.admin || caller.user == namespace) && caller.token_reads(namespace, None)
 }
 
 /// The bucket if it exists and `caller` may read it.
@@ -67,10 +70,13 @@ pub fn readable(state: &HubState, id: &BucketId, caller: Option<&Caller>) -> Hub
 fn check_namespace_write(caller: Option<&Caller>, namespace: &str) -> HubResult<()> {
     match caller {
         None => Err(HubError::BadToken),
-        Some(c) if !c.write => Err(HubError::Forbidden(
+        Some(c) if c.grants.is_none() && !c.write => Err(HubError::Forbidden(
             "You have read access but not the required permissions for this operation: this token is read-only"
                 .to_string(),
         )),
+        Some(c) if !c.token_writes(namespace, None) => Err(HubError::Forbidden(format!(
+            "This fine-grained token does not have the repo.write permission on {namespace}"
+        ))),
         Some(c) if !owns(c, namespace) => Err(HubError::Forbidden(format!(
             "You don't have the rights to write to buckets of {namespace}"
         ))),

@@ -26,7 +26,7 @@ mod state;
 pub mod store;
 mod xet;
 
-pub use auth::{DEFAULT_READ_TOKEN, DEFAULT_WRITE_TOKEN, TokenSpec};
+pub use auth::{DEFAULT_READ_TOKEN, DEFAULT_WRITE_TOKEN, Role, TokenSpec};
 pub use faults::{ClassStatsSnapshot, FaultSettings, RouteClass};
 pub use limits::{CommitLimit, RepoCommitStats};
 pub use server::{LocalHub, LocalHubConfig};

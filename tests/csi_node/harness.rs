@@ -303,11 +303,8 @@ pub async fn hub_file(ep: &str, repo_path: &str, path: &str) -> Vec<u8> {
 }
 
 pub fn token_spec(user: &str, token: &str, write: bool) -> TokenSpec {
-    TokenSpec {
-        user: user.to_string(),
-        token: token.to_string(),
-        write,
-    }
+    let role = if write { "write" } else { "read" };
+    format!("{user}:{token}:{role}").parse().unwrap()
 }
 
 /// Zeroes the Hub's request and byte counters.
