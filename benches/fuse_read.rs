@@ -2,7 +2,8 @@
 //! the ceiling (`hubfs::ceiling`, a trivial filesystem serving memory), then hubfs on a Xet file of
 //! the local Hub: cold sequential, warm re-read, cold 4 KiB random reads (Hub requests per read),
 //! warm 4 KiB random IOPS, and cold sequential with the Hub at 30 ms latency and 200 Mbit/s per
-//! connection. Needs root (FUSE mounts, dropping the page cache). Prints figures; asserts nothing.
+//! connection. Needs root (FUSE mounts, dropping the page cache). Prints figures; asserts only what
+//! the passthrough part must do (which opens pass through).
 //!
 //! Wall-clock figures on a shared 2-core machine are noisy, so every sequential pass also reports
 //! the CPU it cost per GiB, split by side: the local Hub (its own runtime, threads `hub-*`), the
