@@ -21,14 +21,21 @@ fn sha(b: &[u8]) -> String {
     hex::encode(Sha256::digest(b))
 }
 
+/// The tests of this file one at a time: each drops the kernel's caches, which evicts the other
+/// tests' inodes and would change how their next opens are answered.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 struct Env {
     rt: tokio::runtime::Runtime,
     hub: LocalHub,
     dirs: Vec<tempfile::TempDir>,
+    /// Held for the test's life (dropped last).
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Env {
     fn new() -> Env {
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(4)
             .enable_all()
@@ -39,6 +46,7 @@ impl Env {
             rt,
             hub,
             dirs: Vec::new(),
+            _serial: serial,
         }
     }
 
