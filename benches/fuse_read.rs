@@ -2,7 +2,8 @@
 //! the ceiling (`hubfs::ceiling`, a trivial filesystem serving memory), then hubfs on a Xet file of
 //! the local Hub: cold sequential, warm re-read, cold 4 KiB random reads (Hub requests per read),
 //! warm 4 KiB random IOPS, and cold sequential with the Hub at 30 ms latency and 200 Mbit/s per
-//! connection. Needs root (FUSE mounts, dropping the page cache). Prints figures; asserts nothing.
+//! connection. Needs root (FUSE mounts, dropping the page cache). Prints figures; asserts only what
+//! the passthrough part must do (which opens pass through).
 //!
 //! Wall-clock figures on a shared 2-core machine are noisy, so every sequential pass also reports
 //! the CPU it cost per GiB, split by side: the local Hub (its own runtime, threads `hub-*`), the
@@ -10,10 +11,13 @@
 //!
 //! `cargo bench --bench fuse_read`. HUBFS_BENCH_MIB sets the file size (default 1024),
 //! HUBFS_BENCH_ONLY a comma list of parts to run (ceiling, seq, floor, random, slow, disk,
-//! passthrough, mmap; default all),
+//! passthrough (re-reads in each order of events, passthrough on against off: `fuse_read/passthrough.rs`),
+//! mmap; default all),
 //! HUBFS_BENCH_RUNS the number of cold+warm sequential passes (default 3).
 
 mod common;
+#[path = "fuse_read/passthrough.rs"]
+mod passthrough;
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -687,63 +691,9 @@ fn main() {
         ));
     }
 
-    // FUSE passthrough: a file the disk tier holds whole, read by a second mount on the same cache
-    // dir (page cache dropped) with passthrough and without it, against reading the cache's own
-    // file directly.
+    // FUSE passthrough: re-reads in each order of events, passthrough on against off.
     if part("passthrough") {
-        let cache = tempfile::tempdir_in("/var/tmp").unwrap();
-        let opts = |passthrough: bool| VfsOptions {
-            memory_cache_bytes: 64 << 20,
-            cache_dir: Some(cache.path().to_path_buf()),
-            disk_cache_bytes: 10 << 30,
-            passthrough,
-            ..VfsOptions::default()
-        };
-        let d = tempfile::tempdir().unwrap();
-        let m = b.mount_with(d.path(), opts(true));
-        seq_read(&d.path().join("weights.bin"));
-        m.unmount().unwrap();
-        let whole = (0..400).find_map(|_| {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            find_whole(&cache.path().join("blocks"))
-        });
-        let whole = whole.expect("the disk tier joined the file into one");
-        let (mut through, mut plain, mut direct) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut through_cpu, mut plain_cpu) = (Vec::new(), Vec::new());
-        for _ in 0..runs {
-            for on in [true, false] {
-                let d = tempfile::tempdir().unwrap();
-                let m = b.mount_with(d.path(), opts(on));
-                let file = d.path().join("weights.bin");
-                std::fs::metadata(&file).unwrap();
-                let (g, c) = measured_seq(&file, None);
-                assert_eq!(m.passthrough.opened() > 0, on, "passthrough used exactly when on");
-                m.unmount().unwrap();
-                if on {
-                    through.push(g);
-                    through_cpu.push(c.mount);
-                } else {
-                    plain.push(g);
-                    plain_cpu.push(c.mount);
-                }
-            }
-            direct.push(measured_seq(&whole, None).0);
-        }
-        println!(
-            "passthrough {through:.2?} GB/s, through hubfs {plain:.2?} GB/s, the cache file directly {direct:.2?} GB/s"
-        );
-        let gib = size as f64 / (1u64 << 30) as f64;
-        let (t, p, dr) = (median(through), median(plain), median(direct));
-        rows.push(format!(
-            "| fully cached file, second mount, passthrough | {t:.2} GB/s | {:.0}% of reading the cache file directly ({dr:.2} GB/s; target ≥ 80%); mount {:.3} CPU s/GiB |",
-            100.0 * t / dr,
-            median(through_cpu) / gib
-        ));
-        rows.push(format!(
-            "| the same, passthrough off (disk tier through hubfs) | {p:.2} GB/s | {:.0}% of the cache file; mount {:.2} CPU s/GiB |",
-            100.0 * p / dr,
-            median(plain_cpu) / gib
-        ));
+        passthrough::run(&b, &hub, size, runs, &mut rows);
     }
 
     // Page-fault reads (safetensors and numpy memmap load through mmap): a cold pass that touches

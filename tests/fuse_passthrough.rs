@@ -1,8 +1,10 @@
 //! FUSE passthrough on read-only mounts (Linux 6.9+, root): a file the disk tier holds whole is
 //! opened by the kernel on the cache file, so its reads never reach the daemon. Checked: the bytes
 //! (read and mmap) are the Hub's, the opens really passed through (the session's count), a remount
-//! on the same cache dir reads without a download, and an inode already open through the page
-//! cache keeps getting plain opens (the kernel would answer ETXTBSY to a mix).
+//! on the same cache dir reads without a download, an inode already open through the page cache
+//! keeps getting plain opens (the kernel would answer ETXTBSY to a mix), and a re-read in the mount
+//! that just read the file comes from the kernel's page cache of it, not the cache file on disk
+//! (issue 27), whether the blocks were joined before or after the reopen.
 
 use std::io::Read;
 use std::os::fd::AsRawFd;
@@ -19,14 +21,21 @@ fn sha(b: &[u8]) -> String {
     hex::encode(Sha256::digest(b))
 }
 
+/// The tests of this file one at a time: each drops the kernel's caches, which evicts the other
+/// tests' inodes and would change how their next opens are answered.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 struct Env {
     rt: tokio::runtime::Runtime,
     hub: LocalHub,
     dirs: Vec<tempfile::TempDir>,
+    /// Held for the test's life (dropped last).
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Env {
     fn new() -> Env {
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(4)
             .enable_all()
@@ -37,6 +46,7 @@ impl Env {
             rt,
             hub,
             dirs: Vec::new(),
+            _serial: serial,
         }
     }
 
@@ -140,6 +150,12 @@ fn find_whole(dir: &Path) -> Option<PathBuf> {
     None
 }
 
+/// Drops the page cache and the unused dentries and inodes: the kernel evicts the mount's idle
+/// inodes (a FORGET each) with their pages.
+fn drop_caches() {
+    std::fs::write("/proc/sys/vm/drop_caches", "3").expect("drop_caches (tests run as root)");
+}
+
 fn read_all(p: &Path) -> Vec<u8> {
     let mut b = Vec::new();
     std::fs::File::open(p).unwrap().read_to_end(&mut b).unwrap();
@@ -183,7 +199,14 @@ fn fully_cached_files_pass_through_and_remounts_read_no_bytes_from_the_hub() {
         "the whole file is the content"
     );
 
-    // Now opens pass through: two at once share the inode's backing file; mmap works too.
+    // The kernel's page cache of the file still holds it: a reopen stays there.
+    assert_eq!(sha(&read_all(&file)), want);
+    assert_eq!(a.passthrough.opened(), 0, "the re-read kept the page cache");
+    assert_eq!(a.passthrough.kept_cached(), 1);
+
+    // Once the kernel dropped the inode, opens pass through: two at once share the inode's
+    // backing file; mmap works too.
+    drop_caches();
     let h1 = std::fs::File::open(&file).unwrap();
     let h2 = std::fs::File::open(&file).unwrap();
     assert_eq!(a.passthrough.opened(), 2);
@@ -222,6 +245,7 @@ fn fully_cached_files_pass_through_and_remounts_read_no_bytes_from_the_hub() {
             "a cached one-block file never passed through"
         );
         std::thread::sleep(Duration::from_millis(50));
+        drop_caches();
         assert_eq!(sha(&read_all(&config)), want_config);
     }
 
@@ -260,6 +284,8 @@ fn an_inode_open_through_the_page_cache_keeps_plain_opens() {
     // The plain handles' releases arrive shortly after close(2).
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
+        // Evicted, so that the open does not stay on the inode's page cache instead.
+        drop_caches();
         assert_eq!(sha(&read_all(&file)), want);
         if m.passthrough.opened() > 0 {
             break;
@@ -283,6 +309,7 @@ fn a_branch_move_shows_once_the_passthrough_opens_of_a_file_are_closed() {
     // Once its one block is on disk, an open passes through; this one stays open.
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut held = loop {
+        drop_caches();
         let f = std::fs::File::open(&file).unwrap();
         if m.passthrough.opened() > 0 {
             break f;
@@ -312,4 +339,89 @@ fn a_branch_move_shows_once_the_passthrough_opens_of_a_file_are_closed() {
         assert!(Instant::now() < deadline, "the new version never showed");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Issue 27: with passthrough on, the first re-read after a cold read used to pass through to the
+/// cache file, which is on disk only (its blocks were written with O_DIRECT), and drop the FUSE
+/// page cache that held the whole file: slower than the cold read. Now the re-read in that mount
+/// stays on the kernel's page cache whether the join finished before the reopen or after it, and
+/// an open whose page cache is gone (the inode evicted, a second mount) passes through.
+#[test]
+fn a_reread_after_a_cold_read_is_served_by_the_kernel_cache_in_every_order() {
+    let mut env = Env::new();
+    let want = sha(&hubfs::local_hub::seed::demo_safetensors());
+    let cache = tempfile::tempdir().unwrap();
+    let a = env.mount(cache.path(), true);
+    let file = a.mountpoint.join("model.safetensors");
+    assert_eq!(sha(&read_all(&file)), want);
+    let cold_reads = a.passthrough.reads();
+    assert!(cold_reads > 0, "the cold read went through the daemon");
+    env.hub.reset_stats();
+
+    // Near zero: the kernel now and then asks for a page again (seen: one 4 KiB READ after a
+    // whole re-read from its cache); a re-read through the daemon sends as many as the cold one.
+    let near_zero = |from: u64, to: u64| to - from <= cold_reads / 8;
+
+    // Reopened at once, most likely before the join ended (either way the same answer).
+    let joined_before = find_whole(&cache.path().join("blocks")).is_some();
+    assert_eq!(sha(&read_all(&file)), want);
+    assert!(
+        near_zero(cold_reads, a.passthrough.reads()),
+        "the kernel's page cache served the re-read (joined before: {joined_before}): {} READs after {cold_reads}",
+        a.passthrough.reads()
+    );
+
+    // Reopened after the join: the file is whole on disk, and still read from the page cache.
+    wait_whole(cache.path());
+    assert_eq!(sha(&read_all(&file)), want);
+    assert_eq!(mmap_sha(&file), want, "a mapping reads the same pages");
+    assert!(near_zero(cold_reads, a.passthrough.reads()), "the page cache served it");
+    assert_eq!(
+        a.passthrough.opened(),
+        0,
+        "no open passed through to the cold cache file"
+    );
+    assert!(
+        a.passthrough.kept_cached() >= 2,
+        "the whole file's opens stayed on the page cache"
+    );
+    assert_eq!(env.downloads(), 0);
+
+    // The page cache alone dropped (the inode stays): the next open still expects the pages, and
+    // its READs show they are gone; served again (from the disk tier), they are in the page cache
+    // again for the open after it.
+    let before_drop = a.passthrough.reads();
+    std::fs::write("/proc/sys/vm/drop_caches", "1").unwrap();
+    assert_eq!(sha(&read_all(&file)), want);
+    let after_drop = a.passthrough.reads();
+    assert!(
+        !near_zero(before_drop, after_drop),
+        "the daemon served the dropped pages"
+    );
+    assert_eq!(sha(&read_all(&file)), want);
+    assert!(
+        near_zero(after_drop, a.passthrough.reads()),
+        "read from the refilled page cache"
+    );
+    let after_drop = a.passthrough.reads();
+
+    // The inode evicted with its pages (drop_caches 3 sends a FORGET): the open passes through.
+    drop_caches();
+    assert_eq!(sha(&read_all(&file)), want);
+    assert_eq!(
+        a.passthrough.opened(),
+        1,
+        "an open with a cold page cache passes through"
+    );
+    assert_eq!(a.passthrough.reads(), after_drop, "and sends no READ");
+    assert_eq!(env.downloads(), 0);
+    drop(a);
+
+    // A second mount on the same cache dir: its inode has no pages, the first open passes through.
+    let b = env.mount(cache.path(), true);
+    assert_eq!(sha(&read_all(&b.mountpoint.join("model.safetensors"))), want);
+    assert_eq!(b.passthrough.opened(), 1);
+    assert_eq!(b.passthrough.kept_cached(), 0);
+    assert_eq!(b.passthrough.reads(), 0, "no READ reached the daemon");
+    assert_eq!(env.downloads(), 0, "nothing downloaded");
 }

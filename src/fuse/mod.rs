@@ -20,6 +20,7 @@ use crate::vfs::{Attr, Caller, Kind, NewNode, OpenMode, RenameFlags as VfsRename
 pub const MAX_READ: u32 = 1 << 20;
 
 mod passthrough;
+mod served;
 
 use passthrough::Passthrough;
 
@@ -65,6 +66,12 @@ impl PassthroughStats {
     /// READ requests the session received so far (passthrough reads send none).
     pub fn reads(&self) -> u64 {
         self.0.reads()
+    }
+
+    /// Opens of a file the disk cache holds whole that stayed plain, because the kernel's page
+    /// cache of it held the file (this mount had just read it).
+    pub fn kept_cached(&self) -> u64 {
+        self.0.kept()
     }
 }
 
@@ -181,6 +188,8 @@ impl Filesystem for FuseAdapter {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        // The kernel forgets an inode when it evicts it, page cache included.
+        self.passthrough.forgotten(ino.0);
         self.vfs.forget(ino.0, nlookup);
     }
 
@@ -406,15 +415,15 @@ impl Filesystem for FuseAdapter {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.passthrough.count_read();
+        self.passthrough.count_read(ino.0, offset, size, flags.0);
         let vfs = self.vfs.clone();
         self.rt.spawn(async move {
             match vfs.read(fh.0, offset, size).await {

@@ -10,6 +10,12 @@
 //! The backing id is closed when the inode's last passthrough handle is released (closing it
 //! earlier makes the kernel answer EIO). Counts only drop at RELEASE, which the kernel sends after
 //! it dropped its own, so they never undercount what the kernel holds.
+//!
+//! An open that could pass through stays plain (keeping the inode's pages) while the kernel's page
+//! cache of the inode holds most of the file (`served`): this mount just read it through FUSE, and
+//! the cache file is most likely on disk only, so passthrough would turn a re-read from memory into
+//! one from the disk. Once those pages are gone (the inode was evicted, or reads show they were
+//! dropped), opens pass through again.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -19,6 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use fuser::{BackingId, FileHandle, FopenFlags, ReplyOpen};
 use parking_lot::Mutex;
 
+use super::served::Served;
 use crate::vfs::VirtualFs;
 
 #[derive(Default)]
@@ -53,6 +60,10 @@ pub(super) struct Passthrough {
     opened: AtomicU64,
     /// READ requests the session received (tests check passthrough reads send none).
     reads: AtomicU64,
+    /// Opens of a whole file answered plain because the kernel's cache of the inode held it.
+    kept: AtomicU64,
+    /// What the kernel's page cache of each inode holds.
+    served: Served,
 }
 
 impl Passthrough {
@@ -82,8 +93,24 @@ impl Passthrough {
         self.opened.load(Ordering::Relaxed)
     }
 
-    pub(super) fn count_read(&self) {
+    pub(super) fn kept(&self) -> u64 {
+        self.kept.load(Ordering::Relaxed)
+    }
+
+    /// A READ of `size` bytes at `offset` of `ino`, from a file opened with `open_flags`.
+    pub(super) fn count_read(&self, ino: u64, offset: u64, size: u32, open_flags: i32) {
         self.reads.fetch_add(1, Ordering::Relaxed);
+        // Direct I/O bypasses the page cache: it neither fills it nor shows it was dropped.
+        if self.enabled.load(Ordering::Relaxed) && open_flags & libc::O_DIRECT == 0 {
+            self.served.read(ino, offset, u64::from(size));
+        }
+    }
+
+    /// The kernel evicted `ino` (FORGET), and its pages with it.
+    pub(super) fn forgotten(&self, ino: u64) {
+        if self.enabled.load(Ordering::Relaxed) {
+            self.served.dropped(ino);
+        }
     }
 
     pub(super) fn reads(&self) -> u64 {
@@ -96,12 +123,20 @@ impl Passthrough {
         if !self.enabled.load(Ordering::Relaxed) {
             return reply.opened(FileHandle(fh), flags);
         }
-        let path = vfs.passthrough_file(fh);
+        if !flags.contains(FopenFlags::FOPEN_KEEP_CACHE) {
+            // This open drops the inode's pages (any answer but one that keeps them).
+            self.served.dropped(ino);
+        }
+        let (path, warm) = match vfs.passthrough_file(fh) {
+            Some((path, size)) => (Some(path), self.served.holds_most(ino, size)),
+            None => (None, false),
+        };
         let mut guard = self.state.lock();
         let State { inodes, handles } = &mut *guard;
         let node = inodes.entry(ino).or_default();
         if node.cached == 0
             && node.backing.is_none()
+            && !warm
             && let Some(path) = &path
         {
             match std::fs::File::open(path).and_then(|f| reply.open_backing(&f)) {
@@ -127,6 +162,8 @@ impl Passthrough {
                 node.through += 1;
                 handles.insert(fh, (ino, true));
                 drop(guard);
+                // Answered without FOPEN_KEEP_CACHE: the kernel drops the inode's pages.
+                self.served.dropped(ino);
                 self.opened.fetch_add(1, Ordering::Relaxed);
                 reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
             }
@@ -134,6 +171,10 @@ impl Passthrough {
                 node.cached += 1;
                 handles.insert(fh, (ino, false));
                 drop(guard);
+                if warm && path.is_some() {
+                    tracing::debug!(ino, "open kept on the page cache that holds the file");
+                    self.kept.fetch_add(1, Ordering::Relaxed);
+                }
                 reply.opened(FileHandle(fh), flags);
             }
         }

@@ -47,8 +47,9 @@ impl VirtualFs {
             && self.reader.store.disk().is_some()
     }
 
-    /// The file the kernel may read the content behind read handle `fh` from, if any.
-    pub fn passthrough_file(&self, fh: u64) -> Option<PathBuf> {
+    /// The file the kernel may read the content behind read handle `fh` from, if any, and the
+    /// content's size.
+    pub fn passthrough_file(&self, fh: u64) -> Option<(PathBuf, u64)> {
         if !self.passthrough_on() {
             return None;
         }
@@ -56,7 +57,8 @@ impl VirtualFs {
         let Handle::File { meta, .. } = h.as_ref() else {
             return None;
         };
-        self.reader.store.disk()?.whole_file(&meta.id.key(), meta.size)
+        let path = self.reader.store.disk()?.whole_file(&meta.id.key(), meta.size)?;
+        Some((path, meta.size))
     }
 
     /// Joins `meta`'s blocks into a whole file in the background if they are all on disk. With
