@@ -180,10 +180,12 @@ mod tests {
         let private = RepoMeta {
             private: true,
             created_at: String::new(),
+            id: String::new(),
         };
         let public = RepoMeta {
             private: false,
             created_at: String::new(),
+            id: String::new(),
         };
         let alice = Caller {
             user: "alice".into(),
