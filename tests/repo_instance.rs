@@ -495,3 +495,43 @@ fn an_old_layout_staging_dir_is_set_aside() {
     );
     rt.block_on(hub.stop());
 }
+
+/// The local Hub gives each repo a random `_id` at creation, as the Hub does: the same across
+/// commits and restarts; a data dir written before ids existed gets one, once.
+#[test]
+fn the_local_hubs_repo_ids_are_stable_and_new_per_creation() {
+    let rt = rt();
+    let data = tempfile::tempdir().unwrap();
+    let start = || rt.block_on(LocalHub::start(hubfs::local_hub::LocalHubConfig::new(data.path()))).unwrap();
+    let hub = start();
+    let ep = hub.endpoint().to_string();
+    let a = create(&rt, &ep, "a");
+    let b = create(&rt, &ep, "b");
+    let id_a = repo_id(&rt, &ep, &a);
+    assert!(id_a.len() == 24 && id_a.bytes().all(|c| c.is_ascii_hexdigit()), "{id_a:?}");
+    assert_ne!(id_a, repo_id(&rt, &ep, &b));
+    rt.block_on(common::commit_ok(
+        &common::client(),
+        &ep,
+        TOKEN,
+        &a,
+        &[common::header_line("x", None), common::utf8_line("x.txt", "x")],
+    ));
+    assert_eq!(repo_id(&rt, &ep, &a), id_a, "a commit keeps the id");
+    rt.block_on(hub.stop());
+
+    // An older data dir: repo.json without an id.
+    let meta_path = data.path().join("repos/datasets/local/b/repo.json");
+    let mut meta: Value = serde_json::from_slice(&std::fs::read(&meta_path).unwrap()).unwrap();
+    meta.as_object_mut().unwrap().remove("id");
+    std::fs::write(&meta_path, meta.to_string()).unwrap();
+    let hub = start();
+    let ep = hub.endpoint().to_string();
+    assert_eq!(repo_id(&rt, &ep, &a), id_a, "a restart keeps the id");
+    let id_b = repo_id(&rt, &ep, &b);
+    assert_eq!(id_b.len(), 24, "an id is assigned: {id_b:?}");
+    rt.block_on(hub.stop());
+    let hub = start();
+    assert_eq!(repo_id(&rt, hub.endpoint(), &b), id_b, "once, and kept");
+    rt.block_on(hub.stop());
+}

@@ -2,7 +2,7 @@
 //!
 //! Layout under the data dir:
 //! ```text
-//! repos/{type}/{ns}/{name}/repo.json      settings
+//! repos/{type}/{ns}/{name}/repo.json      settings and the repo's `_id`
 //! repos/{type}/{ns}/{name}/refs.json      branches, tags, PR refs (replaced atomically)
 //! repos/{type}/{ns}/{name}/commits/{id}.json
 //! objects/git/{aa}/{oid}                  regular file contents by git blob oid
