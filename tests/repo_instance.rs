@@ -502,13 +502,19 @@ fn an_old_layout_staging_dir_is_set_aside() {
 fn the_local_hubs_repo_ids_are_stable_and_new_per_creation() {
     let rt = rt();
     let data = tempfile::tempdir().unwrap();
-    let start = || rt.block_on(LocalHub::start(hubfs::local_hub::LocalHubConfig::new(data.path()))).unwrap();
+    let start = || {
+        rt.block_on(LocalHub::start(hubfs::local_hub::LocalHubConfig::new(data.path())))
+            .unwrap()
+    };
     let hub = start();
     let ep = hub.endpoint().to_string();
     let a = create(&rt, &ep, "a");
     let b = create(&rt, &ep, "b");
     let id_a = repo_id(&rt, &ep, &a);
-    assert!(id_a.len() == 24 && id_a.bytes().all(|c| c.is_ascii_hexdigit()), "{id_a:?}");
+    assert!(
+        id_a.len() == 24 && id_a.bytes().all(|c| c.is_ascii_hexdigit()),
+        "{id_a:?}"
+    );
     assert_ne!(id_a, repo_id(&rt, &ep, &b));
     rt.block_on(common::commit_ok(
         &common::client(),
