@@ -237,8 +237,16 @@ pub fn run(cache_dir: Option<&Path>, json: bool, verbose: bool) -> anyhow::Resul
         .collect();
     for c in dirs {
         prune_status_files(&c);
+        let quarantine = c.join("staging").join(crate::write::instance::QUARANTINE_DIR);
         for (dir, n) in staged_dirs(&c) {
-            if !owned.contains(&dir.to_string_lossy().as_ref()) {
+            if dir.starts_with(&quarantine) {
+                println!(
+                    "{n} staged file(s) in {} were set aside: they belong to another instance of their repo \
+                     (deleted and created again, or on another Hub) and are never committed; copy out what \
+                     you need, then delete the folder",
+                    dir.display()
+                );
+            } else if !owned.contains(&dir.to_string_lossy().as_ref()) {
                 println!(
                     "{n} staged file(s) in {} wait for the next `hubfs mount --write` of their repo",
                     dir.display()

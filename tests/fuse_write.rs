@@ -50,7 +50,7 @@ fn written_files_land_on_the_hub_when_closed() {
     let status = m.vfs.status_report().unwrap();
     assert!(status.dirty.is_empty(), "nothing left dirty: {:?}", status.dirty);
     // Committed and closed: nothing is left staged (release reaches the mount just after close).
-    let staging = env.cache.path().join("staging/datasets/local/w1/main");
+    let staging = env.staging_dir("w1");
     let journaled = || {
         std::fs::read_dir(&staging)
             .unwrap()
@@ -408,10 +408,24 @@ fn plain_lfs_when_the_hub_offers_no_xet() {
 fn files_open_at_a_crash_are_kept_not_uploaded() {
     let mut env = Env::new();
     env.create_dataset("w9");
-    // What a crash leaves: one file closed (final), one still open for writing.
-    let dir = env.cache.path().join("staging/datasets/local/w9/main");
+    // A mount of the repo ran (its staging dir records the repo)…
+    env.mount_rw("datasets/local/w9").unmount().unwrap();
+    // …and what a crash leaves: one file closed (final), one still open for writing.
+    let dir = env.staging_dir("w9");
+    assert!(dir.join("instance.json").is_file());
     {
-        let area = hubfs::write::staging::StagingArea::open(&dir).unwrap();
+        // (The mount's committer lets go of the dir's lock just after unmount returns.)
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let area = loop {
+            match hubfs::write::staging::StagingArea::open(&dir) {
+                Ok(a) => break a,
+                Err(e) if Instant::now() < deadline => {
+                    assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
         let closed = area.create("done.txt").unwrap();
         closed.add_writer().unwrap();
         closed.write_at(0, b"finished").unwrap();

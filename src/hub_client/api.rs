@@ -35,6 +35,8 @@ impl HubClient {
             sha,
             last_modified: raw.last_modified.as_deref().and_then(parse_date),
             private: raw.private,
+            instance_id: raw.id.filter(|s| !s.is_empty()),
+            created_at: raw.created_at.filter(|s| !s.is_empty()),
         })
     }
 

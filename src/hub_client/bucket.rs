@@ -54,6 +54,8 @@ pub struct BucketBatchOutcome {
 
 #[derive(Deserialize)]
 struct RawBucketInfo {
+    #[serde(rename = "_id")]
+    id: Option<String>,
     #[serde(default)]
     private: bool,
     #[serde(rename = "updatedAt")]
@@ -96,11 +98,14 @@ impl HubClient {
         let url = self.api_url(bucket, "")?;
         let reply = self.inner.http.send(&Request::get(url), &ctx).await?;
         let raw: RawBucketInfo = parse_json(&reply, &ctx)?;
-        let stamp = raw.updated_at.or(raw.created_at).unwrap_or_default();
+        let created_at = raw.created_at.filter(|s| !s.is_empty());
+        let stamp = raw.updated_at.or_else(|| created_at.clone()).unwrap_or_default();
         Ok(RepoInfo {
             sha: bucket_state_id(&stamp, raw.size, raw.total_files),
             last_modified: parse_date(&stamp),
             private: raw.private,
+            instance_id: raw.id.filter(|s| !s.is_empty()),
+            created_at,
         })
     }
 

@@ -12,6 +12,11 @@ pub struct RepoInfo {
     pub sha: String,
     pub last_modified: Option<SystemTime>,
     pub private: bool,
+    /// The Hub's `_id` of the repo: stable for its life, new when a repo is deleted and created
+    /// again under the same name (what tells a writable mount's local state whose it is).
+    pub instance_id: Option<String>,
+    /// `createdAt`, as sent: the same test where a Hub sends no `_id` (buckets).
+    pub created_at: Option<String>,
 }
 
 /// One entry of a tree listing or of paths-info.
@@ -110,6 +115,10 @@ pub struct FileHead {
 #[derive(Deserialize)]
 pub(crate) struct RawInfo {
     pub sha: Option<String>,
+    #[serde(rename = "_id")]
+    pub id: Option<String>,
+    #[serde(rename = "createdAt")]
+    pub created_at: Option<String>,
     #[serde(rename = "lastModified")]
     pub last_modified: Option<String>,
     #[serde(default)]

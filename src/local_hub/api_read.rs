@@ -108,7 +108,7 @@ pub async fn info(state: &HubState, req: Req, id: RepoId, rev: Option<String>) -
         .collect();
     let meta = repo.meta.read().clone();
     let mut v = json!({
-        "_id": commit.id.get(..24).unwrap_or(&commit.id),
+        "_id": meta.id,
         "id": id.id(),
         "author": id.namespace,
         "sha": commit.id,

@@ -385,6 +385,7 @@ mod tests {
         RepoMeta {
             private,
             created_at: String::new(),
+            id: String::new(),
         }
     }
 

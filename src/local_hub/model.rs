@@ -12,6 +12,11 @@ use sha1::{Digest, Sha1};
 pub struct RepoMeta {
     pub private: bool,
     pub created_at: String,
+    /// The Hub's `_id`: made at creation and never changed, so a client can tell a deleted and
+    /// recreated repo (same name, new id) from the one it knew. Empty in data dirs written before
+    /// it existed; `Store::repo` assigns one once.
+    #[serde(default)]
+    pub id: String,
 }
 
 /// Branches, tags and pull-request refs, in `refs.json`. Replaced atomically on every change, so

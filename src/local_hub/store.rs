@@ -2,7 +2,7 @@
 //!
 //! Layout under the data dir:
 //! ```text
-//! repos/{type}/{ns}/{name}/repo.json      settings
+//! repos/{type}/{ns}/{name}/repo.json      settings and the repo's `_id`
 //! repos/{type}/{ns}/{name}/refs.json      branches, tags, PR refs (replaced atomically)
 //! repos/{type}/{ns}/{name}/commits/{id}.json
 //! objects/git/{aa}/{oid}                  regular file contents by git blob oid
@@ -113,6 +113,11 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> HubResult<T> {
 fn write_json<T: Serialize>(path: &Path, v: &T) -> HubResult<()> {
     let data = serde_json::to_vec(v).map_err(HubError::internal)?;
     write_atomic(path, &data).map_err(|e| HubError::internal(format!("writing {}: {e}", path.display())))
+}
+
+/// A repo's `_id`: 24 hex digits, the shape of the Hub's (a MongoDB object id), random.
+fn new_repo_id() -> String {
+    super::state::random_hex(12)
 }
 
 fn is_commit_id(s: &str) -> bool {
@@ -304,7 +309,12 @@ impl Store {
         if !dir.join("refs.json").is_file() {
             return Ok(None);
         }
-        let meta: RepoMeta = read_json(&dir.join("repo.json"))?;
+        let mut meta: RepoMeta = read_json(&dir.join("repo.json"))?;
+        if meta.id.is_empty() {
+            // A data dir from before repos had ids: one is made now and kept from then on.
+            meta.id = new_repo_id();
+            write_json(&dir.join("repo.json"), &meta)?;
+        }
         let refs: Refs = read_json(&dir.join("refs.json"))?;
         let state = Arc::new(RepoState {
             id: id.clone(),
@@ -330,6 +340,7 @@ impl Store {
         let meta = RepoMeta {
             private,
             created_at: now_iso(),
+            id: new_repo_id(),
         };
         let mut commit = Commit {
             id: String::new(),

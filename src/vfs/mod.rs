@@ -239,7 +239,7 @@ impl VirtualFs {
             _ => ChunkStore::new(opts.memory_cache_bytes),
         };
         let writer = match &opts.write {
-            Some(w) => Some(Writer::open(&client, &repo, revision, subfolder, w)?),
+            Some(w) => Some(Writer::open(&client, &repo, revision, &info, subfolder, w).await?),
             None => None,
         };
         let remote = Arc::new(Remote::new(

@@ -145,8 +145,10 @@ impl VirtualFs {
 impl VirtualFs {
     /// At mount: puts back what exists only in the mount, from the metadata log of an earlier run:
     /// symlinks and special files, and directories the Hub does not have (created empty, or
-    /// emptied, through the mount). Where the Hub now has a file at a special file's path, the
-    /// Hub's file wins and the local entry is dropped.
+    /// emptied, through the mount). Where the Hub now holds such a path as something else (a file
+    /// or folder where a special file was, a file where a directory was), the Hub's entry wins and
+    /// the local records of that path and below it are dropped. (Records of another repo instance
+    /// never get here: `write::instance` sets them aside when the mount opens.)
     pub(super) async fn restore_local(&self) -> VfsResult<()> {
         let Some(w) = &self.writer else { return Ok(()) };
         let wanted: Vec<(String, String, bool)> = w
@@ -164,33 +166,43 @@ impl VirtualFs {
             return Ok(());
         }
         let commit = self.commit().await?;
-        let mut on_hub = std::collections::HashSet::new();
+        // Repo path → whether the Hub has a folder there (false: a file).
+        let mut on_hub = std::collections::HashMap::new();
         let remote: Vec<String> = wanted.iter().map(|(_, r, _)| r.clone()).collect();
         for chunk in remote.chunks(RESTORE_BATCH) {
             for e in self.client.paths_info(&self.repo, &commit, chunk).await? {
-                on_hub.insert(e.path().to_string());
+                let is_dir = matches!(e, crate::hub_client::TreeEntry::Dir { .. });
+                on_hub.insert(e.path().to_string(), is_dir);
             }
         }
         let mut restored = 0usize;
+        let mut dropped = 0usize;
         let mut o = w.overlay.lock();
         for (path, repo_path, special) in wanted {
-            if o.get(&path).is_some() {
+            // (Below a path dropped just before: its records went with it.)
+            if o.get(&path).is_some() || w.meta.get(&repo_path).is_none() {
                 continue;
             }
-            match (special, on_hub.contains(&repo_path)) {
-                (true, false) => o.set(&path, Entry::Special { hides: false }),
-                (true, true) => {
-                    tracing::warn!(path = %repo_path, "the Hub has a file where this mount kept a symlink or special file; the Hub's file is shown");
+            match (special, on_hub.get(&repo_path)) {
+                (true, None) => o.set(&path, Entry::Special { hides: false }),
+                (false, None) => o.set(&path, Entry::Dir),
+                // The Hub's folder, with this mount's mode and times for it.
+                (false, Some(true)) => continue,
+                (true, Some(_)) | (false, Some(false)) => {
+                    tracing::warn!(path = %repo_path, "the Hub holds this path as something else now; its local-only record is dropped and the Hub's entry shown");
                     w.meta.remove_tree(&repo_path);
+                    dropped += 1;
                     continue;
                 }
-                (false, false) => o.set(&path, Entry::Dir),
-                (false, true) => continue,
             }
             restored += 1;
         }
-        if restored > 0 {
-            tracing::info!(entries = restored, "restored local-only entries from the metadata log");
+        if restored > 0 || dropped > 0 {
+            tracing::info!(
+                entries = restored,
+                dropped,
+                "restored local-only entries from the metadata log"
+            );
         }
         Ok(())
     }

@@ -2,6 +2,7 @@
 //! changes, and the uploader that turns staged files into commit operations. The committer that
 //! drives them lives in `vfs::commit`, beside the core state it updates.
 
+pub mod instance;
 pub mod metadata;
 pub mod overlay;
 pub mod staging;

@@ -125,6 +125,17 @@ impl Env {
         });
     }
 
+    /// The staging dir of `local/NAME` at main on this Hub.
+    pub fn staging_dir(&self, name: &str) -> PathBuf {
+        self.cache
+            .path()
+            .join("staging/hubs")
+            .join(hubfs::write::instance::endpoint_key(self.hub().endpoint()))
+            .join("datasets/local")
+            .join(name)
+            .join("main")
+    }
+
     pub fn repo(name: &str) -> RepoRef {
         RepoRef::dataset(&format!("local/{name}")).unwrap()
     }

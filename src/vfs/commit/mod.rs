@@ -31,7 +31,8 @@ use tokio::sync::{Notify, oneshot};
 
 use super::VirtualFs;
 use super::error::{VfsError, VfsResult};
-use crate::hub_client::{HubClient, RepoRef};
+use crate::hub_client::{HubClient, HubClientError, RepoInfo, RepoRef};
+use crate::write::instance;
 use crate::write::metadata::MetaStore;
 use crate::write::overlay::{Entry, Overlay};
 use crate::write::staging::{DirtyFile, Phase, StagingArea};
@@ -144,8 +145,16 @@ pub(crate) struct Writer {
     status_meta_version: std::sync::atomic::AtomicU64,
 }
 
-/// `kind/ns/name/branch`, each part made safe as one directory name.
-fn staging_dir(root: &Path, repo: &RepoRef, branch: &str) -> PathBuf {
+/// `hubs/<endpoint>/kind/ns/name/branch`, each part made safe as one directory name: local state
+/// belongs to one Hub (see `write::instance`).
+fn staging_dir(root: &Path, endpoint: &str, repo: &RepoRef, branch: &str) -> PathBuf {
+    root.join(instance::HUBS_DIR)
+        .join(instance::endpoint_key(endpoint))
+        .join(legacy_staging_dir(Path::new(""), repo, branch))
+}
+
+/// `kind/ns/name/branch`: where versions before endpoint keys kept a repo's staging dir.
+fn legacy_staging_dir(root: &Path, repo: &RepoRef, branch: &str) -> PathBuf {
     let safe = |s: &str| crate::urlenc::encode_segment(s);
     root.join(repo.kind.plural())
         .join(safe(&repo.namespace))
@@ -153,11 +162,67 @@ fn staging_dir(root: &Path, repo: &RepoRef, branch: &str) -> PathBuf {
         .join(safe(branch))
 }
 
+fn staging_error(dir: &Path, e: impl std::fmt::Display) -> VfsError {
+    VfsError::Cache(format!(
+        "cannot use staging dir {}: {e} (pass --cache-dir DIR on a writable disk)",
+        dir.display()
+    ))
+}
+
+/// Whether the repo still knows `commit`, the head an earlier mount saw: the test of last resort
+/// when the Hub sends neither `_id` nor `createdAt`.
+async fn commit_known(client: &HubClient, repo: &RepoRef, commit: &str) -> VfsResult<instance::Verdict> {
+    match client.repo_info(repo, commit).await {
+        Ok(_) => Ok(instance::Verdict::Same),
+        Err(HubClientError::RevisionNotFound { .. } | HubClientError::NotFound { .. }) => Ok(instance::Verdict::Other(
+            format!("commit {commit}, which it last saw, is not in the repo's history"),
+        )),
+        Err(e) => Err(VfsError::Remote(e)),
+    }
+}
+
+/// A staging dir in the layout of versions before endpoint keys: nothing says which Hub or repo
+/// instance it belongs to, so it is never adopted. One holding state is moved to quarantine, an
+/// empty one removed. Failures are logged and leave it where it is.
+fn set_aside_legacy(root: &Path, repo: &RepoRef, branch: &str) {
+    let dir = legacy_staging_dir(root, repo, branch);
+    if !dir.is_dir() {
+        return;
+    }
+    // Its lock: a mount of an older version may still be using it.
+    let staging = match StagingArea::open(&dir) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "left an old-layout staging dir alone");
+            return;
+        }
+    };
+    if !instance::holds_state(&dir) {
+        drop(staging);
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            tracing::debug!(dir = %dir.display(), error = %e, "could not remove an empty old-layout staging dir");
+        }
+        return;
+    }
+    match instance::quarantine(root, &dir) {
+        Ok(to) => tracing::warn!(
+            repo = %repo,
+            moved_to = %to.display(),
+            "a staging dir from an older hubfs (it does not say which Hub it belongs to) was set aside: \
+             its staged files and local-only entries are not shown or committed (they stay there for you)"
+        ),
+        Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "could not set aside an old-layout staging dir"),
+    }
+}
+
 impl Writer {
-    pub fn open(
+    /// Opens the staging dir of `repo` at `revision` on this Hub, after checking it belongs to the
+    /// repo instance `info` describes (else it is moved aside: `instance::quarantine`).
+    pub async fn open(
         client: &HubClient,
         repo: &RepoRef,
         revision: &str,
+        info: &RepoInfo,
         subfolder: Option<&str>,
         opts: &WriteOptions,
     ) -> VfsResult<Writer> {
@@ -166,13 +231,43 @@ impl Writer {
                 "a writable mount needs a branch (a commit id cannot move): mount @main or another branch",
             ));
         }
-        let dir = staging_dir(&opts.staging_root, repo, revision);
-        let staging = StagingArea::open(&dir).map_err(|e| {
-            VfsError::Cache(format!(
-                "cannot use staging dir {}: {e} (pass --cache-dir DIR on a writable disk)",
-                dir.display()
-            ))
-        })?;
+        let root = &opts.staging_root;
+        set_aside_legacy(root, repo, revision);
+        let dir = staging_dir(root, client.endpoint(), repo, revision);
+        let staging = StagingArea::open(&dir).map_err(|e| staging_error(&dir, e))?;
+        let now = instance::Instance {
+            endpoint: client.endpoint().to_string(),
+            repo: format!("{}/{}/{}", repo.kind.plural(), repo.namespace, repo.name),
+            id: info.instance_id.clone(),
+            created_at: info.created_at.clone(),
+            commit: (!repo.is_bucket()).then(|| info.sha.clone()),
+        };
+        let verdict = match instance::read(&dir) {
+            Ok(None) if !instance::holds_state(&dir) => instance::Verdict::Same,
+            Ok(None) => instance::Verdict::Other("it has no record of the repo it belongs to".into()),
+            Ok(Some(old)) => match instance::compare(&old, &now) {
+                instance::Verdict::AskCommit(c) => commit_known(client, repo, &c).await?,
+                v => v,
+            },
+            Err(e) => instance::Verdict::Other(format!("its record cannot be read ({e})")),
+        };
+        let staging = match verdict {
+            instance::Verdict::Other(why) if instance::holds_state(&dir) => {
+                // Moved while its lock is held, so no other mount can be using it.
+                let to = instance::quarantine(root, &dir).map_err(|e| staging_error(&dir, e))?;
+                drop(staging);
+                tracing::warn!(
+                    repo = %repo,
+                    moved_to = %to.display(),
+                    reason = %why,
+                    "local state of another instance of this repo was set aside: its staged files and \
+                     local-only entries are not shown or committed (they stay there for you)"
+                );
+                StagingArea::open(&dir).map_err(|e| staging_error(&dir, e))?
+            }
+            _ => staging,
+        };
+        instance::write(&dir, &now).map_err(|e| staging_error(&dir, e))?;
         let meta = MetaStore::open(&dir)
             .map_err(|e| VfsError::Cache(format!("cannot read the metadata log in {}: {e}", dir.display())))?;
         let uploader = Uploader::new(client.clone(), repo.clone(), revision.to_string(), opts.upload_timeout)
