@@ -155,7 +155,7 @@ fn staging_dir(root: &Path, endpoint: &str, repo: &RepoRef, branch: &str) -> Pat
 
 /// `kind/ns/name/branch`: where versions before endpoint keys kept a repo's staging dir.
 fn legacy_staging_dir(root: &Path, repo: &RepoRef, branch: &str) -> PathBuf {
-    let safe = |s: &str| crate::urlenc::encode_segment(s);
+    let safe = |s: &str| crate::util::urlenc::encode_segment(s);
     root.join(repo.kind.plural())
         .join(safe(&repo.namespace))
         .join(safe(&repo.name))
