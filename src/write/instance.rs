@@ -94,12 +94,12 @@ pub fn endpoint_key(endpoint: &str) -> String {
         }
         Err(_) => endpoint.to_string(),
     };
-    let k = crate::urlenc::encode_segment(&raw);
+    let k = crate::util::urlenc::encode_segment(&raw);
     // "." and ".." are valid segments but not usable directory names.
     if k.is_empty() || k.bytes().all(|b| b == b'.') {
         format!(
             "endpoint-{}",
-            crate::urlenc::encode_segment(endpoint).replace('.', "%2E")
+            crate::util::urlenc::encode_segment(endpoint).replace('.', "%2E")
         )
     } else {
         k
