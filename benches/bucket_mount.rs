@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use hubfs::hub_client::{HubClient, HubClientConfig, RepoRef, TreeEntry};
 use hubfs::local_hub::DEFAULT_WRITE_TOKEN;
-use hubfs::mount::{MountRequest, Mounted, mount};
+use hubfs::process::session::{MountRequest, Mounted, mount};
 use hubfs::vfs::{VfsOptions, WriteOptions};
 
 const MIB: u64 = 1 << 20;
@@ -218,7 +218,7 @@ fn main() {
         .find_map(|l| l.strip_prefix("endpoint: ").map(str::to_string))
         .expect("local-hub endpoint");
     let b = Bench {
-        rt: hubfs::cli::runtime().unwrap(),
+        rt: hubfs::process::signals::runtime().unwrap(),
         hub,
         endpoint,
         work,

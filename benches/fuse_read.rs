@@ -1,5 +1,5 @@
 //! Read benchmarks of a hubfs FUSE mount against the FUSE ceiling, measured in one run:
-//! the ceiling (`hubfs::ceiling`, a trivial filesystem serving memory), then hubfs on a Xet file of
+//! the ceiling (`hubfs::fuse::ceiling`, a trivial filesystem serving memory), then hubfs on a Xet file of
 //! the local Hub: cold sequential, warm re-read, cold 4 KiB random reads (Hub requests per read),
 //! warm 4 KiB random IOPS, and cold sequential with the Hub at 30 ms latency and 200 Mbit/s per
 //! connection. Needs root (FUSE mounts, dropping the page cache). Prints figures; asserts only what
@@ -28,7 +28,7 @@ use std::time::Instant;
 use common::{drop_caches, median, requests, upload_xet_file};
 use hubfs::hub_client::HubClientConfig;
 use hubfs::local_hub::{DEFAULT_WRITE_TOKEN, FaultSettings, LocalHub, LocalHubConfig, RouteClass};
-use hubfs::mount::{MountRequest, mount};
+use hubfs::process::session::{MountRequest, mount};
 use hubfs::vfs::VfsOptions;
 
 /// Sequential read with 1 MiB requests on a thread of its own; GB/s and that thread's CPU seconds.
@@ -358,11 +358,11 @@ struct Bench {
 
 impl Bench {
     /// Mounts `local/bench`; the FUSE session's threads are created under the name `mnt-fuse`.
-    fn mount(&self, dir: &Path) -> hubfs::mount::Mounted {
+    fn mount(&self, dir: &Path) -> hubfs::process::session::Mounted {
         self.mount_with(dir, self.opts.clone())
     }
 
-    fn mount_with(&self, dir: &Path, vfs: VfsOptions) -> hubfs::mount::Mounted {
+    fn mount_with(&self, dir: &Path, vfs: VfsOptions) -> hubfs::process::session::Mounted {
         let req = MountRequest {
             repo: "local/bench".into(),
             mountpoint: dir.to_path_buf(),
@@ -451,7 +451,7 @@ fn main() {
     if part("ceiling") {
         let dir = tempfile::tempdir().unwrap();
         name_thread("mnt-fuse");
-        let s = hubfs::ceiling::mount(dir.path(), mib as usize).unwrap();
+        let s = hubfs::fuse::ceiling::mount(dir.path(), mib as usize).unwrap();
         name_thread("bench-main");
         let file = dir.path().join("data.bin");
         let passes: Vec<(f64, CpuUse)> = (0..3).map(|_| measured_seq(&file, None)).collect();

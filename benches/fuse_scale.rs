@@ -17,7 +17,7 @@ use base64::Engine;
 use common::requests;
 use hubfs::hub_client::HubClientConfig;
 use hubfs::local_hub::{DEFAULT_WRITE_TOKEN, LocalHub};
-use hubfs::mount::{MountRequest, mount};
+use hubfs::process::session::{MountRequest, mount};
 use hubfs::vfs::VfsOptions;
 
 const DIRS: usize = 10;
@@ -187,7 +187,7 @@ fn main() {
     }
     peak = peak.max(vm_hwm_mib(pid));
     drop(f);
-    hubfs::mount::unmount(d.path()).unwrap();
+    hubfs::process::session::unmount(d.path()).unwrap();
     let _ = child.wait();
 
     println!("| measurement | figure | target |");

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use hubfs::hub_client::{HubClient, HubClientConfig, RepoRef, TreeEntry};
 use hubfs::local_hub::DEFAULT_WRITE_TOKEN;
-use hubfs::mount::{MountRequest, Mounted, mount};
+use hubfs::process::session::{MountRequest, Mounted, mount};
 use hubfs::vfs::{VfsOptions, WriteOptions};
 
 const MIB: u64 = 1 << 20;
@@ -88,7 +88,7 @@ fn reset_peak(pid: &str) -> f64 {
     proc_mib(pid, "VmRSS:")
 }
 
-/// What `hubfs mount` does before its runtime starts (src/cli.rs tune_malloc): two malloc arenas
+/// What `hubfs mount` does before its runtime starts (commands::serve::tune_malloc): two malloc arenas
 /// and a thread trimming free arena pages once a second.
 fn tune_malloc() {
     // SAFETY: allocator tuning, called before any other thread exists.
@@ -341,7 +341,7 @@ fn main() {
         .map_while(Result::ok)
         .find_map(|l| l.strip_prefix("endpoint: ").map(str::to_string))
         .expect("local-hub endpoint");
-    let rt = hubfs::cli::runtime().unwrap();
+    let rt = hubfs::process::signals::runtime().unwrap();
     let hub_pid = hub.id().to_string();
     let quiet = std::env::var("HUBFS_BENCH_QUIET_MS").ok().and_then(|v| v.parse().ok());
     let quiet = quiet.map_or(WriteOptions::default().quiet_period, Duration::from_millis);

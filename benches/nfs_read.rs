@@ -23,8 +23,8 @@ use std::time::Duration;
 use common::{drop_caches, median, requests, upload_xet_file};
 use hubfs::hub_client::HubClientConfig;
 use hubfs::local_hub::{DEFAULT_WRITE_TOKEN, LocalHub};
-use hubfs::mount::{MountRequest, mount, open_vfs};
 use hubfs::nfs::server::NfsServer;
+use hubfs::process::session::{MountRequest, mount, open_vfs};
 use hubfs::vfs::VfsOptions;
 
 /// One fio job's result: bytes per second and IOPS.
@@ -277,7 +277,7 @@ fn main() {
 
     // FUSE beside it: the ceiling and hubfs (warm: hubfs's cache, page cache dropped).
     let d = tempfile::tempdir().unwrap();
-    let s = hubfs::ceiling::mount(d.path(), mib as usize).unwrap();
+    let s = hubfs::fuse::ceiling::mount(d.path(), mib as usize).unwrap();
     let data = d.path().join("data.bin");
     let fuse_ceil_seq = median(
         (0..3)

@@ -1,4 +1,4 @@
-//! The FUSE ceiling (see `hubfs::ceiling`) as a program, for fio runs by hand.
+//! The FUSE ceiling (see `hubfs::fuse::ceiling`) as a program, for fio runs by hand.
 //!
 //! `cargo run --release --example memfs_ceiling -- DIR [SIZE_MIB]` mounts DIR/data.bin until Ctrl-C.
 
@@ -8,10 +8,10 @@ fn main() -> anyhow::Result<()> {
         .next()
         .ok_or_else(|| anyhow::anyhow!("usage: memfs_ceiling DIR [SIZE_MIB]"))?;
     let mib: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(1024);
-    let session = hubfs::ceiling::mount(std::path::Path::new(&dir), mib)?;
+    let session = hubfs::fuse::ceiling::mount(std::path::Path::new(&dir), mib)?;
     println!("mounted memfs ({mib} MiB) at {dir}");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(hubfs::cli::wait_for_signal())?;
+    rt.block_on(hubfs::process::signals::wait_for_signal())?;
     session.umount_and_join()?;
     Ok(())
 }

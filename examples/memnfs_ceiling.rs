@@ -23,7 +23,7 @@ fn main() -> anyhow::Result<()> {
         };
         let via = if stock { "nfsserve" } else { "hubfs rpc" };
         println!("nfs: {addr} (data.bin, {mib} MiB, {via})");
-        hubfs::cli::wait_for_signal().await?;
+        hubfs::process::signals::wait_for_signal().await?;
         task.abort();
         Ok(())
     })

@@ -1,27 +1,32 @@
 //! hubfs: mount Hugging Face Hub repositories as local directories, with an offline local Hub.
 //!
-//! Layers (see docs/ARCHITECTURE.md): `local_hub` is a self-contained Hub emulator reached only
-//! over HTTP; `cli` is the command-line front.
+//! Layers, bottom to top (docs/ARCHITECTURE.md; `tests/layers.rs` checks that no module imports
+//! one above it):
 
-pub mod buffer_pool;
-pub mod ceiling;
-pub mod chunk_store;
-pub mod cli;
-pub mod control;
-pub mod csi;
-pub mod daemon;
-pub mod demo;
-pub mod fuse;
+/// Bottom: sizes, durations, URL encoding, deterministic test bytes; imports no hubfs module.
+pub mod util;
+
+/// The Hub's HTTP, LFS and Xet client; imports util.
 pub mod hub_client;
+/// The offline Hub, reached only over HTTP; imports util and nothing of the client side.
 pub mod local_hub;
-pub mod logging;
-pub mod mount;
-pub mod mount_process;
-pub mod mountinfo;
-pub mod nfs;
-pub mod registry;
-pub mod status;
-pub mod unmount;
-pub mod urlenc;
+
+/// Core: the content-addressed chunk store (memory and disk tiers, buffer pool).
+pub mod chunk_store;
+/// Core: VirtualFs, the POSIX semantics both frontends share.
 pub mod vfs;
+/// Core: what a writable mount keeps on local disk (staging, metadata journal, uploads).
 pub mod write;
+
+/// Frontend: the FUSE adapter (and the FUSE ceiling for benchmarks).
+pub mod fuse;
+/// Frontend: the NFSv3 server.
+pub mod nfs;
+
+/// Process plumbing: daemon, logging, mount registry, mountinfo, signals, control socket, session.
+pub mod process;
+
+/// Top: one module per subcommand of the `hubfs` binary.
+pub mod commands;
+/// Top: the Kubernetes CSI node plugin (`hubfs csi-node`, `hubfs csi-serve`).
+pub mod csi;

@@ -3,9 +3,9 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    hubfs::logging::init();
-    let cli = hubfs::cli::Cli::parse();
-    match hubfs::cli::run(cli) {
+    hubfs::process::logging::init();
+    let cli = hubfs::commands::Cli::parse();
+    match hubfs::commands::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("hubfs: {e:#}");

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use hubfs::hub_client::{HubClient, HubClientConfig, RepoRef, TreeEntry};
 use hubfs::local_hub::{DEFAULT_WRITE_TOKEN, FaultSettings, LocalHub, RouteClass};
-use hubfs::mount::{MountRequest, Mounted, mount};
+use hubfs::process::session::{MountRequest, Mounted, mount};
 use hubfs::vfs::{VfsOptions, WriteOptions};
 use serde_json::json;
 use sha2::{Digest, Sha256};

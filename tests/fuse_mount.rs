@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use hubfs::hub_client::{HubClient, HubClientConfig, RepoRef, TreeEntry};
 use hubfs::local_hub::{FaultSettings, LocalHub, RouteClass};
-use hubfs::mount::{MountRequest, Mounted, mount};
+use hubfs::process::session::{MountRequest, Mounted, mount};
 use hubfs::vfs::VfsOptions;
 use serde_json::json;
 use sha2::{Digest, Sha256};

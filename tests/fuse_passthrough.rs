@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use hubfs::hub_client::HubClientConfig;
 use hubfs::local_hub::{LocalHub, RouteClass};
-use hubfs::mount::{MountRequest, Mounted, mount};
+use hubfs::process::session::{MountRequest, Mounted, mount};
 use hubfs::vfs::VfsOptions;
 use sha2::{Digest, Sha256};
 

@@ -9,8 +9,8 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use hubfs::mount::open_vfs;
 use hubfs::nfs::server::NfsServer;
+use hubfs::process::session::open_vfs;
 use hubfs::vfs::{Attr, Hold, Kind, ROOT_INO, VfsOptions, VirtualFs};
 use nfs3_client::nfs3_types::nfs3::{
     self, Nfs3Option, Nfs3Result, diropargs3, fattr3, filename3, ftype3, nfs_fh3, nfspath3, nfsstat3, nfstime3, sattr3,

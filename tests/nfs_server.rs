@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use hubfs::hub_client::{HubClient, HubClientConfig, RepoRef, TreeEntry};
 use hubfs::local_hub::LocalHub;
-use hubfs::mount::{MountRequest, open_vfs};
 use hubfs::nfs::WriteLimits;
 use hubfs::nfs::server::NfsServer;
+use hubfs::process::session::{MountRequest, open_vfs};
 use hubfs::vfs::VfsOptions;
 use nfs3_client::nfs3_types::nfs3::{
     self, Nfs3Option, Nfs3Result, READ3args, READDIR3args, READDIRPLUS3args, diropargs3, fattr3, filename3, ftype3,
@@ -594,7 +594,7 @@ fn nfs_and_fuse_give_the_same_answers() {
     let env = Env::new();
     let (server, commit) = env.serve("datasets/demo/tiny-dataset");
     let dir = tempfile::tempdir().unwrap();
-    let fuse = hubfs::mount::mount(
+    let fuse = hubfs::process::session::mount(
         MountRequest {
             repo: "datasets/demo/tiny-dataset".to_string(),
             mountpoint: dir.path().to_path_buf(),

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use hubfs::hub_client::{HubClient, HubClientConfig, RepoRef, TreeEntry};
 use hubfs::local_hub::{DEFAULT_WRITE_TOKEN, LocalHub};
-use hubfs::mount::{MountRequest, mount};
+use hubfs::process::session::{MountRequest, mount};
 use hubfs::vfs::{BudgetSpec, CloseMode, VfsOptions, WriteOptions};
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput};
-use hubfs::buffer_pool::BufferPool;
+use hubfs::chunk_store::buffer_pool::BufferPool;
 use hubfs::chunk_store::{BLOCK_SIZE, ChunkStore, DiskTier};
 use hubfs::vfs::read::{MAX_WINDOW_BLOCKS, ReadState, classify, prefetch_blocks};
 
@@ -23,7 +23,7 @@ const PLANNED_FILE: u64 = 4 << 30;
 /// read the blocks to prefetch after them (a seek gets `None`: exactly its range is fetched).
 fn plan(st: &mut ReadState, size: u64, offset: u64, len: u64) -> (u64, u64, Option<std::ops::Range<u64>>) {
     let end = (offset + len).min(size);
-    let window = classify(st, offset, end, hubfs::mount::READAHEAD_MODEL);
+    let window = classify(st, offset, end, hubfs::vfs::READAHEAD_MODEL);
     let (first, last) = (offset / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
     (first, last, window.map(|w| prefetch_blocks(size, last + 1, w)))
 }

@@ -237,7 +237,7 @@ impl Ctx<'_> {
         let mib = (size / MIB) as usize;
         println!("ceilings: FUSE memory filesystem ({mib} MiB)");
         let dir = tempfile::tempdir_in(self.work.path())?;
-        let session = hubfs::ceiling::mount(dir.path(), mib)?;
+        let session = hubfs::fuse::ceiling::mount(dir.path(), mib)?;
         let fuse = self.fs_ceiling(&Target::Fuse(dir.path().to_path_buf()), "data.bin", size);
         session.umount_and_join()?;
         self.fuse = fuse?;

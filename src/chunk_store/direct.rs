@@ -22,7 +22,7 @@ use std::ptr::NonNull;
 
 use parking_lot::Mutex;
 
-use crate::buffer_pool::{ALIGN, PooledBuf};
+use crate::chunk_store::buffer_pool::{ALIGN, PooledBuf};
 
 /// Bytes written per `pwrite`: large enough for the device to stream, small enough that the
 /// scratch buffers stay a few MiB in all.
@@ -209,7 +209,7 @@ mod tests {
                 write_new_buffered(&p, &data).unwrap();
             }
             assert_eq!(std::fs::read(&p).unwrap(), data, "length {len} (direct: {direct})");
-            let pool = crate::buffer_pool::BufferPool::new(3 * CHUNK, 1);
+            let pool = crate::chunk_store::buffer_pool::BufferPool::new(3 * CHUNK, 1);
             let mut back = pool.acquire(len);
             if read_at(&p, 0, len, &mut back).unwrap() {
                 assert_eq!(back.as_ref(), &data[..], "length {len} read back with O_DIRECT");

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use moka::notification::RemovalCause;
 
 use super::direct;
-use crate::buffer_pool::BufferPool;
+use crate::chunk_store::buffer_pool::BufferPool;
 
 type Key = (Arc<str>, u64);
 

@@ -4,6 +4,7 @@
 //! above an optional bounded disk tier; concurrent misses of one block share one fetch, and block
 //! buffers come from a pool of reused buffers.
 
+pub mod buffer_pool;
 mod direct;
 mod disk;
 mod whole;
@@ -16,7 +17,7 @@ use bytes::Bytes;
 
 pub use disk::DiskTier;
 
-use crate::buffer_pool::BufferPool;
+use crate::chunk_store::buffer_pool::BufferPool;
 use crate::vfs::error::{VfsError, VfsResult};
 
 /// Size of one cached block.

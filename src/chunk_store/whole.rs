@@ -157,7 +157,7 @@ fn copy_range(src: &File, out: &File, at: u64, len: u64) -> std::io::Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::buffer_pool::BufferPool;
+    use crate::chunk_store::buffer_pool::BufferPool;
 
     fn wait_indexed(t: &DiskTier, k: &(Arc<str>, u64)) {
         for _ in 0..200 {

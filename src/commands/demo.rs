@@ -6,19 +6,19 @@ use std::path::Path;
 use anyhow::Context;
 use sha1::Digest as _;
 
-use crate::cli::runtime;
 use crate::hub_client::{HubClient, HubClientConfig, TreeEntry};
 use crate::local_hub::LocalHub;
-use crate::mount::{MountRequest, mount};
-use crate::mount_process::wait_until_unmounted;
+use crate::process::session::{MountRequest, mount, wait_until_unmounted};
+use crate::process::signals::{StopSignals, runtime};
 use crate::vfs::VfsOptions;
 
+/// `hubfs demo [DIR] [--exit]`.
 pub fn run(dir: &Path, exit: bool) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let rt = runtime()?;
     let signals = {
         let _g = rt.enter();
-        crate::cli::StopSignals::new()?
+        StopSignals::new()?
     };
     let hub = rt
         .block_on(LocalHub::start_temp(true))

@@ -1,5 +1,5 @@
 //! `hubfs status`: every running hubfs mount of this user, from the registry (see
-//! [`crate::registry`]); for writable mounts also what their status file says (files waiting, last
+//! [`crate::process::registry`]); for writable mounts also what their status file says (files waiting, last
 //! commit, errors: `<cache>/mounts/<pid>.json`, rewritten by the mount as it works); then staged
 //! files that no running mount owns (the next `hubfs mount --write` of their repo commits them).
 
@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::Serialize;
 
-use crate::registry::{Frontend, MountRecord};
+use crate::process::registry::{Frontend, MountRecord};
 use crate::vfs::StatusReport;
 use crate::write::metadata::{Special, differs};
 
@@ -26,7 +26,7 @@ pub struct MountStatus {
 /// Running mounts, optionally only those using `cache_dir`.
 pub fn running(cache_dir: Option<&Path>) -> Vec<MountStatus> {
     let want = cache_dir.map(|c| std::path::absolute(c).unwrap_or_else(|_| c.to_path_buf()));
-    crate::registry::live()
+    crate::process::registry::live()
         .into_iter()
         .filter(|r| want.as_ref().is_none_or(|c| Path::new(&r.cache_dir) == c))
         .map(|r| {
@@ -34,7 +34,7 @@ pub fn running(cache_dir: Option<&Path>) -> Vec<MountStatus> {
             let live = r
                 .control_socket
                 .as_deref()
-                .and_then(|s| crate::control::live_status(Path::new(s), LIVE_STATUS_TIMEOUT));
+                .and_then(|s| crate::process::control::live_status(Path::new(s), LIVE_STATUS_TIMEOUT));
             let writable = live.or_else(|| {
                 r.status_file.as_ref().and_then(|f| {
                     std::fs::read(f)
@@ -86,7 +86,7 @@ fn prune_status_files(cache_dir: &Path) {
             .and_then(|n| n.strip_suffix(".json"))
             .and_then(|n| n.parse::<u32>().ok());
         if let Some(pid) = pid
-            && crate::registry::start_time(pid).is_none()
+            && crate::process::registry::start_time(pid).is_none()
         {
             let _ = std::fs::remove_file(&p);
         }

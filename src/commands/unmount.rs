@@ -5,51 +5,19 @@
 //! What is mounted at DIR is read from `/proc/self/mountinfo`, never by stat-ing DIR: a FUSE mount
 //! whose server died answers every stat with ENOTCONN.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
 
-use crate::mountinfo::Entry;
-use crate::registry::{Frontend, MountRecord};
-
-/// The mount at `dir` (the last one: mounts stack).
-pub fn mounted_at(dir: &Path) -> Option<Entry> {
-    crate::mountinfo::at(&crate::mountinfo::read(), dir).cloned()
-}
-
-/// DIR made absolute without touching DIR itself (its parent is resolved, which is safe).
-fn absolute_no_stat(dir: &Path) -> PathBuf {
-    let abs = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-    match (abs.parent(), abs.file_name()) {
-        (Some(parent), Some(name)) => parent.canonicalize().map(|p| p.join(name)).unwrap_or(abs.clone()),
-        _ => abs,
-    }
-}
+use crate::process::mountinfo::{Entry, mounted_at};
+use crate::process::registry::{Frontend, MountRecord, absolute_no_stat, find_record};
 
 fn is_hubfs_fstype(m: &Entry) -> bool {
     m.fstype == "fuse.hubfs" || m.source.starts_with("hubfs:")
 }
 
-/// The registry record of the mount at `dir` (as given when it started, or made absolute).
-fn find_record(dir: &Path) -> Option<MountRecord> {
-    let abs = absolute_no_stat(dir).display().to_string();
-    let given = dir.display().to_string();
-    crate::registry::live()
-        .into_iter()
-        .find(|r| r.mountpoint == abs || r.mountpoint == given)
-}
-
-/// The running hubfs mount at `dir`, or an error that says there is none.
-pub fn record_for(dir: &Path) -> anyhow::Result<MountRecord> {
-    find_record(dir).ok_or_else(|| {
-        anyhow::anyhow!(
-            "{} is not a running hubfs mount (`hubfs status` lists them)",
-            dir.display()
-        )
-    })
-}
-
+/// `hubfs unmount DIR`.
 pub fn run(dir: &Path) -> anyhow::Result<()> {
     let abs = absolute_no_stat(dir);
     let record = find_record(dir);
@@ -57,11 +25,11 @@ pub fn run(dir: &Path) -> anyhow::Result<()> {
         // An NFS mount's server unmounts the kernel mount itself when asked to stop.
         (_, Some(r)) if r.frontend == Frontend::Nfs => stop(&r, dir),
         (Some(_), Some(r)) => {
-            crate::mount::unmount(&abs)?;
+            crate::process::session::unmount(&abs)?;
             wait_for_exit(&r)
         }
         // A hubfs mount without a record: started in-process (tests, `hubfs demo`).
-        (Some(m), None) if is_hubfs_fstype(&m) => crate::mount::unmount(&abs),
+        (Some(m), None) if is_hubfs_fstype(&m) => crate::process::session::unmount(&abs),
         (Some(m), None) => bail!(
             "{} is not a hubfs mount (it is a {} mount of {}); use umount for it",
             dir.display(),
@@ -92,7 +60,7 @@ fn wait_for_exit(r: &MountRecord) -> anyhow::Result<()> {
     let limit = Duration::from_secs(r.drain_secs + 30);
     let start = Instant::now();
     let mut said = false;
-    while crate::registry::alive(r) {
+    while crate::process::registry::alive(r) {
         if start.elapsed() > limit {
             bail!(
                 "unmounted, but hubfs (pid {}) is still running after {} s{}",
@@ -124,7 +92,7 @@ mod tests {
     fn hubfs_mounts_are_told_apart() {
         let text = "36 35 98:0 / /mnt/a rw - ext3 /dev/root rw\n\
                     40 1 0:52 / /tmp/m rw,nosuid shared:7 - fuse.hubfs hubfs:demo/tiny-model ro\n";
-        let m = crate::mountinfo::parse(text);
+        let m = crate::process::mountinfo::parse(text);
         assert!(is_hubfs_fstype(&m[1]));
         assert!(!is_hubfs_fstype(&m[0]));
     }

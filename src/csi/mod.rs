@@ -16,7 +16,7 @@ pub mod fdpass;
 pub mod grpc;
 pub mod hub;
 pub mod identity;
-pub use crate::mountinfo;
+pub use crate::process::mountinfo;
 pub mod node;
 pub mod proto;
 pub mod server;
@@ -112,9 +112,9 @@ pub fn run(args: CsiNodeArgs) -> anyhow::Result<()> {
     });
     // Before serving: kubelet's first calls after a restart find the old mounts known.
     plugin.sources.adopt();
-    let rt = crate::cli::runtime()?;
+    let rt = crate::process::signals::runtime()?;
     rt.block_on(async move {
-        let mut signals = crate::cli::StopSignals::new()?;
+        let mut signals = crate::process::signals::StopSignals::new()?;
         tracing::info!(socket = %socket.display(), node = %args.node_id, "CSI node plugin listening");
         println!("listening on {}", socket.display());
         use std::io::Write;

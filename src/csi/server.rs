@@ -13,8 +13,8 @@ use std::time::Duration;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::cli::{StopSignals, runtime};
 use crate::hub_client::HubClientConfig;
+use crate::process::signals::{StopSignals, runtime};
 use crate::vfs::{VfsOptions, WriteOptions};
 
 /// The handoff message: everything the server needs but the token, which it reads from
@@ -99,7 +99,7 @@ pub fn run() -> anyhow::Result<()> {
     let cfg: ServeConfig = serde_json::from_slice(&bytes).context("the handoff message")?;
     // Until here stderr (the same file, appended to) caught anything; from now on the log rotates
     // and stderr (panics) follows it.
-    match crate::logging::to_file(&cfg.log_file, LOG_MAX) {
+    match crate::process::logging::to_file(&cfg.log_file, LOG_MAX) {
         Ok(f) => {
             if let Err(e) = f.redirect_stderr() {
                 tracing::warn!(error = %e, "stderr stays where the plugin pointed it");
@@ -119,7 +119,7 @@ pub fn run() -> anyhow::Result<()> {
     };
     // Buckets have no revision (empty): the spec alone names what to open.
     let revision = (!cfg.revision.is_empty()).then_some(cfg.revision.as_str());
-    let opened = match crate::mount::open_vfs(&cfg.spec, revision, &client, &vfs_opts, &rt) {
+    let opened = match crate::process::session::open_vfs(&cfg.spec, revision, &client, &vfs_opts, &rt) {
         Ok(o) => o,
         Err(e) => {
             let _ = writeln!(sock, "error: {e:#}");

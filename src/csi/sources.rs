@@ -468,7 +468,7 @@ impl Sources {
         if let Err(e) = self.state.write_record(&record) {
             return Err(fail(Some(&mut child), internal("writing the source record", e)));
         }
-        crate::mount::raise_readahead(&mnt, spec.readahead());
+        crate::fuse::readahead::raise_readahead(&mnt, spec.readahead());
         tracing::info!(key, pid, source = %spec.display(), commit, "source mount started");
         running.insert(
             key.to_string(),

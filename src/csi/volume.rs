@@ -86,7 +86,7 @@ impl VolumeSpec {
 
     /// The kernel readahead of this source's mount: what `hubfs mount` gives its repo kind.
     pub fn readahead(&self) -> u64 {
-        crate::mount::default_readahead(match self.kind {
+        crate::vfs::default_readahead(match self.kind {
             SourceKind::Model => crate::hub_client::RepoKind::Model,
             SourceKind::Dataset => crate::hub_client::RepoKind::Dataset,
             SourceKind::Space => crate::hub_client::RepoKind::Space,
@@ -254,8 +254,10 @@ pub fn parse(
         }
     };
     let mut settings = MountSettings::default();
-    let size = |k: &str, v: String| crate::cli::parse_size(&v).map_err(|e| format!("volume attribute {k}: {e}"));
-    let dur = |k: &str, v: String| crate::cli::parse_duration(&v).map_err(|e| format!("volume attribute {k}: {e}"));
+    let size =
+        |k: &str, v: String| crate::util::units::parse_size(&v).map_err(|e| format!("volume attribute {k}: {e}"));
+    let dur =
+        |k: &str, v: String| crate::util::units::parse_duration(&v).map_err(|e| format!("volume attribute {k}: {e}"));
     if let Some(v) = take(&["memoryCacheSize"]) {
         settings.memory_cache_size = size("memoryCacheSize", v)?;
     }

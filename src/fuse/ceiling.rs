@@ -100,11 +100,11 @@ pub fn mount(dir: &std::path::Path, mib: usize) -> std::io::Result<fuser::Backgr
     config.mount_options = vec![
         fuser::MountOption::FSName("memfs-ceiling".into()),
         fuser::MountOption::RO,
-        fuser::MountOption::CUSTOM(format!("max_read={}", crate::fuse::MAX_READ)),
+        fuser::MountOption::CUSTOM(format!("max_read={}", super::MAX_READ)),
     ];
     config.n_threads = Some(4);
     config.clone_fd = true;
     let session = fuser::Session::new(MemFs { data }, dir, &config)?.spawn()?;
-    crate::mount::raise_readahead(dir, crate::mount::READAHEAD_MODEL);
+    super::readahead::raise_readahead(dir, crate::vfs::READAHEAD_MODEL);
     Ok(session)
 }

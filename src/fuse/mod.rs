@@ -19,7 +19,12 @@ use crate::vfs::{Attr, Caller, Kind, NewNode, OpenMode, RenameFlags as VfsRename
 /// Largest read the kernel sends when max_read allows it (its own cap is 1 MiB).
 pub const MAX_READ: u32 = 1 << 20;
 
+// A dataset mount's default readahead is documented as the largest FUSE read.
+const _: () = assert!(MAX_READ as u64 == crate::vfs::READAHEAD_OTHER);
+
+pub mod ceiling;
 mod passthrough;
+pub mod readahead;
 mod served;
 
 use passthrough::Passthrough;

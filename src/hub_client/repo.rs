@@ -317,7 +317,7 @@ pub(crate) fn check_path(path: &str, allow_root: bool) -> Result<&str, String> {
     Ok(p)
 }
 
-pub use crate::urlenc::{encode_path, encode_segment as encode_revision};
+pub use crate::util::urlenc::{encode_path, encode_segment as encode_revision};
 
 #[cfg(test)]
 mod tests {

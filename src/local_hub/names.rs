@@ -188,7 +188,7 @@ pub fn decode_segment(raw: &str) -> HubResult<String> {
         .map_err(|_| HubError::bad_request("URL path is not valid UTF-8 after percent-decoding"))
 }
 
-pub use crate::urlenc::{encode_path, encode_segment};
+pub use crate::util::urlenc::{encode_path, encode_segment};
 
 #[cfg(test)]
 mod tests {

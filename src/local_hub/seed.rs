@@ -27,20 +27,7 @@ pub const DEMO_PARQUET_PATH: &str = "data/parquet/train-00000.parquet";
 /// which documents the content row by row; rerun it only to change the file, and commit its output.
 pub const DEMO_PARQUET: &[u8] = include_bytes!("demo_data/train-00000.parquet");
 
-/// Deterministic pseudo-random bytes (splitmix64), so the demo weights are the same everywhere.
-pub fn demo_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len + 8);
-    let mut x = seed;
-    while out.len() < len {
-        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = x;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
+pub use crate::util::pattern::demo_bytes;
 
 /// A valid safetensors file: an 8-byte little-endian header length, a JSON header padded with
 /// spaces to a multiple of 8, then the tensor data (one 4096×4096 F32 matrix = 64 MiB, and a bias).

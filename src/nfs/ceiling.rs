@@ -24,7 +24,7 @@ impl MemNfs {
     /// `mib` MiB of pseudo-random bytes.
     pub fn new(mib: usize) -> MemNfs {
         MemNfs {
-            data: crate::local_hub::seed::demo_bytes(mib << 20, 1),
+            data: crate::util::pattern::demo_bytes(mib << 20, 1),
         }
     }
 

@@ -1,4 +1,4 @@
-//! `hubfs commit DIR` and `hubfs sync DIR`: a writable mount listens on a unix socket in the
+//! The control socket behind `hubfs commit DIR` and `hubfs sync DIR`: a writable mount listens on a unix socket in the
 //! registry directory (mode 0700, so only its user can connect) and answers two requests, one JSON
 //! line each: `{"op":"commit","message":…}` commits everything pending now, `{"op":"sync"}` waits
 //! until nothing is pending. The answer is JSON lines: `{"waiting_until":…}` while the Hub's commit
@@ -15,34 +15,36 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::vfs::VirtualFs;
 
+/// One request on the socket.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
-enum Request {
+pub enum Request {
     Commit { message: Option<String> },
     Sync,
     Status,
 }
 
+/// One answer line.
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct Answer {
+pub struct Answer {
     #[serde(skip_serializing_if = "Option::is_none")]
-    ok: Option<bool>,
+    pub ok: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    commit: Option<String>,
+    pub commit: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
+    pub error: Option<String>,
     /// Commits are held back until then (RFC 3339): by the Hub's rate limit, or by this mount's
     /// commit budget (`reason`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    waiting_until: Option<String>,
+    pub waiting_until: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<String>,
+    pub reason: Option<String>,
     /// Nothing was pending (`commit` made no commit).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    nothing_pending: bool,
+    pub nothing_pending: bool,
     /// The answer to `status`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    status: Option<crate::vfs::StatusReport>,
+    pub status: Option<crate::vfs::StatusReport>,
 }
 
 /// The listening socket; removed when dropped.
@@ -64,7 +66,7 @@ impl Drop for ControlSocket {
 
 /// Starts answering on `<registry dir>/<pid>.sock` (writable mounts only).
 pub fn listen(vfs: Arc<VirtualFs>, rt: &tokio::runtime::Handle) -> anyhow::Result<ControlSocket> {
-    let path = crate::registry::dir()?.join(format!("{}.sock", std::process::id()));
+    let path = crate::process::registry::dir()?.join(format!("{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let listener = {
         let _g = rt.enter();
@@ -208,9 +210,9 @@ async fn serve(vfs: Arc<VirtualFs>, stream: tokio::net::UnixStream) -> std::io::
 }
 
 /// Client side: sends `req` to the writable mount at `dir` and reports its answer.
-fn request(dir: &Path, req: &Request) -> anyhow::Result<Answer> {
+pub fn request(dir: &Path, req: &Request) -> anyhow::Result<Answer> {
     use std::io::{BufRead, Write};
-    let rec = crate::unmount::record_for(dir)?;
+    let rec = crate::process::registry::record_for(dir)?;
     if rec.mode != "writable" {
         bail!("{} is a read-only mount: there is nothing to commit", dir.display());
     }
@@ -256,35 +258,4 @@ pub fn live_status(socket: &Path, timeout: std::time::Duration) -> Option<crate:
     let mut answer = String::new();
     std::io::BufReader::new(s).read_line(&mut answer).ok()?;
     serde_json::from_str::<Answer>(&answer).ok()?.status
-}
-
-/// `hubfs commit DIR [-m MESSAGE]`.
-pub fn run_commit(dir: &Path, message: Option<String>) -> anyhow::Result<()> {
-    let a = request(dir, &Request::Commit { message })?;
-    match (a.ok, a.nothing_pending, a.commit, a.error) {
-        (Some(true), true, c, _) => {
-            println!(
-                "nothing to commit{}",
-                c.map(|c| format!(" (last commit {c})")).unwrap_or_default()
-            )
-        }
-        (Some(true), false, Some(c), _) => println!("{c}"),
-        (Some(true), false, None, _) => println!("committed"),
-        (_, _, _, e) => bail!("commit failed: {}", e.unwrap_or_else(|| "no reason given".into())),
-    }
-    Ok(())
-}
-
-/// `hubfs sync DIR`.
-pub fn run_sync(dir: &Path) -> anyhow::Result<()> {
-    let a = request(dir, &Request::Sync)?;
-    match (a.ok, a.commit, a.error) {
-        (Some(true), Some(c), _) => println!("everything is committed (commit {c})"),
-        (Some(true), None, _) => println!("everything is committed"),
-        (_, _, e) => bail!(
-            "not everything could be committed: {} (the files stay staged; `hubfs status` lists them)",
-            e.unwrap_or_else(|| "no reason given".into())
-        ),
-    }
-    Ok(())
 }

@@ -154,7 +154,7 @@ pub fn detach() {
     unsafe {
         libc::signal(libc::SIGHUP, libc::SIG_IGN);
     }
-    let stderr = match crate::logging::log_file() {
+    let stderr = match crate::process::logging::log_file() {
         Some(f) => f.redirect_stderr(),
         None => redirect(libc::STDERR_FILENO),
     };

@@ -77,6 +77,11 @@ pub fn with_dev<'a>(table: &'a [Entry], dev: &'a str) -> impl Iterator<Item = &'
     table.iter().filter(move |e| e.dev == dev)
 }
 
+/// The mount at `dir` (the last one: mounts stack).
+pub fn mounted_at(dir: &Path) -> Option<Entry> {
+    at(&read(), dir).cloned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -182,6 +182,34 @@ pub fn live() -> Vec<MountRecord> {
     out
 }
 
+/// DIR made absolute without touching DIR itself (its parent is resolved, which is safe).
+pub fn absolute_no_stat(dir: &Path) -> PathBuf {
+    let abs = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    match (abs.parent(), abs.file_name()) {
+        (Some(parent), Some(name)) => parent.canonicalize().map(|p| p.join(name)).unwrap_or(abs.clone()),
+        _ => abs,
+    }
+}
+
+/// The registry record of the mount at `dir` (as given when it started, or made absolute).
+pub fn find_record(dir: &Path) -> Option<MountRecord> {
+    let abs = absolute_no_stat(dir).display().to_string();
+    let given = dir.display().to_string();
+    live()
+        .into_iter()
+        .find(|r| r.mountpoint == abs || r.mountpoint == given)
+}
+
+/// The running hubfs mount at `dir`, or an error that says there is none.
+pub fn record_for(dir: &Path) -> anyhow::Result<MountRecord> {
+    find_record(dir).ok_or_else(|| {
+        anyhow::anyhow!(
+            "{} is not a running hubfs mount (`hubfs status` lists them)",
+            dir.display()
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

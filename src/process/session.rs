@@ -1,5 +1,6 @@
-//! `hubfs mount`: checks a person can act on, then a FUSE session over VirtualFs, then wait for a
-//! signal (or an external unmount) and leave cleanly.
+//! A repo opened as a VirtualFs and served: the checks a person can act on, opening it, a FUSE
+//! session over it, waiting for a signal (or an external unmount) and leaving cleanly. Used by the
+//! `mount`, `serve-nfs`, `demo` and `unmount` commands, the CSI plugin's servers, tests and benches.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -9,6 +10,7 @@ use anyhow::{Context, bail};
 
 use crate::fuse::{FuseAdapter, MAX_READ};
 use crate::hub_client::{HubClient, HubClientConfig, HubClientError, RepoRef, WriteAccess};
+use crate::process::signals::StopSignals;
 use crate::vfs::error::VfsError;
 use crate::vfs::{VfsOptions, VirtualFs};
 
@@ -234,58 +236,6 @@ pub fn explain(repo: &str, revision: &str, e: &VfsError) -> String {
     }
 }
 
-/// Kernel readahead of a model repo's mount, in bytes: one cache block. A page fault in an mmap'd
-/// file reads around it by the readahead, and the in-order safetensors load of a 512 MiB file went
-/// from 74-79% of `dd`'s rate at 1 MiB to 87-91% at 8 MiB (`ci/bench-mmap.sh`).
-pub const READAHEAD_MODEL: u64 = crate::chunk_store::BLOCK_SIZE;
-
-/// Kernel readahead of every other mount (datasets, spaces, buckets): 1 MiB, the largest FUSE
-/// read. A random reader of a mapping (numpy memmap sampling a dataset) pays a whole readahead
-/// window per page fault; at 8 MiB, 30 random 4 KiB reads of a 512 MiB file cost 346 MiB from the
-/// Hub instead of 47 MiB.
-pub const READAHEAD_OTHER: u64 = MAX_READ as u64;
-
-/// The readahead a mount of `kind` gets unless `--readahead-kib` says otherwise.
-pub fn default_readahead(kind: crate::hub_client::RepoKind) -> u64 {
-    match kind {
-        crate::hub_client::RepoKind::Model => READAHEAD_MODEL,
-        _ => READAHEAD_OTHER,
-    }
-}
-
-/// Sets the kernel readahead of a new mount to `bytes`. The kernel takes it only through sysfs,
-/// which needs root; `hubfs status` shows what the mount got (`readahead_of`).
-pub fn raise_readahead(mountpoint: &Path, bytes: u64) {
-    let Some(path) = readahead_path(mountpoint) else {
-        return;
-    };
-    if let Err(e) = std::fs::write(&path, format!("{}", bytes / 1024)) {
-        tracing::info!(
-            path,
-            error = %e,
-            "could not set the kernel readahead to {} KiB (it takes root); page faults in mapped files read around by the kernel's default",
-            bytes / 1024
-        );
-    }
-}
-
-/// The kernel readahead a mount has, in bytes.
-pub fn readahead_of(mountpoint: &Path) -> Option<u64> {
-    let kib: u64 = std::fs::read_to_string(readahead_path(mountpoint)?)
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib * 1024)
-}
-
-/// The sysfs file of a mount's readahead: its BDI is named after the mount's st_dev.
-fn readahead_path(mountpoint: &Path) -> Option<String> {
-    let dev = std::fs::metadata(mountpoint).ok()?.dev();
-    let (major, minor) = (libc::major(dev), libc::minor(dev));
-    Some(format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb"))
-}
-
 /// Mounts; returns once the mount is usable.
 pub fn mount(req: MountRequest, rt: &tokio::runtime::Runtime) -> anyhow::Result<Mounted> {
     // A bad repo spec is reported before the mountpoint is looked at.
@@ -315,7 +265,7 @@ pub fn mount(req: MountRequest, rt: &tokio::runtime::Runtime) -> anyhow::Result<
         .with_context(|| format!("mounting at {}", req.mountpoint.display()))?
         .spawn()
         .context("starting the FUSE session")?;
-    raise_readahead(&req.mountpoint, vfs.readahead());
+    crate::fuse::readahead::raise_readahead(&req.mountpoint, vfs.readahead());
     vfs.set_mountpoint(&req.mountpoint);
     Ok(Mounted {
         session: Some(session),
@@ -340,4 +290,32 @@ pub fn unmount(dir: &Path) -> anyhow::Result<()> {
         return Ok(());
     }
     bail!("cannot unmount {}: {err}", dir.display())
+}
+
+/// Waits for SIGINT/SIGTERM (then unmounts) or for an external unmount.
+pub fn wait_until_unmounted(
+    rt: &tokio::runtime::Runtime,
+    mounted: Mounted,
+    mut signals: StopSignals,
+) -> anyhow::Result<()> {
+    let dir = mounted.mountpoint.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let joiner = std::thread::spawn(move || {
+        let r = mounted.join();
+        let _ = tx.send(());
+        r
+    });
+    rt.block_on(async {
+        tokio::select! {
+            _ = signals.recv() => {
+                tracing::info!("signal received, unmounting");
+                unmount(&dir)?;
+            }
+            _ = rx => {}
+        }
+        Ok::<_, anyhow::Error>(())
+    })?;
+    joiner
+        .join()
+        .map_err(|_| anyhow::anyhow!("FUSE session thread panicked"))?
 }

@@ -35,6 +35,7 @@ pub use commit::{BudgetSpec, CloseMode, Counters, DirtyReport, StatusReport, UPL
 use error::{VfsError, VfsResult};
 pub use inode::{Ino, ROOT_INO};
 use meta::Listing;
+pub use read::{READAHEAD_MODEL, READAHEAD_OTHER, default_readahead};
 use read::{ReadState, Reader};
 pub use remote::ContentId;
 use remote::{FileMeta, Remote};
@@ -252,7 +253,7 @@ impl VirtualFs {
             reader: Reader {
                 remote,
                 store,
-                readahead: opts.readahead.unwrap_or(crate::mount::default_readahead(repo.kind)),
+                readahead: opts.readahead.unwrap_or(default_readahead(repo.kind)),
             },
             client,
             repo,

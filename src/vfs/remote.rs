@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures::future::try_join_all;
 
 use super::error::{VfsError, VfsResult};
-use crate::buffer_pool::BufferPool;
+use crate::chunk_store::buffer_pool::BufferPool;
 use crate::hub_client::{HubClient, RepoRef};
 
 /// Ranges at least this long are assembled in a pooled (reused) buffer.

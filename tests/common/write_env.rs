@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use hubfs::hub_client::{HubClient, HubClientConfig, RepoRef, TreeEntry};
 use hubfs::local_hub::{FaultSettings, LocalHub, RouteClass};
-use hubfs::mount::{MountRequest, Mounted, mount};
+use hubfs::process::session::{MountRequest, Mounted, mount};
 use hubfs::vfs::{VfsOptions, WriteOptions};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -151,7 +151,7 @@ impl Env {
                     let url = format!(
                         "{}/datasets/local/{name}/resolve/{head}/{}",
                         self.hub().endpoint(),
-                        hubfs::urlenc::encode_path(&path)
+                        hubfs::util::urlenc::encode_path(&path)
                     );
                     let body = reqwest::Client::new()
                         .get(url)

@@ -37,7 +37,7 @@ impl BudgetSpec {
         let window = if w.chars().all(|c| c.is_ascii_digit()) {
             Duration::from_secs(w.parse().map_err(|_| bad())?)
         } else {
-            crate::cli::parse_duration(w).map_err(|_| bad())?
+            crate::util::units::parse_duration(w).map_err(|_| bad())?
         };
         if limit == 0 {
             return Ok(None);

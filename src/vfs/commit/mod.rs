@@ -146,7 +146,7 @@ pub(crate) struct Writer {
 
 /// `kind/ns/name/branch`, each part made safe as one directory name.
 fn staging_dir(root: &Path, repo: &RepoRef, branch: &str) -> PathBuf {
-    let safe = |s: &str| crate::urlenc::encode_segment(s);
+    let safe = |s: &str| crate::util::urlenc::encode_segment(s);
     root.join(repo.kind.plural())
         .join(safe(&repo.namespace))
         .join(safe(&repo.name))

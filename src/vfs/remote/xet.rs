@@ -18,7 +18,7 @@ use bytes::Bytes;
 use xet_client::cas_types::QueryReconstructionResponseV2;
 use xet_core_structures::xorb_object::{CompressionScheme, XORB_CHUNK_HEADER_LENGTH, parse_chunk_header};
 
-use crate::buffer_pool::BufferPool;
+use crate::chunk_store::buffer_pool::BufferPool;
 use crate::hub_client::{HubClient, MAX_RETRY_WAIT};
 use crate::vfs::error::{VfsError, VfsResult};
 
@@ -384,7 +384,7 @@ struct Output<'p> {
 }
 
 enum Buf {
-    Pooled(crate::buffer_pool::PooledBuf),
+    Pooled(crate::chunk_store::buffer_pool::PooledBuf),
     Plain(Vec<u8>),
 }
 

@@ -1,0 +1,12 @@
+//! Process plumbing below the commands: daemonizing, logging, the registry of running mounts,
+//! `/proc/self/mountinfo`, the runtime and stop signals, a writable mount's control socket, and the
+//! session that opens a repo and serves it over FUSE. Imports the frontends, the core, the Hub
+//! client and util; never a command.
+
+pub mod control;
+pub mod daemon;
+pub mod logging;
+pub mod mountinfo;
+pub mod registry;
+pub mod session;
+pub mod signals;

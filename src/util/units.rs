@@ -1,0 +1,50 @@
+//! Sizes and durations as people type them on a command line or in a volume attribute.
+
+use std::time::Duration;
+
+/// `512K`, `256M`, `2G` or plain bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => return Err(format!("{s:?}: use a number with K, M, G or T")),
+            };
+            (&s[..i], m)
+        }
+        _ => (s, 1),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 512M, 2G)"))?;
+    if n.is_nan() || n < 0.0 {
+        return Err(format!("{s:?} must not be negative"));
+    }
+    Ok((n * mult as f64) as u64)
+}
+
+/// `500ms`, `30s`, `5m`, `1h` or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let bad = || format!("{s:?} is not a duration (e.g. 30s, 5m, 500ms)");
+    let (num, unit) = s
+        .find(|c: char| c.is_ascii_alphabetic())
+        .map(|i| (&s[..i], &s[i..]))
+        .unwrap_or((s, "s"));
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    if n.is_nan() || n < 0.0 {
+        return Err(bad());
+    }
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(bad()),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
