@@ -53,7 +53,7 @@ fn hub_bytes(hub: &LocalHub) -> u64 {
 }
 
 /// Reads `file` once, measured.
-fn step(hub: &LocalHub, m: &hubfs::mount::Mounted, file: &Path, cache: &Path) -> Step {
+fn step(hub: &LocalHub, m: &hubfs::process::session::Mounted, file: &Path, cache: &Path) -> Step {
     hub.reset_stats();
     // Resets the process's VmHWM to its current RSS (Linux 4.0+).
     let _ = std::fs::write("/proc/self/clear_refs", "5");
