@@ -164,11 +164,12 @@ impl ChunkStore {
     }
 
     /// The block if either tier has it or a reader holds it (a disk hit is promoted to memory).
+    /// Memory is asked first: its reads are what drives its evictions.
     pub async fn get(&self, key: &Arc<str>, block: u64, expected_len: u64) -> Option<Bytes> {
-        if let Some(b) = self.holds.get(key, block) {
+        if let Some(b) = self.mem.get(&(key.clone(), block)).await {
             return Some(b);
         }
-        if let Some(b) = self.mem.get(&(key.clone(), block)).await {
+        if let Some(b) = self.holds.get(key, block) {
             return Some(b);
         }
         let b = self.read_disk(key, block, expected_len).await?;
@@ -179,10 +180,9 @@ impl ChunkStore {
     /// Bytes `[from, to)` of a block if either tier has it, without promoting a disk block to
     /// memory: a random reader must not pull 8 MiB off disk for every 4 KiB it reads.
     pub async fn get_range(&self, key: &Arc<str>, block: u64, expected_len: u64, from: u64, to: u64) -> Option<Bytes> {
-        let held = self.holds.get(key, block);
-        let b = match held {
+        let b = match self.mem.get(&(key.clone(), block)).await {
             Some(b) => Some(b),
-            None => self.mem.get(&(key.clone(), block)).await,
+            None => self.holds.get(key, block),
         };
         if let Some(b) = b {
             return (to as usize <= b.len() && from < to).then(|| b.slice(from as usize..to as usize));
@@ -214,6 +214,10 @@ impl ChunkStore {
     where
         F: Future<Output = VfsResult<Bytes>>,
     {
+        // Memory first, as `get`: a hold is for what memory let go of.
+        if let Some(b) = self.mem.get(&(key.clone(), block)).await {
+            return Ok(b);
+        }
         if let Some(b) = self.holds.get(key, block) {
             return Ok(b);
         }
