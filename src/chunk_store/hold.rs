@@ -1,8 +1,8 @@
 //! Blocks held for the readers that want them. The memory tier is an LRU bounded in bytes, and
 //! several sequential readers each prefetching a window of blocks want more than it holds: a
 //! block fetched for one reader was evicted by the others' before that reader got to it, and the
-//! reader fetched it again (8 readers of 256 MiB shards: 1.13 × the bytes read from the Hub on
-//! loopback, 1.3–1.6 × at 30 ms per request). A reader takes a hold on each block of its window
+//! reader fetched it again (8 readers of 256 MiB shards: 1.5–1.65 × the bytes read from the Hub
+//! on loopback, 2.4–2.7 × at 30 ms per request). A reader takes a hold on each block of its window
 //! when it asks for it and drops it once it has read past it; a held block, once loaded, is kept
 //! here whatever the memory tier evicts, so it is fetched once while it is wanted.
 
@@ -38,6 +38,10 @@ impl Holds {
     /// The block's bytes if it is held and loaded.
     pub(super) fn get(&self, key: &Arc<str>, block: u64) -> Option<Bytes> {
         self.0.lock().get(&(key.clone(), block))?.data.clone()
+    }
+
+    pub(super) fn contains(&self, key: &Arc<str>, block: u64) -> bool {
+        self.0.lock().contains_key(&(key.clone(), block))
     }
 
     /// Keeps `data` for a held block that has none yet (a block nobody holds is left alone).

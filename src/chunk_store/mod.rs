@@ -158,6 +158,11 @@ impl ChunkStore {
         self.holds.hold(key, block)
     }
 
+    /// Whether some reader holds the block: it wants all of it, so it is loaded whole anyway.
+    pub fn is_held(&self, key: &Arc<str>, block: u64) -> bool {
+        self.holds.contains(key, block)
+    }
+
     /// Bytes of loaded blocks that readers hold.
     pub fn held_bytes(&self) -> u64 {
         self.holds.bytes()

@@ -136,13 +136,15 @@ impl Reader {
         drop(released);
         let Some(_) = class else {
             // A seek: only the bytes asked for, from a cache tier that has them (no whole-block
-            // load off disk), from the blocks already on their way (a page fault's read-around
-            // and the kernel's out-of-order readahead land in blocks a prefetch is loading), or
-            // else from the Hub (no read amplification).
+            // load off disk), from the blocks already on their way or that a sequential reader
+            // holds (a page fault's read-around and the kernel's out-of-order readahead land in
+            // blocks a prefetch is loading; a reader of a file others read too skips what the page
+            // cache has, into blocks they hold), or else from the Hub (no read amplification).
             if let Some(b) = self.cached_range(file, &key, offset, end).await {
                 return Ok(b);
             }
-            if (first..=last).all(|idx| self.store.is_loading(&key, idx)) {
+            let wanted = |idx| self.store.is_loading(&key, idx) || self.store.is_held(&key, idx);
+            if (first..=last).all(wanted) {
                 let blocks = try_join_all((first..=last).map(|idx| self.block(file, commit, &key, idx))).await?;
                 return Ok(assemble(&blocks, first * BLOCK_SIZE, offset, end));
             }
