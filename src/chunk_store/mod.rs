@@ -1,12 +1,14 @@
 //! Content-addressed block cache. Blocks are fixed-size pieces of a file's content, keyed by the
 //! content's hash (Xet hash, LFS sha256 or git blob oid) and the block index, so identical bytes in
 //! two revisions or two repos are held once. A bounded memory tier (moka, weighed in bytes) sits
-//! above an optional bounded disk tier; concurrent misses of one block share one fetch, and block
-//! buffers come from a pool of reused buffers.
+//! above an optional bounded disk tier; concurrent misses of one block share one fetch, blocks a
+//! reader holds (its prefetch window) stay loaded until it lets them go whatever the tiers evict,
+//! and block buffers come from a pool of reused buffers.
 
 pub mod buffer_pool;
 mod direct;
 mod disk;
+mod hold;
 mod whole;
 
 use std::future::Future;
@@ -16,6 +18,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub use disk::DiskTier;
+pub use hold::BlockHold;
 
 use crate::chunk_store::buffer_pool::BufferPool;
 use crate::vfs::error::{VfsError, VfsResult};
@@ -36,6 +39,7 @@ const MAX_PENDING_DISK_WRITES: usize = 8;
 /// How long a queued block waits for a writer before it is given up.
 const DISK_WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Lock order: `loading`, `writing` and the holds' lock are leaves, never nested.
 #[derive(Clone)]
 pub struct ChunkStore {
     mem: moka::future::Cache<(Arc<str>, u64), Bytes>,
@@ -50,6 +54,8 @@ pub struct ChunkStore {
     /// Blocks queued for the disk tier and not yet written (or given up), so a close can tell a
     /// block on its way to disk from one that never will be. A leaf lock, like `loading`.
     writing: Arc<parking_lot::Mutex<BlockSet>>,
+    /// Blocks readers hold (see `hold`), served from here before either tier.
+    holds: hold::Holds,
 }
 
 /// A set of (content key, block index).
@@ -85,6 +91,7 @@ impl ChunkStore {
             disk_writers: Arc::new(tokio::sync::Semaphore::new(DISK_WRITERS)),
             loading: Arc::default(),
             writing: Arc::default(),
+            holds: hold::Holds::default(),
         }
     }
 
@@ -144,9 +151,30 @@ impl ChunkStore {
         });
     }
 
-    /// The block if either tier has it (a disk hit is promoted to memory).
+    /// Holds a block for a reader that will want it: once some load of it succeeds its bytes stay
+    /// here, whatever the tiers evict, until the last hold is dropped. A reader holds its prefetch
+    /// window, so a block fetched for it is not fetched again before it gets there.
+    pub fn hold(&self, key: &Arc<str>, block: u64) -> BlockHold {
+        self.holds.hold(key, block)
+    }
+
+    /// Whether some reader holds the block: it wants all of it, so it is loaded whole anyway.
+    pub fn is_held(&self, key: &Arc<str>, block: u64) -> bool {
+        self.holds.contains(key, block)
+    }
+
+    /// Bytes of loaded blocks that readers hold.
+    pub fn held_bytes(&self) -> u64 {
+        self.holds.bytes()
+    }
+
+    /// The block if either tier has it or a reader holds it (a disk hit is promoted to memory).
+    /// Memory is asked first: its reads are what drives its evictions.
     pub async fn get(&self, key: &Arc<str>, block: u64, expected_len: u64) -> Option<Bytes> {
         if let Some(b) = self.mem.get(&(key.clone(), block)).await {
+            return Some(b);
+        }
+        if let Some(b) = self.holds.get(key, block) {
             return Some(b);
         }
         let b = self.read_disk(key, block, expected_len).await?;
@@ -157,7 +185,11 @@ impl ChunkStore {
     /// Bytes `[from, to)` of a block if either tier has it, without promoting a disk block to
     /// memory: a random reader must not pull 8 MiB off disk for every 4 KiB it reads.
     pub async fn get_range(&self, key: &Arc<str>, block: u64, expected_len: u64, from: u64, to: u64) -> Option<Bytes> {
-        if let Some(b) = self.mem.get(&(key.clone(), block)).await {
+        let b = match self.mem.get(&(key.clone(), block)).await {
+            Some(b) => Some(b),
+            None => self.holds.get(key, block),
+        };
+        if let Some(b) = b {
             return (to as usize <= b.len() && from < to).then(|| b.slice(from as usize..to as usize));
         }
         let disk = self.disk.clone()?;
@@ -180,12 +212,20 @@ impl ChunkStore {
         self.loading.lock().contains(&(key.clone(), block))
     }
 
-    /// The block, from memory, disk, or `fetch` on a miss of both; one load per block however many
-    /// callers wait. Fetched blocks are written to disk in the background.
+    /// The block, from a hold, memory, disk, or `fetch` on a miss of all; one load per block however
+    /// many callers wait. Fetched blocks are written to disk in the background, and kept for the
+    /// holds on them.
     pub async fn get_or_fetch<F>(&self, key: &Arc<str>, block: u64, expected_len: u64, fetch: F) -> VfsResult<Bytes>
     where
         F: Future<Output = VfsResult<Bytes>>,
     {
+        // Memory first, as `get`: a hold is for what memory let go of.
+        if let Some(b) = self.mem.get(&(key.clone(), block)).await {
+            return Ok(b);
+        }
+        if let Some(b) = self.holds.get(key, block) {
+            return Ok(b);
+        }
         let load = async {
             let _loading = Loading {
                 set: &self.loading,
@@ -195,14 +235,18 @@ impl ChunkStore {
             if let Some(b) = self.read_disk(key, block, expected_len).await {
                 return Ok(b);
             }
+            tracing::debug!(key = %key, block, "fetching a block from the Hub");
             let b = fetch.await?;
             self.write_behind(key, block, &b);
             Ok(b)
         };
-        self.mem
+        let b = self
+            .mem
             .try_get_with((key.clone(), block), load)
             .await
-            .map_err(VfsError::Shared)
+            .map_err(VfsError::Shared)?;
+        self.holds.fill(key, block, &b);
+        Ok(b)
     }
 }
 
@@ -257,6 +301,36 @@ mod tests {
         go.send(()).unwrap();
         assert!(t.await.unwrap().is_err());
         assert!(!s.is_loading(&key, 2), "a failed load is not loading either");
+    }
+
+    #[tokio::test]
+    async fn a_held_block_outlives_the_memory_tier() {
+        // Room for two 4-byte blocks in memory; five are loaded while block 0 is held.
+        let s = ChunkStore::new(8);
+        let key: Arc<str> = Arc::from("k");
+        let hold = s.hold(&key, 0);
+        assert_eq!(s.held_bytes(), 0, "held, not loaded yet");
+        let b = s.get_or_fetch(&key, 0, 4, async { Ok(Bytes::from_static(b"zero")) });
+        assert_eq!(&b.await.unwrap()[..], b"zero");
+        assert_eq!(s.held_bytes(), 4);
+        for i in 1..5 {
+            s.get_or_fetch(&key, i, 4, async { Ok(Bytes::from_static(b"more")) })
+                .await
+                .unwrap();
+        }
+        s.mem.run_pending_tasks().await;
+        assert!(s.mem.get(&(key.clone(), 0)).await.is_none(), "evicted from memory");
+        let again = s.get_or_fetch(&key, 0, 4, async { Err(VfsError::NotFound) });
+        assert_eq!(&again.await.unwrap()[..], b"zero", "served from the hold, not fetched");
+        assert_eq!(s.get_range(&key, 0, 4, 1, 3).await.as_deref(), Some(&b"er"[..]));
+        // A second hold of the same block keeps it when the first goes.
+        let second = s.hold(&key, 0);
+        drop(hold);
+        assert_eq!(s.held_bytes(), 4);
+        drop(second);
+        assert_eq!(s.held_bytes(), 0, "let go with the last hold");
+        let r = s.get_or_fetch(&key, 0, 4, async { Err(VfsError::NotFound) }).await;
+        assert!(r.is_err(), "no longer held: a miss fetches");
     }
 
     #[tokio::test]

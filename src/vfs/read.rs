@@ -1,5 +1,6 @@
 //! The read path of one open file: sequential detection, adaptive prefetch of whole blocks in
-//! parallel, exact-range fetches for random reads, and zero-copy slices of cached blocks.
+//! parallel, held until the reader has read past them, exact-range fetches for random reads, and
+//! zero-copy slices of cached blocks.
 
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use futures::future::try_join_all;
 
 use super::error::VfsResult;
 use super::remote::{FileMeta, Remote};
-use crate::chunk_store::{BLOCK_SIZE, ChunkStore};
+use crate::chunk_store::{BLOCK_SIZE, BlockHold, ChunkStore};
 use crate::hub_client::RepoKind;
 
 /// Largest prefetch window, in blocks (8 × 8 MiB = 64 MiB ahead of the reader; twice that on a
@@ -24,8 +25,8 @@ const SEQUENTIAL_SLACK: u64 = 4 << 20;
 /// Reads up to this size are small (they get `SEQUENTIAL_SLACK`).
 const SMALL_READ: u64 = 64 << 10;
 
-/// Per-handle reader state.
-#[derive(Debug, Clone)]
+/// Per-handle reader state. Its lock is taken before the chunk store's (leaf) locks.
+#[derive(Debug)]
 pub struct ReadState {
     /// Where the next read starts if the reader is sequential.
     next: u64,
@@ -34,6 +35,18 @@ pub struct ReadState {
     /// Prefetch window in blocks; doubles on sequential reads past the readahead, resets on a
     /// seek.
     window: u64,
+    /// What the reader holds (boxed: a handle of every open file carries a `ReadState`).
+    held: Box<Held>,
+}
+
+/// The blocks of the current run a reader is reading or has asked to prefetch, held in the chunk
+/// store until it has read past them (or seeks, or closes), so the memory tier cannot evict them
+/// before the reader gets there (other readers' blocks push them out of its LRU).
+#[derive(Debug, Default)]
+struct Held {
+    /// The content the holds are of.
+    key: Option<Arc<str>>,
+    blocks: std::collections::BTreeMap<u64, BlockHold>,
 }
 
 impl Default for ReadState {
@@ -42,7 +55,29 @@ impl Default for ReadState {
             next: 0,
             run_start: 0,
             window: 1,
+            held: Box::default(),
         }
+    }
+}
+
+impl ReadState {
+    /// Holds `key`'s blocks `blocks` (those not held yet) and returns the ones newly held.
+    fn hold(&mut self, store: &ChunkStore, key: &Arc<str>, blocks: std::ops::Range<u64>) -> Vec<u64> {
+        let mut new = Vec::new();
+        for idx in blocks {
+            self.held.blocks.entry(idx).or_insert_with(|| {
+                new.push(idx);
+                store.hold(key, idx)
+            });
+        }
+        new
+    }
+
+    /// Lets go of the holds on blocks wholly before `from` (every hold for `from` = `u64::MAX`);
+    /// the caller drops what is returned after unlocking the state.
+    fn release_before(&mut self, from: u64) -> std::collections::BTreeMap<u64, BlockHold> {
+        let kept = self.held.blocks.split_off(&from);
+        std::mem::replace(&mut self.held.blocks, kept)
     }
 }
 
@@ -93,25 +128,34 @@ impl Reader {
         }
         let key = file.id.key();
         let (first, last) = (offset / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
-        let Some(w) = classify(&mut state.lock(), offset, end, self.readahead) else {
+        let (class, prefetch, released) = {
+            let mut st = state.lock();
+            let class = classify(&mut st, offset, end, self.readahead);
+            self.update_holds(&mut st, file, &key, first, last, class)
+        };
+        drop(released);
+        let Some(_) = class else {
             // A seek: only the bytes asked for, from a cache tier that has them (no whole-block
-            // load off disk), from the blocks already on their way (a page fault's read-around
-            // and the kernel's out-of-order readahead land in blocks a prefetch is loading), or
-            // else from the Hub (no read amplification).
+            // load off disk), from the blocks already on their way or that a sequential reader
+            // holds (a page fault's read-around and the kernel's out-of-order readahead land in
+            // blocks a prefetch is loading; a reader of a file others read too skips what the page
+            // cache has, into blocks they hold), or else from the Hub (no read amplification).
             if let Some(b) = self.cached_range(file, &key, offset, end).await {
                 return Ok(b);
             }
-            if (first..=last).all(|idx| self.store.is_loading(&key, idx)) {
+            let wanted = |idx| self.store.is_loading(&key, idx) || self.store.is_held(&key, idx);
+            if (first..=last).all(wanted) {
                 let blocks = try_join_all((first..=last).map(|idx| self.block(file, commit, &key, idx))).await?;
                 return Ok(assemble(&blocks, first * BLOCK_SIZE, offset, end));
             }
+            tracing::trace!(key = %key, offset, len = end - offset, "exact range from the Hub");
             return self.remote.fetch_exact(file, commit, offset, end - offset).await;
         };
 
-        // Whole blocks from memory, else disk, else the Hub: `get_or_fetch` loads a block once
-        // however many reads want it (the kernel's readahead sends several reads of one block at
-        // once, and each reading an 8 MiB block off disk for itself multiplied the disk reads).
-        self.prefetch(file, commit, &key, last + 1, w);
+        // Whole blocks from a hold, memory, else disk, else the Hub: `get_or_fetch` loads a block
+        // once however many reads want it (the kernel's readahead sends several reads of one block
+        // at once, and each reading an 8 MiB block off disk for itself multiplied the disk reads).
+        self.prefetch(file, commit, &key, prefetch);
         let blocks = try_join_all((first..=last).map(|idx| self.block(file, commit, &key, idx))).await?;
         Ok(assemble(&blocks, first * BLOCK_SIZE, offset, end))
     }
@@ -132,11 +176,40 @@ impl Reader {
         Some(assemble(&parts, offset, offset, end))
     }
 
-    /// Starts background fetches of `count` blocks from `from` (those not cached or in flight),
-    /// scaled up on a slow link.
-    fn prefetch(&self, file: &FileMeta, commit: &str, key: &Arc<str>, from: u64, count: u64) {
-        let count = count * self.remote.window_scale();
-        for idx in prefetch_blocks(file.size, from, count) {
+    /// After `classify` said `class` for a read of blocks `first..=last`: a sequential read lets go
+    /// of the blocks the run has passed and holds the blocks it reads and its prefetch window
+    /// (`window` blocks past it, scaled up on a slow link), returning the window's blocks newly
+    /// held, to prefetch; a seek lets go of every hold. Returns the released holds too, for the
+    /// caller to drop once the state is unlocked.
+    fn update_holds(
+        &self,
+        st: &mut ReadState,
+        file: &FileMeta,
+        key: &Arc<str>,
+        first: u64,
+        last: u64,
+        class: Option<u64>,
+    ) -> (Option<u64>, Vec<u64>, std::collections::BTreeMap<u64, BlockHold>) {
+        let Some(window) = class else {
+            return (class, Vec::new(), st.release_before(u64::MAX));
+        };
+        let released = if st.held.key.as_ref() != Some(key) {
+            st.held.key = Some(key.clone());
+            st.release_before(u64::MAX)
+        } else {
+            // Reads up to the slack behind the run's end are still this run (out of order).
+            let behind = st.next.saturating_sub(SEQUENTIAL_SLACK.max(2 * self.readahead)) / BLOCK_SIZE;
+            st.release_before(behind.min(first))
+        };
+        st.hold(&self.store, key, first..last + 1);
+        let count = window * self.remote.window_scale();
+        let prefetch = st.hold(&self.store, key, prefetch_blocks(file.size, last + 1, count));
+        (class, prefetch, released)
+    }
+
+    /// Starts background fetches of blocks `blocks` (the reader holds them).
+    fn prefetch(&self, file: &FileMeta, commit: &str, key: &Arc<str>, blocks: Vec<u64>) {
+        for idx in blocks {
             let (this, file, commit, key) = (self.clone(), file.clone(), commit.to_string(), key.clone());
             tokio::spawn(async move {
                 if let Err(e) = this.block(&file, &commit, &key, idx).await {
@@ -270,6 +343,21 @@ mod tests {
         assert_eq!(prefetch_blocks(3 * BLOCK_SIZE + 1, 1, 8), 1..4);
         assert_eq!(prefetch_blocks(BLOCK_SIZE, 1, 8), 1..1);
         assert_eq!(prefetch_blocks(BLOCK_SIZE * 4, 1, 0), 1..1);
+    }
+
+    #[test]
+    fn a_reader_holds_its_window_until_it_has_passed_it() {
+        let store = ChunkStore::new(1 << 20);
+        let key: Arc<str> = Arc::from("k");
+        let mut st = ReadState::default();
+        assert_eq!(st.hold(&store, &key, 0..4), vec![0, 1, 2, 3]);
+        assert_eq!(st.hold(&store, &key, 2..6), vec![4, 5], "held once per reader");
+        let gone = st.release_before(2);
+        assert_eq!(gone.keys().copied().collect::<Vec<_>>(), vec![0, 1]);
+        assert_eq!(st.held.blocks.keys().copied().collect::<Vec<_>>(), vec![2, 3, 4, 5]);
+        let gone = st.release_before(u64::MAX);
+        assert_eq!(gone.len(), 4);
+        assert!(st.held.blocks.is_empty(), "a seek lets go of everything");
     }
 
     #[test]

@@ -1,0 +1,276 @@
+//! Many readers at once (issue 29): N readers of N Xet files (a sharded model load), and N readers
+//! of one file, through the real `hubfs mount` binary with default options and a fresh cache, on
+//! loopback and on a distant Hub (30 ms per request, 200 Mbit/s per connection). Prints per run the
+//! aggregate throughput, the Hub's bytes served over the distinct bytes read (fetch amplification:
+//! N readers of one file want its bytes once), its requests, and the mount's peak RSS.
+//!
+//! Needs root (FUSE). Speed figures are printed, never asserted; with `HUBFS_BENCH_CHECK=1` the
+//! byte ratio is asserted (≤ 1.02: no block fetched twice while it is wanted), which CI runs small.
+//!
+//! `cargo bench --bench many_readers`; environment: `HUBFS_BENCH_MIB` (size of each file, default
+//! 64), `HUBFS_BENCH_READERS` (default `1,2,4,8,16`), `HUBFS_BENCH_PROFILES` (default
+//! `loopback,30ms`), `HUBFS_BENCH_MODES` (default `files,one`), `HUBFS_BENCH_MOUNT_ARGS` (options
+//! added to every mount), `HUBFS_BENCH_BINS` (`NAME=PATH,…`: other `hubfs` binaries to run the same
+//! rows with, one after the other, e.g. a build from before a change).
+
+mod common;
+
+use std::io::{BufRead, Read};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hubfs::local_hub::{DEFAULT_WRITE_TOKEN, FaultSettings, LocalHub, RouteClass};
+
+/// The largest fetch amplification the check accepts.
+const MAX_RATIO: f64 = 1.02;
+
+/// Size of each read, as `dd bs=4M`.
+const READ_SIZE: usize = 4 << 20;
+
+/// Creates model repo `local/{name}` with `count` files `shard-NN.bin` of `size` pseudo-random
+/// bytes each, uploaded through Xet in one commit.
+async fn upload_shards(ep: &str, name: &str, count: usize, size: u64) {
+    let cache = tempfile::tempdir().unwrap();
+    let c = hf_hub::HFClient::builder()
+        .endpoint(ep)
+        .token(DEFAULT_WRITE_TOKEN)
+        .cache_dir(cache.path())
+        .build()
+        .unwrap();
+    c.create_repository()
+        .repo_id(&format!("local/{name}"))
+        .repo_type(hf_hub::RepoTypeModel)
+        .send()
+        .await
+        .unwrap();
+    let ops = (0..count)
+        .map(|i| hf_hub::repository::CommitOperation::Add {
+            path_in_repo: shard(i),
+            source: hf_hub::repository::AddSource::Bytes(
+                hubfs::local_hub::seed::demo_bytes(size as usize, 100 + i as u64).into(),
+            ),
+        })
+        .collect();
+    c.model("local", name)
+        .create_commit()
+        .operations(ops)
+        .commit_message("shards")
+        .send()
+        .await
+        .unwrap();
+}
+
+fn shard(i: usize) -> String {
+    format!("shard-{i:02}.bin")
+}
+
+fn vm_hwm_mib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        / 1024
+}
+
+/// Bytes and requests the Hub served since its last reset, over every class.
+fn served(hub: &LocalHub) -> (u64, u64) {
+    RouteClass::ALL.iter().fold((0, 0), |(b, r), c| {
+        let s = hub.stats(*c);
+        (b + s.bytes_out, r + s.requests)
+    })
+}
+
+/// One row of the table.
+struct Row {
+    mb_s: f64,
+    read: u64,
+    hub_bytes: u64,
+    requests: u64,
+    peak_mib: u64,
+}
+
+/// Mounts `local/{repo}` with a fresh cache, reads `files` (one reader each, in parallel, 4 MiB
+/// reads) and measures.
+fn run(hub: &LocalHub, bin: &str, repo: &str, files: &[String]) -> Row {
+    let ep = hub.endpoint().to_string();
+    let d = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir_in("/var/tmp").unwrap();
+    let mut child = Command::new(bin)
+        .args(["mount", &format!("local/{repo}")])
+        .arg(d.path())
+        .arg("--endpoint")
+        .arg(&ep)
+        .arg("--token")
+        .arg(DEFAULT_WRITE_TOKEN)
+        .arg("--cache-dir")
+        .arg(cache.path())
+        .args(
+            std::env::var("HUBFS_BENCH_MOUNT_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("mounted"), "hubfs mount said {line:?}");
+    let pid = child.id();
+    // Attributes first, so the timed part is the reads.
+    for f in files {
+        std::fs::metadata(d.path().join(f)).unwrap();
+    }
+    common::drop_caches();
+    hub.reset_stats();
+    let done = Arc::new(AtomicBool::new(false));
+    let peak = Arc::new(AtomicU64::new(0));
+    let sampler = {
+        let (done, peak) = (done.clone(), peak.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                peak.fetch_max(vm_hwm_mib(pid), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let t = Instant::now();
+    let readers: Vec<_> = files
+        .iter()
+        .map(|f| {
+            let path = d.path().join(f);
+            std::thread::spawn(move || read_all(&path))
+        })
+        .collect();
+    let read: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+    let secs = t.elapsed().as_secs_f64();
+    let (hub_bytes, requests) = served(hub);
+    done.store(true, Ordering::Relaxed);
+    sampler.join().unwrap();
+    peak.fetch_max(vm_hwm_mib(pid), Ordering::Relaxed);
+    hubfs::process::session::unmount(d.path()).unwrap();
+    let _ = child.wait();
+    Row {
+        mb_s: read as f64 / secs / 1e6,
+        read,
+        hub_bytes,
+        requests,
+        peak_mib: peak.load(Ordering::Relaxed),
+    }
+}
+
+fn read_all(path: &Path) -> u64 {
+    let mut f = std::fs::File::open(path).unwrap();
+    let mut buf = vec![0u8; READ_SIZE];
+    let mut n = 0u64;
+    loop {
+        let r = f.read(&mut buf).unwrap();
+        if r == 0 {
+            return n;
+        }
+        n += r as u64;
+    }
+}
+
+fn env_list(name: &str, default: &str) -> Vec<String> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.to_string())
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// The distant-Hub profile: 30 ms per request, 200 Mbit/s per connection, on every origin.
+fn set_profile(hub: &LocalHub, profile: &str) {
+    hub.clear_faults();
+    if profile == "30ms" {
+        for c in [RouteClass::Api, RouteClass::Resolve, RouteClass::Cas] {
+            let s = FaultSettings {
+                latency_ms: 30,
+                bandwidth_mbps: 200.0,
+                ..Default::default()
+            };
+            hub.set_faults(c, s).unwrap();
+        }
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --bench` passes nothing of use: same run.
+    let mib: u64 = std::env::var("HUBFS_BENCH_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    let readers: Vec<usize> = env_list("HUBFS_BENCH_READERS", "1,2,4,8,16")
+        .iter()
+        .map(|s| s.parse().expect("HUBFS_BENCH_READERS: numbers"))
+        .collect();
+    let profiles = env_list("HUBFS_BENCH_PROFILES", "loopback,30ms");
+    let modes = env_list("HUBFS_BENCH_MODES", "files,one");
+    let check = std::env::var_os("HUBFS_BENCH_CHECK").is_some();
+    let most = readers.iter().copied().max().unwrap_or(1);
+    let mut bins = vec![("this".to_string(), env!("CARGO_BIN_EXE_hubfs").to_string())];
+    for b in env_list("HUBFS_BENCH_BINS", "") {
+        let (name, path) = b.split_once('=').expect("HUBFS_BENCH_BINS: NAME=PATH,…");
+        bins.push((name.to_string(), path.to_string()));
+    }
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let hub = rt.block_on(LocalHub::start_temp(false)).unwrap();
+    println!("uploading {most} Xet files of {mib} MiB...");
+    rt.block_on(upload_shards(hub.endpoint(), "shards", most, mib << 20));
+
+    println!(
+        "| hubfs | Hub | readers | files | aggregate MB/s | Hub bytes / distinct bytes read | Hub requests | mount peak RSS |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut worst: f64 = 0.0;
+    for profile in &profiles {
+        set_profile(&hub, profile);
+        for mode in &modes {
+            for &n in &readers {
+                let files: Vec<String> = match mode.as_str() {
+                    "one" => vec![shard(0); n],
+                    _ => (0..n).map(shard).collect(),
+                };
+                for (name, bin) in &bins {
+                    let r = run(&hub, bin, "shards", &files);
+                    let distinct = r.read / n as u64 * if mode == "one" { 1 } else { n as u64 };
+                    let ratio = r.hub_bytes as f64 / distinct as f64;
+                    println!(
+                        "| {name} | {profile} | {n} | {} × {mib} MiB | {:.0} | {ratio:.3} ({} / {} MiB) | {} | {} MiB |",
+                        if mode == "one" { 1 } else { n },
+                        r.mb_s,
+                        r.hub_bytes >> 20,
+                        distinct >> 20,
+                        r.requests,
+                        r.peak_mib,
+                    );
+                    if name != "this" {
+                        continue;
+                    }
+                    worst = worst.max(ratio);
+                    if check {
+                        assert!(
+                            ratio <= MAX_RATIO,
+                            "{n} readers ({mode}, {profile}): the Hub served {ratio:.3} × the bytes read"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    println!("worst Hub bytes / distinct bytes read: {worst:.3}");
+    hub.clear_faults();
+    rt.block_on(hub.stop());
+}
