@@ -16,32 +16,20 @@ use hubfs::local_hub::LocalHub;
 use serde_json::Value;
 
 /// The binary with a private registry, home and cache, pointed at `ep`.
-struct Cli {
-    ep: String,
-    root: tempfile::TempDir,
-}
+struct Cli(common::isolated::Isolated);
 
 impl Cli {
     fn new(ep: &str) -> Cli {
-        Cli {
-            ep: ep.to_string(),
-            root: tempfile::tempdir().unwrap(),
-        }
+        Cli(common::isolated::Isolated::new(ep))
     }
 
     fn path(&self, p: &str) -> PathBuf {
-        self.root.path().join(p)
+        self.0.path(p)
     }
 
     fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_hubfs"));
-        c.args(args)
-            .env("HF_ENDPOINT", &self.ep)
-            .env("HF_HOME", self.path("hf-home"))
-            .env("XDG_CACHE_HOME", self.path("xdg-cache"))
-            .env("HUBFS_RUNTIME_DIR", self.path("run"))
-            .env_remove("HF_TOKEN")
-            .env_remove("RUST_LOG");
+        let mut c = self.0.command(None);
+        c.args(args);
         for (k, v) in env {
             c.env(k, v);
         }

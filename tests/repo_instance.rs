@@ -18,8 +18,7 @@ const TOKEN: &str = "hf_local_write";
 /// The binary with a private home, registry and (default) cache dir; `ep` may change between runs.
 /// Mounts still up when it is dropped (a failed assertion) are detached and their daemons killed.
 struct Cli {
-    ep: String,
-    root: tempfile::TempDir,
+    bin: common::isolated::Isolated,
     daemons: std::cell::RefCell<Vec<(PathBuf, i32)>>,
 }
 
@@ -34,25 +33,23 @@ impl Drop for Cli {
 }
 
 impl Cli {
+    fn new(ep: &str) -> Cli {
+        Cli {
+            bin: common::isolated::Isolated::new(ep),
+            daemons: Default::default(),
+        }
+    }
+
     fn path(&self, p: &str) -> PathBuf {
-        self.root.path().join(p)
+        self.bin.path(p)
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_hubfs"))
-            .args(args)
-            .env("HF_ENDPOINT", &self.ep)
-            .env("HF_HOME", self.path("hf-home"))
-            .env("XDG_CACHE_HOME", self.path("xdg-cache"))
-            .env("HUBFS_RUNTIME_DIR", self.path("run"))
-            .env("HF_TOKEN", TOKEN)
-            .env_remove("RUST_LOG")
-            .output()
-            .expect("run hubfs")
+        self.bin.command(Some(TOKEN)).args(args).output().expect("run hubfs")
     }
 
     fn staging(&self) -> PathBuf {
-        self.path("xdg-cache/hubfs/staging")
+        self.bin.cache_dir().join("staging")
     }
 
     /// `mount --daemon --write` of `repo` at a new mount point `name`: (mount point, pid, log).
@@ -272,13 +269,9 @@ fn dirs_holding(root: &Path, name: &str) -> Vec<PathBuf> {
 fn a_new_hub_with_the_same_repo_name_shows_its_own_tree() {
     let rt = rt();
     let hub1 = hub(&rt);
-    let mut cli = Cli {
-        ep: hub1.endpoint().to_string(),
-        root: tempfile::tempdir().unwrap(),
-        daemons: Default::default(),
-    };
+    let mut cli = Cli::new(hub1.endpoint());
     let src = source(&cli);
-    let repo = create(&rt, &cli.ep, "tools");
+    let repo = create(&rt, &cli.bin.ep, "tools");
     let (w1, pid, _) = cli.mount("datasets/local/tools", "w1", &[]);
     sh(&format!("cp -a {} {}/cpa", src.display(), w1.display()));
     sh(&format!(
@@ -289,7 +282,7 @@ fn a_new_hub_with_the_same_repo_name_shows_its_own_tree() {
     let seen = walk(&w1.join("cpa"));
     assert_eq!(seen, walk(&src), "the first mount holds the copy as made");
     cli.unmount(&w1, pid);
-    let first = hub_tree(&rt, &cli.ep, &repo);
+    let first = hub_tree(&rt, &cli.bin.ep, &repo);
     assert!(
         first.contains_key("cpa/bin/run.sh") && first.contains_key("tarx/bin/run.sh"),
         "{first:?}"
@@ -298,9 +291,9 @@ fn a_new_hub_with_the_same_repo_name_shows_its_own_tree() {
 
     // A new Hub, a new empty repo of the same name, the same cache dir.
     let hub2 = hub(&rt);
-    cli.ep = hub2.endpoint().to_string();
-    let repo = create(&rt, &cli.ep, "tools");
-    let fresh = hub_tree(&rt, &cli.ep, &repo);
+    cli.bin.ep = hub2.endpoint().to_string();
+    let repo = create(&rt, &cli.bin.ep, "tools");
+    let fresh = hub_tree(&rt, &cli.bin.ep, &repo);
     assert_eq!(fresh.keys().collect::<Vec<_>>(), [".gitattributes"]);
     let (w2, pid, log) = cli.mount("datasets/local/tools", "w2", &[]);
     let shown = walk(&w2);
@@ -313,7 +306,7 @@ fn a_new_hub_with_the_same_repo_name_shows_its_own_tree() {
     assert_eq!(walk(&w2.join("cpa")), walk(&src), "cp -a made cpa/, not cpa/src/");
     cli.sync(&w2);
     assert_eq!(
-        hub_tree(&rt, &cli.ep, &repo),
+        hub_tree(&rt, &cli.bin.ep, &repo),
         expected_on_hub(&src, "cpa", &fresh[".gitattributes"]),
         "the Hub holds what the same cp -a gives on a fresh cache"
     );
@@ -330,14 +323,10 @@ fn a_new_hub_with_the_same_repo_name_shows_its_own_tree() {
 fn a_remount_keeps_local_state_and_a_recreated_repo_starts_clean() {
     let rt = rt();
     let hub = hub(&rt);
-    let cli = Cli {
-        ep: hub.endpoint().to_string(),
-        root: tempfile::tempdir().unwrap(),
-        daemons: Default::default(),
-    };
+    let cli = Cli::new(hub.endpoint());
     let src = source(&cli);
-    let repo = create(&rt, &cli.ep, "life");
-    let first_id = repo_id(&rt, &cli.ep, &repo);
+    let repo = create(&rt, &cli.bin.ep, "life");
+    let first_id = repo_id(&rt, &cli.bin.ep, &repo);
     assert_eq!(first_id.len(), 24, "a repo id of the Hub's shape: {first_id:?}");
 
     let (w, pid, _) = cli.mount("datasets/local/life", "w", &[]);
@@ -351,7 +340,7 @@ fn a_remount_keeps_local_state_and_a_recreated_repo_starts_clean() {
     // Someone else commits a file where the mount kept an empty local folder.
     rt.block_on(common::commit_ok(
         &common::client(),
-        &cli.ep,
+        &cli.bin.ep,
         TOKEN,
         &repo,
         &[
@@ -374,7 +363,7 @@ fn a_remount_keeps_local_state_and_a_recreated_repo_starts_clean() {
     // comes back from the old record.
     rt.block_on(common::commit_ok(
         &common::client(),
-        &cli.ep,
+        &cli.bin.ep,
         TOKEN,
         &repo,
         &[common::header_line("theirs", None), common::deleted_file_line("empty")],
@@ -398,16 +387,20 @@ fn a_remount_keeps_local_state_and_a_recreated_repo_starts_clean() {
     wait_gone(pid);
     let _ = Command::new("umount").arg("-l").arg(&w).status();
 
-    delete(&rt, &cli.ep, "life");
-    let repo = create(&rt, &cli.ep, "life");
-    assert_ne!(repo_id(&rt, &cli.ep, &repo), first_id, "a recreated repo has a new id");
-    let fresh = hub_tree(&rt, &cli.ep, &repo);
+    delete(&rt, &cli.bin.ep, "life");
+    let repo = create(&rt, &cli.bin.ep, "life");
+    assert_ne!(
+        repo_id(&rt, &cli.bin.ep, &repo),
+        first_id,
+        "a recreated repo has a new id"
+    );
+    let fresh = hub_tree(&rt, &cli.bin.ep, &repo);
     let (w, pid, log) = cli.mount("datasets/local/life", "w2", &[]);
     assert_eq!(walk(&w).keys().collect::<Vec<_>>(), [".gitattributes"]);
     sh(&format!("cp -a {} {}/cpa", src.display(), w.display()));
     cli.sync(&w);
     assert_eq!(
-        hub_tree(&rt, &cli.ep, &repo),
+        hub_tree(&rt, &cli.bin.ep, &repo),
         expected_on_hub(&src, "cpa", &fresh[".gitattributes"]),
         "nothing of the old repo reaches the new one"
     );
@@ -441,13 +434,9 @@ fn a_remount_keeps_local_state_and_a_recreated_repo_starts_clean() {
 fn an_old_layout_staging_dir_is_set_aside() {
     let rt = rt();
     let hub = hub(&rt);
-    let cli = Cli {
-        ep: hub.endpoint().to_string(),
-        root: tempfile::tempdir().unwrap(),
-        daemons: Default::default(),
-    };
-    let repo = create(&rt, &cli.ep, "old");
-    let fresh = hub_tree(&rt, &cli.ep, &repo);
+    let cli = Cli::new(hub.endpoint());
+    let repo = create(&rt, &cli.bin.ep, "old");
+    let fresh = hub_tree(&rt, &cli.bin.ep, &repo);
     let legacy = cli.staging().join("datasets/local/old/main");
     std::fs::create_dir_all(&legacy).unwrap();
     let times = json!({"atime": {"s": 0, "n": 0}, "mtime": {"s": 0, "n": 0}, "ctime": {"s": 0, "n": 0}});
@@ -480,7 +469,7 @@ fn an_old_layout_staging_dir_is_set_aside() {
     );
     cli.sync(&w);
     cli.unmount(&w, pid);
-    assert_eq!(hub_tree(&rt, &cli.ep, &repo), fresh, "nothing of it is committed");
+    assert_eq!(hub_tree(&rt, &cli.bin.ep, &repo), fresh, "nothing of it is committed");
     assert!(!legacy.exists());
     let set_aside = dirs_holding(&cli.staging().join("quarantine"), "metadata.log");
     assert_eq!(set_aside.len(), 1, "{set_aside:?}");

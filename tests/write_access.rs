@@ -6,7 +6,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use hubfs::hub_client::{HubClient, HubClientConfig, RepoKind, RepoRef, TokenRole, WriteAccess};
@@ -31,37 +31,19 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// The binary with its own home, cache and registry, pointed at `ep`, with `token` (or none).
-struct Cli {
-    ep: String,
-    root: tempfile::TempDir,
-}
+struct Cli(common::isolated::Isolated);
 
 impl Cli {
     fn new(ep: &str) -> Cli {
-        Cli {
-            ep: ep.to_string(),
-            root: tempfile::tempdir().unwrap(),
-        }
+        Cli(common::isolated::Isolated::new(ep))
     }
 
     fn path(&self, p: &str) -> PathBuf {
-        self.root.path().join(p)
+        self.0.path(p)
     }
 
     fn run(&self, token: Option<&str>, args: &[&str]) -> Output {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_hubfs"));
-        c.args(args)
-            .env("HF_ENDPOINT", &self.ep)
-            .env("HF_HOME", self.path("hf-home"))
-            .env("XDG_CACHE_HOME", self.path("xdg-cache"))
-            .env("HUBFS_RUNTIME_DIR", self.path("run"))
-            .env_remove("HF_TOKEN")
-            .env_remove("HF_TOKEN_PATH")
-            .env_remove("RUST_LOG");
-        if let Some(t) = token {
-            c.env("HF_TOKEN", t);
-        }
-        c.output().expect("run hubfs")
+        self.0.command(token).args(args).output().expect("run hubfs")
     }
 
     /// Runs `args` and checks it failed with `want` (all of them) in its last stderr line, that
