@@ -5,7 +5,8 @@
 #   2. rustfmt / clippy components if missing
 #   3. CARGO_TARGET_DIR outside the clone (default /var/cache/hubfs-target), reused between runs
 #   4. cargo fmt --check, cargo clippy -D warnings, cargo build, cargo test (unit and integration tests,
-#      the VirtualFs model test, the fault matrix and the stress test in their short profiles)
+#      the VirtualFs model test, the fault matrix and the stress test in their short profiles, the
+#      module layering check), then the benches' smoke runs (micro, disk tier and passthrough, many readers)
 #   5. ci/nfs-smoke.sh (libnfs's nfs-ls / nfs-cat against `hubfs serve-nfs`)
 #      ci/csi-sanity.sh (kubernetes-csi's csi-sanity against `hubfs csi-node`)
 #      tests/conformance/run.sh (stock huggingface_hub against `hubfs local-hub`, xet and noxet modes)
