@@ -9,8 +9,8 @@
 
 mod common;
 
-use std::io::{BufRead, Read};
-use std::process::{Command, Stdio};
+use std::io::Read;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -59,15 +59,6 @@ async fn make_tree_repo(ep: &str) {
         .await
         .unwrap();
     assert!(r.status().is_success(), "commit: {}", r.status());
-}
-
-fn vm_hwm_mib(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .unwrap_or(0)
-        / 1024
 }
 
 /// The mount's largest resident mappings, to see where memory goes.
@@ -138,31 +129,9 @@ fn main() {
     rt.block_on(common::upload_xet_file(&ep, "big", "weights.bin", rss_mib << 20, 5));
     let d = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hubfs"))
-        .args(["mount", "local/big"])
-        .arg(d.path())
-        .arg("--endpoint")
-        .arg(&ep)
-        .arg("--token")
-        .arg(DEFAULT_WRITE_TOKEN)
-        .arg("--cache-dir")
-        .arg(cache.path())
-        .args(
-            std::env::var("HUBFS_BENCH_MOUNT_ARGS")
-                .unwrap_or_default()
-                .split_whitespace(),
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.starts_with("mounted"), "hubfs mount said {line:?}");
+    let mut child = common::spawn_mount(env!("CARGO_BIN_EXE_hubfs"), "big", d.path(), &ep, cache.path());
     let pid = child.id();
-    let baseline = vm_hwm_mib(pid);
+    let baseline = common::vm_hwm_mib(pid);
     let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
     let t = Instant::now();
     let mut f = std::fs::File::open(d.path().join("weights.bin")).unwrap();
@@ -177,7 +146,7 @@ fn main() {
         }
         n += r as u64;
         if last_sample.elapsed() > Duration::from_millis(200) {
-            peak = peak.max(vm_hwm_mib(pid));
+            peak = peak.max(common::vm_hwm_mib(pid));
             last_sample = Instant::now();
         }
     }
@@ -185,7 +154,7 @@ fn main() {
     if std::env::var_os("HUBFS_BENCH_SMAPS").is_some() {
         print_largest_mappings(pid);
     }
-    peak = peak.max(vm_hwm_mib(pid));
+    peak = peak.max(common::vm_hwm_mib(pid));
     drop(f);
     hubfs::process::session::unmount(d.path()).unwrap();
     let _ = child.wait();

@@ -15,14 +15,13 @@
 
 mod common;
 
-use std::io::{BufRead, Read};
+use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use hubfs::local_hub::{DEFAULT_WRITE_TOKEN, FaultSettings, LocalHub, RouteClass};
+use hubfs::local_hub::{FaultSettings, LocalHub, RouteClass};
 
 /// The largest fetch amplification the check accepts.
 const MAX_RATIO: f64 = 1.02;
@@ -33,47 +32,12 @@ const READ_SIZE: usize = 4 << 20;
 /// Creates model repo `local/{name}` with `count` files `shard-NN.bin` of `size` pseudo-random
 /// bytes each, uploaded through Xet in one commit.
 async fn upload_shards(ep: &str, name: &str, count: usize, size: u64) {
-    let cache = tempfile::tempdir().unwrap();
-    let c = hf_hub::HFClient::builder()
-        .endpoint(ep)
-        .token(DEFAULT_WRITE_TOKEN)
-        .cache_dir(cache.path())
-        .build()
-        .unwrap();
-    c.create_repository()
-        .repo_id(&format!("local/{name}"))
-        .repo_type(hf_hub::RepoTypeModel)
-        .send()
-        .await
-        .unwrap();
-    let ops = (0..count)
-        .map(|i| hf_hub::repository::CommitOperation::Add {
-            path_in_repo: shard(i),
-            source: hf_hub::repository::AddSource::Bytes(
-                hubfs::local_hub::seed::demo_bytes(size as usize, 100 + i as u64).into(),
-            ),
-        })
-        .collect();
-    c.model("local", name)
-        .create_commit()
-        .operations(ops)
-        .commit_message("shards")
-        .send()
-        .await
-        .unwrap();
+    let files: Vec<_> = (0..count).map(|i| (shard(i), size, 100 + i as u64)).collect();
+    common::upload_xet_files(ep, name, &files).await
 }
 
 fn shard(i: usize) -> String {
     format!("shard-{i:02}.bin")
-}
-
-fn vm_hwm_mib(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .unwrap_or(0)
-        / 1024
 }
 
 /// Bytes and requests the Hub served since its last reset, over every class.
@@ -99,29 +63,7 @@ fn run(hub: &LocalHub, bin: &str, repo: &str, files: &[String]) -> Row {
     let ep = hub.endpoint().to_string();
     let d = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir_in("/var/tmp").unwrap();
-    let mut child = Command::new(bin)
-        .args(["mount", &format!("local/{repo}")])
-        .arg(d.path())
-        .arg("--endpoint")
-        .arg(&ep)
-        .arg("--token")
-        .arg(DEFAULT_WRITE_TOKEN)
-        .arg("--cache-dir")
-        .arg(cache.path())
-        .args(
-            std::env::var("HUBFS_BENCH_MOUNT_ARGS")
-                .unwrap_or_default()
-                .split_whitespace(),
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.starts_with("mounted"), "hubfs mount said {line:?}");
+    let mut child = common::spawn_mount(bin, repo, d.path(), &ep, cache.path());
     let pid = child.id();
     // Attributes first, so the timed part is the reads.
     for f in files {
@@ -135,7 +77,7 @@ fn run(hub: &LocalHub, bin: &str, repo: &str, files: &[String]) -> Row {
         let (done, peak) = (done.clone(), peak.clone());
         std::thread::spawn(move || {
             while !done.load(Ordering::Relaxed) {
-                peak.fetch_max(vm_hwm_mib(pid), Ordering::Relaxed);
+                peak.fetch_max(common::vm_hwm_mib(pid), Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(100));
             }
         })
@@ -153,7 +95,7 @@ fn run(hub: &LocalHub, bin: &str, repo: &str, files: &[String]) -> Row {
     let (hub_bytes, requests) = served(hub);
     done.store(true, Ordering::Relaxed);
     sampler.join().unwrap();
-    peak.fetch_max(vm_hwm_mib(pid), Ordering::Relaxed);
+    peak.fetch_max(common::vm_hwm_mib(pid), Ordering::Relaxed);
     hubfs::process::session::unmount(d.path()).unwrap();
     let _ = child.wait();
     Row {
