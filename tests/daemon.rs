@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::isolated::{alive, daemon_started, wait_gone};
+
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::AsRawFd;
@@ -55,40 +57,6 @@ fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-/// (pid, log file) from `mount --daemon`'s output.
-fn daemon_started(o: &Output) -> (i32, PathBuf) {
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(o.status.success(), "mount --daemon failed: {}", text(o));
-    let pid = out
-        .lines()
-        .find(|l| l.starts_with("mounted "))
-        .and_then(|l| l.rsplit("(pid ").next())
-        .and_then(|s| s.trim().trim_end_matches(')').parse().ok())
-        .unwrap_or_else(|| panic!("no pid in {out:?}"));
-    let log = out
-        .lines()
-        .find_map(|l| l.strip_prefix("log: "))
-        .unwrap_or_else(|| panic!("no log line in {out:?}"));
-    (pid, PathBuf::from(log))
-}
-
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            let state = s.rsplit(')').next().unwrap_or("").split_whitespace().next();
-            !matches!(state, Some("Z" | "X"))
-        })
-        .unwrap_or(false)
-}
-
-fn wait_gone(pid: i32) {
-    let t = Instant::now();
-    while alive(pid) {
-        assert!(t.elapsed() < Duration::from_secs(60), "pid {pid} still running");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn mounted(dir: &Path) -> bool {

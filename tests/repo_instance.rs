@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
 
 use hubfs::local_hub::LocalHub;
 use serde_json::{Value, json};
@@ -59,26 +58,15 @@ impl Cli {
         let mut args = vec!["mount", "--write", repo, dir.to_str().unwrap(), "--daemon"];
         args.extend_from_slice(extra);
         let o = self.run(&args);
-        let out = String::from_utf8_lossy(&o.stdout).to_string();
-        assert!(o.status.success(), "mount --daemon failed: {}", text(&o));
-        let pid = out
-            .lines()
-            .find(|l| l.starts_with("mounted "))
-            .and_then(|l| l.rsplit("(pid ").next())
-            .and_then(|s| s.trim().trim_end_matches(')').parse().ok())
-            .unwrap_or_else(|| panic!("no pid in {out:?}"));
-        let log = out
-            .lines()
-            .find_map(|l| l.strip_prefix("log: "))
-            .unwrap_or_else(|| panic!("no log line in {out:?}"));
+        let (pid, log) = common::isolated::daemon_started(&o);
         self.daemons.borrow_mut().push((dir.clone(), pid));
-        (dir, pid, PathBuf::from(log))
+        (dir, pid, log)
     }
 
     fn unmount(&self, dir: &Path, pid: i32) {
         let o = self.run(&["unmount", dir.to_str().unwrap()]);
         assert!(o.status.success(), "unmount {}: {}", dir.display(), text(&o));
-        wait_gone(pid);
+        common::isolated::wait_gone(pid);
         self.daemons.borrow_mut().retain(|(_, p)| *p != pid);
     }
 
@@ -94,22 +82,6 @@ fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-fn wait_gone(pid: i32) {
-    let t = Instant::now();
-    while std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            !matches!(
-                s.rsplit(')').next().unwrap_or("").split_whitespace().next(),
-                Some("Z" | "X")
-            )
-        })
-        .unwrap_or(false)
-    {
-        assert!(t.elapsed() < Duration::from_secs(60), "pid {pid} still running");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn sh(script: &str) {
@@ -384,7 +356,7 @@ fn a_remount_keeps_local_state_and_a_recreated_repo_starts_clean() {
     std::fs::write(w.join("pending.txt"), b"staged, never committed\n").unwrap();
     // SAFETY: kill(2) on the daemon this test started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    wait_gone(pid);
+    common::isolated::wait_gone(pid);
     let _ = Command::new("umount").arg("-l").arg(&w).status();
 
     delete(&rt, &cli.bin.ep, "life");

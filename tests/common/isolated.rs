@@ -2,7 +2,8 @@
 //! under a temporary directory, pointed at one Hub: the tests that drive the binary start here.
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 pub struct Isolated {
     /// The Hub endpoint (`HF_ENDPOINT`); a test may point it at another Hub between runs.
@@ -43,5 +44,45 @@ impl Isolated {
             c.env("HF_TOKEN", t);
         }
         c
+    }
+}
+
+/// (pid, log file) from a successful `mount --daemon`'s output.
+pub fn daemon_started(o: &Output) -> (i32, PathBuf) {
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success(),
+        "mount --daemon failed: {out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let pid = out
+        .lines()
+        .find(|l| l.starts_with("mounted "))
+        .and_then(|l| l.rsplit("(pid ").next())
+        .and_then(|s| s.trim().trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {out:?}"));
+    let log = out
+        .lines()
+        .find_map(|l| l.strip_prefix("log: "))
+        .unwrap_or_else(|| panic!("no log line in {out:?}"));
+    (pid, PathBuf::from(log))
+}
+
+/// Whether `pid` runs (a zombie does not).
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            let state = s.rsplit(')').next().unwrap_or("").split_whitespace().next();
+            !matches!(state, Some("Z" | "X"))
+        })
+        .unwrap_or(false)
+}
+
+/// Waits (at most 60 s) until `pid` has exited.
+pub fn wait_gone(pid: i32) {
+    let t = Instant::now();
+    while alive(pid) {
+        assert!(t.elapsed() < Duration::from_secs(60), "pid {pid} still running");
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
