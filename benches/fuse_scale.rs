@@ -129,7 +129,7 @@ fn main() {
     rt.block_on(common::upload_xet_file(&ep, "big", "weights.bin", rss_mib << 20, 5));
     let d = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();
-    let mut child = common::spawn_mount(env!("CARGO_BIN_EXE_hubfs"), "big", d.path(), &ep, cache.path());
+    let mut child = common::spawn_mount(env!("CARGO_BIN_EXE_hubfs"), "big", d.path(), &ep, cache.path(), &[]);
     let pid = child.id();
     let baseline = common::vm_hwm_mib(pid);
     let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");

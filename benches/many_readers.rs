@@ -9,9 +9,15 @@
 //!
 //! `cargo bench --bench many_readers`; environment: `HUBFS_BENCH_MIB` (size of each file, default
 //! 64), `HUBFS_BENCH_READERS` (default `1,2,4,8,16`), `HUBFS_BENCH_PROFILES` (default
-//! `loopback,30ms`), `HUBFS_BENCH_MODES` (default `files,one`), `HUBFS_BENCH_MOUNT_ARGS` (options
+//! `loopback,30ms`), `HUBFS_BENCH_MODES` (default `files,one`), `HUBFS_BENCH_FRONTENDS`
+//! (`fuse,nfs`; default `fuse`: `nfs` serves with `hubfs serve-nfs` and reads with libnfs's
+//! `nfs-cat`), `HUBFS_BENCH_MOUNT_ARGS` (options
 //! added to every mount), `HUBFS_BENCH_BINS` (`NAME=PATH,…`: other `hubfs` binaries to run the same
-//! rows with, one after the other, e.g. a build from before a change).
+//! rows with, one after the other, e.g. a build from before a change), `HUBFS_BENCH_VARIANTS`
+//! (`NAME:OPTIONS;…`: mount options each row is also run with, e.g.
+//! `default:;limit256:--memory-limit 256M`; default: one variant with none). With
+//! `HUBFS_BENCH_CHECK=1` a variant whose options hold `--memory-limit SIZE` must also keep the
+//! mount's peak RSS within 1.1 × SIZE.
 
 mod common;
 
@@ -57,17 +63,83 @@ struct Row {
     peak_mib: u64,
 }
 
-/// Mounts `local/{repo}` with a fresh cache, reads `files` (one reader each, in parallel, 4 MiB
-/// reads) and measures.
-fn run(hub: &LocalHub, bin: &str, repo: &str, files: &[String]) -> Row {
+/// How readers reach the files: a FUSE mount (`hubfs mount`) or `hubfs serve-nfs` read with
+/// libnfs's `nfs-cat` (this machine has no kernel NFS client).
+#[derive(Clone, Copy, PartialEq)]
+enum Frontend {
+    Fuse,
+    Nfs,
+}
+
+/// A running `hubfs serve-nfs` of `local/{repo}` and its address.
+fn spawn_nfs(bin: &str, repo: &str, ep: &str, cache: &Path, extra: &[&str]) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(bin)
+        .args(["serve-nfs", &format!("local/{repo}"), "--nfs-addr", "127.0.0.1:0"])
+        .arg("--endpoint")
+        .arg(ep)
+        .arg("--token")
+        .arg(hubfs::local_hub::DEFAULT_WRITE_TOKEN)
+        .arg("--cache-dir")
+        .arg(cache)
+        .args(extra)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut addr = None;
+    for line in out.by_ref().lines() {
+        let line = line.unwrap();
+        if let Some(a) = line.strip_prefix("nfs: ") {
+            addr = Some(a.trim().to_string());
+        }
+        if line.starts_with("serving") {
+            break;
+        }
+    }
+    (child, addr.expect("serve-nfs printed no address"))
+}
+
+/// Reads `file` over NFS with `nfs-cat`, counting the bytes.
+fn nfs_read_all(addr: &str, file: &str) -> u64 {
+    let port = addr.rsplit(':').next().unwrap();
+    let url = format!("nfs://127.0.0.1//{file}?nfsport={port}&mountport={port}");
+    let mut child = std::process::Command::new("nfs-cat")
+        .arg(&url)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("nfs-cat (apt-get install libnfs-utils)");
+    let mut out = child.stdout.take().unwrap();
+    let mut buf = vec![0u8; READ_SIZE];
+    let mut n = 0u64;
+    loop {
+        let r = out.read(&mut buf).unwrap();
+        if r == 0 {
+            break;
+        }
+        n += r as u64;
+    }
+    assert!(child.wait().unwrap().success(), "nfs-cat {url} failed");
+    n
+}
+
+/// Serves `local/{repo}` with a fresh cache and `extra` options, reads `files` (one reader each,
+/// in parallel, 4 MiB reads) and measures.
+fn run(hub: &LocalHub, bin: &str, repo: &str, files: &[String], extra: &[&str], front: Frontend) -> Row {
     let ep = hub.endpoint().to_string();
     let d = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir_in("/var/tmp").unwrap();
-    let mut child = common::spawn_mount(bin, repo, d.path(), &ep, cache.path());
+    let (mut child, nfs_addr) = match front {
+        Frontend::Fuse => (common::spawn_mount(bin, repo, d.path(), &ep, cache.path(), extra), String::new()),
+        Frontend::Nfs => spawn_nfs(bin, repo, &ep, cache.path(), extra),
+    };
     let pid = child.id();
     // Attributes first, so the timed part is the reads.
-    for f in files {
-        std::fs::metadata(d.path().join(f)).unwrap();
+    if front == Frontend::Fuse {
+        for f in files {
+            std::fs::metadata(d.path().join(f)).unwrap();
+        }
     }
     common::drop_caches();
     hub.reset_stats();
@@ -86,8 +158,11 @@ fn run(hub: &LocalHub, bin: &str, repo: &str, files: &[String]) -> Row {
     let readers: Vec<_> = files
         .iter()
         .map(|f| {
-            let path = d.path().join(f);
-            std::thread::spawn(move || read_all(&path))
+            let (path, file, addr) = (d.path().join(f), f.clone(), nfs_addr.clone());
+            std::thread::spawn(move || match front {
+                Frontend::Fuse => read_all(&path),
+                Frontend::Nfs => nfs_read_all(&addr, &file),
+            })
         })
         .collect();
     let read: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
@@ -96,7 +171,13 @@ fn run(hub: &LocalHub, bin: &str, repo: &str, files: &[String]) -> Row {
     done.store(true, Ordering::Relaxed);
     sampler.join().unwrap();
     peak.fetch_max(common::vm_hwm_mib(pid), Ordering::Relaxed);
-    hubfs::process::session::unmount(d.path()).unwrap();
+    match front {
+        Frontend::Fuse => hubfs::process::session::unmount(d.path()).unwrap(),
+        // SAFETY: kill(2) on the server this run started.
+        Frontend::Nfs => unsafe {
+            libc::kill(pid as i32, libc::SIGTERM);
+        },
+    }
     let _ = child.wait();
     Row {
         mb_s: read as f64 / secs / 1e6,
@@ -105,6 +186,16 @@ fn run(hub: &LocalHub, bin: &str, repo: &str, files: &[String]) -> Row {
         requests,
         peak_mib: peak.load(Ordering::Relaxed),
     }
+}
+
+/// The `--memory-limit` among mount options, in MiB (sizes as `256M`, `1G`).
+fn memory_limit_mib(opts: &[&str]) -> Option<u64> {
+    let at = opts.iter().position(|o| o.starts_with("--memory-limit"))?;
+    let v = match opts[at].split_once('=') {
+        Some((_, v)) => v,
+        None => opts.get(at + 1)?,
+    };
+    Some(hubfs::util::units::parse_size(v).ok()? >> 20)
 }
 
 fn read_all(path: &Path) -> u64 {
@@ -156,6 +247,13 @@ fn main() {
         .collect();
     let profiles = env_list("HUBFS_BENCH_PROFILES", "loopback,30ms");
     let modes = env_list("HUBFS_BENCH_MODES", "files,one");
+    let fronts: Vec<Frontend> = env_list("HUBFS_BENCH_FRONTENDS", "fuse")
+        .iter()
+        .map(|f| match f.as_str() {
+            "nfs" => Frontend::Nfs,
+            _ => Frontend::Fuse,
+        })
+        .collect();
     let check = std::env::var_os("HUBFS_BENCH_CHECK").is_some();
     let most = readers.iter().copied().max().unwrap_or(1);
     let mut bins = vec![("this".to_string(), env!("CARGO_BIN_EXE_hubfs").to_string())];
@@ -163,6 +261,17 @@ fn main() {
         let (name, path) = b.split_once('=').expect("HUBFS_BENCH_BINS: NAME=PATH,…");
         bins.push((name.to_string(), path.to_string()));
     }
+
+    let variants: Vec<(String, Vec<String>)> = match std::env::var("HUBFS_BENCH_VARIANTS") {
+        Ok(v) if !v.trim().is_empty() => v
+            .split(';')
+            .map(|one| {
+                let (name, opts) = one.split_once(':').unwrap_or((one, ""));
+                (name.trim().to_string(), opts.split_whitespace().map(String::from).collect())
+            })
+            .collect(),
+        _ => vec![("default".to_string(), Vec::new())],
+    };
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -173,24 +282,29 @@ fn main() {
     rt.block_on(upload_shards(hub.endpoint(), "shards", most, mib << 20));
 
     println!(
-        "| hubfs | Hub | readers | files | aggregate MB/s | Hub bytes / distinct bytes read | Hub requests | mount peak RSS |"
+        "| hubfs | frontend | options | Hub | readers | files | aggregate MB/s | Hub bytes / distinct bytes read | Hub requests | mount peak RSS |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut worst: f64 = 0.0;
     for profile in &profiles {
         set_profile(&hub, profile);
-        for mode in &modes {
+        for (front, mode) in fronts.iter().flat_map(|f| modes.iter().map(move |m| (*f, m))) {
+            let fname = if front == Frontend::Nfs { "nfs" } else { "fuse" };
             for &n in &readers {
                 let files: Vec<String> = match mode.as_str() {
                     "one" => vec![shard(0); n],
                     _ => (0..n).map(shard).collect(),
                 };
-                for (name, bin) in &bins {
-                    let r = run(&hub, bin, "shards", &files);
+                for ((name, bin), (variant, opts)) in bins
+                    .iter()
+                    .flat_map(|b| variants.iter().map(move |v| (b, v)))
+                {
+                    let extra: Vec<&str> = opts.iter().map(String::as_str).collect();
+                    let r = run(&hub, bin, "shards", &files, &extra, front);
                     let distinct = r.read / n as u64 * if mode == "one" { 1 } else { n as u64 };
                     let ratio = r.hub_bytes as f64 / distinct as f64;
                     println!(
-                        "| {name} | {profile} | {n} | {} × {mib} MiB | {:.0} | {ratio:.3} ({} / {} MiB) | {} | {} MiB |",
+                        "| {name} | {fname} | {variant} | {profile} | {n} | {} × {mib} MiB | {:.0} | {ratio:.3} ({} / {} MiB) | {} | {} MiB |",
                         if mode == "one" { 1 } else { n },
                         r.mb_s,
                         r.hub_bytes >> 20,
@@ -205,8 +319,15 @@ fn main() {
                     if check {
                         assert!(
                             ratio <= MAX_RATIO,
-                            "{n} readers ({mode}, {profile}): the Hub served {ratio:.3} × the bytes read"
+                            "{n} readers ({fname}, {mode}, {profile}, {variant}): the Hub served {ratio:.3} × the bytes read"
                         );
+                        if let Some(limit) = memory_limit_mib(&extra) {
+                            assert!(
+                                r.peak_mib as f64 <= limit as f64 * 1.1,
+                                "{n} readers ({fname}, {mode}, {profile}, {variant}): peak RSS {} MiB over 1.1 × {limit} MiB",
+                                r.peak_mib
+                            );
+                        }
                     }
                 }
             }

@@ -51,7 +51,7 @@ pub async fn upload_xet_files(ep: &str, name: &str, files: &[(String, u64, u64)]
 
 /// `bin mount local/{repo} DIR` as its own process (as a user runs it), with the write token, the
 /// cache dir `cache` and `HUBFS_BENCH_MOUNT_ARGS`; returns once it said `mounted`.
-pub fn spawn_mount(bin: &str, repo: &str, dir: &Path, ep: &str, cache: &Path) -> Child {
+pub fn spawn_mount(bin: &str, repo: &str, dir: &Path, ep: &str, cache: &Path, extra: &[&str]) -> Child {
     let mut child = Command::new(bin)
         .args(["mount", &format!("local/{repo}")])
         .arg(dir)
@@ -66,6 +66,7 @@ pub fn spawn_mount(bin: &str, repo: &str, dir: &Path, ep: &str, cache: &Path) ->
                 .unwrap_or_default()
                 .split_whitespace(),
         )
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

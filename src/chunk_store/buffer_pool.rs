@@ -19,12 +19,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use parking_lot::Mutex;
 
+use super::budget::Usage;
+
 /// Alignment of every buffer's first content byte (`O_DIRECT` on 512-byte and 4 KiB devices).
 pub const ALIGN: usize = 4096;
 
 struct PoolInner {
     buf_size: usize,
     max_free: usize,
+    /// Bytes of buffers on loan, which the memory budget admits loads against.
+    usage: Arc<Usage>,
     free: Mutex<Vec<Vec<u8>>>,
     created: AtomicU64,
     reused: AtomicU64,
@@ -51,6 +55,7 @@ impl BufferPool {
             inner: Arc::new(PoolInner {
                 buf_size,
                 max_free,
+                usage: Arc::default(),
                 free: Mutex::new(Vec::new()),
                 created: AtomicU64::new(0),
                 reused: AtomicU64::new(0),
@@ -99,11 +104,24 @@ impl BufferPool {
         let base = buf.as_ptr() as usize;
         let start = base.next_multiple_of(ALIGN) - base;
         buf.resize(start, 0);
+        let charged = buf.capacity() as u64;
+        self.inner.usage.lend(charged);
         PooledBuf {
             buf,
             start,
+            charged,
             pool: Some(self.inner.clone()),
         }
+    }
+
+    /// What is on loan, shared with the memory budget.
+    pub fn usage(&self) -> &Arc<Usage> {
+        &self.inner.usage
+    }
+
+    /// Size of each pooled buffer.
+    pub fn buf_size(&self) -> usize {
+        self.inner.buf_size
     }
 
     pub fn stats(&self) -> PoolStats {
@@ -121,6 +139,8 @@ pub struct PooledBuf {
     buf: Vec<u8>,
     /// Where the content starts in `buf` (its address is a multiple of [`ALIGN`]).
     start: usize,
+    /// Bytes counted on loan for it.
+    charged: u64,
     pool: Option<Arc<PoolInner>>,
 }
 
@@ -198,13 +218,15 @@ impl AsRef<[u8]> for PooledBuf {
 impl Drop for PooledBuf {
     fn drop(&mut self) {
         let Some(pool) = self.pool.take() else { return };
-        if self.buf.capacity() != pool.buf_size + ALIGN {
-            return;
+        if self.buf.capacity() == pool.buf_size + ALIGN {
+            let mut free = pool.free.lock();
+            if free.len() < pool.max_free {
+                free.push(std::mem::take(&mut self.buf));
+            }
         }
-        let mut free = pool.free.lock();
-        if free.len() < pool.max_free {
-            free.push(std::mem::take(&mut self.buf));
-        }
+        // Freed (or idle) before waiting readers are told there is room.
+        drop(std::mem::take(&mut self.buf));
+        pool.usage.give_back(self.charged);
     }
 }
 
@@ -224,7 +246,9 @@ mod tests {
         assert_eq!(&slice[..], &[7u8; 10]);
         drop(slice);
         assert_eq!(pool.stats().free, 1);
+        assert_eq!(pool.usage().on_loan(), 0, "nothing on loan once it is back");
         let b = pool.acquire(1024);
+        assert_eq!(pool.usage().on_loan(), 1024 + ALIGN as u64);
         assert!(b.is_empty(), "a reused buffer starts empty");
         assert_eq!(
             pool.stats(),

@@ -5,6 +5,7 @@
 //! reader holds (its prefetch window) stay loaded until it lets them go whatever the tiers evict,
 //! and block buffers come from a pool of reused buffers.
 
+pub mod budget;
 pub mod buffer_pool;
 mod direct;
 mod disk;
@@ -17,6 +18,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+pub use budget::{Admission, MemoryBudget, MemoryReport, Plan};
 pub use disk::DiskTier;
 pub use hold::BlockHold;
 
@@ -56,6 +58,8 @@ pub struct ChunkStore {
     writing: Arc<parking_lot::Mutex<BlockSet>>,
     /// Blocks readers hold (see `hold`), served from here before either tier.
     holds: hold::Holds,
+    /// Admits loads against the process's memory budget (see `budget`).
+    budget: MemoryBudget,
 }
 
 /// A set of (content key, block index).
@@ -74,8 +78,18 @@ impl Drop for Loading<'_> {
 }
 
 impl ChunkStore {
-    /// A store holding at most `memory_bytes` of block data, in memory only.
+    /// A store holding at most `memory_bytes` of block data, in memory only, with no budget.
     pub fn new(memory_bytes: u64) -> Self {
+        Self::build(memory_bytes, POOL_IDLE_BUFFERS, None, "none")
+    }
+
+    /// A store within the memory budget `plan` (`source` says where its limit came from); its
+    /// memory tier and idle buffers are the plan's.
+    pub fn budgeted(plan: Plan, source: &str) -> Self {
+        Self::build(plan.memory_tier, plan.idle_buffers, Some(plan), source)
+    }
+
+    fn build(memory_bytes: u64, idle_buffers: usize, plan: Option<Plan>, source: &str) -> Self {
         // LRU, not moka's default TinyLFU: a block read once by a sequential reader is exactly the
         // one a re-read or the reader's next pass wants, and TinyLFU would refuse to admit it.
         let mem = moka::future::Cache::builder()
@@ -83,10 +97,13 @@ impl ChunkStore {
             .max_capacity(memory_bytes)
             .eviction_policy(moka::policy::EvictionPolicy::lru())
             .build();
+        let pool = BufferPool::new(BLOCK_SIZE as usize, idle_buffers);
+        let budget = MemoryBudget::new(plan, source, pool.usage().clone());
         ChunkStore {
             mem,
             disk: None,
-            pool: BufferPool::new(BLOCK_SIZE as usize, POOL_IDLE_BUFFERS),
+            pool,
+            budget,
             pending_writes: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             disk_writers: Arc::new(tokio::sync::Semaphore::new(DISK_WRITERS)),
             loading: Arc::default(),
@@ -97,9 +114,42 @@ impl ChunkStore {
 
     /// A store with a memory tier of `memory_bytes` above a disk tier of `disk_bytes` under `dir`.
     pub fn with_disk(memory_bytes: u64, dir: &Path, disk_bytes: u64) -> std::io::Result<Self> {
-        let mut s = ChunkStore::new(memory_bytes);
-        s.disk = Some(DiskTier::open(dir, disk_bytes)?);
-        Ok(s)
+        ChunkStore::new(memory_bytes).add_disk(dir, disk_bytes)
+    }
+
+    /// This store above a disk tier of `disk_bytes` under `dir`.
+    pub fn add_disk(mut self, dir: &Path, disk_bytes: u64) -> std::io::Result<Self> {
+        self.disk = Some(DiskTier::open(dir, disk_bytes)?);
+        Ok(self)
+    }
+
+    pub fn budget(&self) -> &MemoryBudget {
+        &self.budget
+    }
+
+    /// Room a load of a block of `len` bytes takes: a pooled buffer from 1 MiB on (what the
+    /// fetchers assemble such blocks in), its own length below.
+    pub fn load_charge(len: u64) -> u64 {
+        if len >= 1 << 20 {
+            BLOCK_SIZE + buffer_pool::ALIGN as u64
+        } else {
+            len
+        }
+    }
+
+    /// Whether the memory tier has the block or a reader holds it loaded: holding it more takes
+    /// no new memory.
+    pub fn is_loaded(&self, key: &Arc<str>, block: u64) -> bool {
+        self.mem.contains_key(&(key.clone(), block)) || self.holds.get(key, block).is_some()
+    }
+
+    /// Where the memory is now (`hubfs status`).
+    pub fn memory_report(&self) -> MemoryReport {
+        let mut r = self.budget.report();
+        r.held = self.holds.bytes();
+        r.memory_tier = self.mem.weighted_size();
+        r.idle_buffers = self.pool.stats().free as u64 * (self.pool.buf_size() + buffer_pool::ALIGN) as u64;
+        r
     }
 
     /// The pool block buffers come from; fetchers fill blocks into it.
@@ -124,7 +174,7 @@ impl ChunkStore {
     fn write_behind(&self, key: &Arc<str>, block: u64, data: &Bytes) {
         use std::sync::atomic::Ordering;
         let Some(disk) = self.disk.clone() else { return };
-        if self.pending_writes.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_DISK_WRITES {
+        if self.pending_writes.fetch_add(1, Ordering::AcqRel) >= self.budget.disk_queue(MAX_PENDING_DISK_WRITES) {
             self.pending_writes.fetch_sub(1, Ordering::AcqRel);
             tracing::trace!(block, "disk cache busy; block not written");
             return;
@@ -161,6 +211,53 @@ impl ChunkStore {
     /// Whether some reader holds the block: it wants all of it, so it is loaded whole anyway.
     pub fn is_held(&self, key: &Arc<str>, block: u64) -> bool {
         self.holds.contains(key, block)
+    }
+
+    /// Room for a reader's own load: at once if there is some, else after the memory tier has
+    /// let go of blocks nobody holds (they are on disk, or cheap to fetch again), waiting for
+    /// readers to pass theirs if that was not enough.
+    async fn admit(&self, charge: u64) -> Admission {
+        self.budget.admit_with(charge, || self.shed(charge)).await
+    }
+
+    /// Room for a reader's own load if there is some now or once the memory tier has let go of
+    /// blocks nobody holds; `None` if the budget is full of blocks readers hold.
+    pub async fn try_room(&self, charge: u64) -> Option<Admission> {
+        if let Some(a) = self.budget.try_admit(charge) {
+            return Some(a);
+        }
+        self.shed(charge).await;
+        self.budget.try_admit(charge)
+    }
+
+    /// Evicts memory-tier blocks no reader holds, about `bytes` of them.
+    async fn shed(&self, bytes: u64) {
+        let mut freed = 0u64;
+        let mut victims = Vec::new();
+        for (k, v) in self.mem.iter() {
+            if freed >= bytes {
+                break;
+            }
+            if !self.holds.contains(&k.0, k.1) {
+                freed += v.len() as u64;
+                victims.push(k);
+            }
+        }
+        if victims.is_empty() {
+            return;
+        }
+        for k in victims {
+            self.mem.invalidate(&*k).await;
+        }
+        // Evicted values are dropped (their buffers returned) by the cache's housekeeping.
+        self.mem.run_pending_tasks().await;
+    }
+
+    /// Gives a held block its bytes if the memory tier has them, so they outlive its eviction.
+    pub async fn keep_held(&self, key: &Arc<str>, block: u64) {
+        if let Some(b) = self.mem.get(&(key.clone(), block)).await {
+            self.holds.fill(key, block, &b);
+        }
     }
 
     /// Bytes of loaded blocks that readers hold.
@@ -219,6 +316,22 @@ impl ChunkStore {
     where
         F: Future<Output = VfsResult<Bytes>>,
     {
+        self.get_or_fetch_admitted(key, block, expected_len, None, fetch).await
+    }
+
+    /// `get_or_fetch` for a load already admitted (a prefetch): `admission` is the room it took.
+    /// Without one, a load waits for room in the memory budget first.
+    pub async fn get_or_fetch_admitted<F>(
+        &self,
+        key: &Arc<str>,
+        block: u64,
+        expected_len: u64,
+        admission: Option<Admission>,
+        fetch: F,
+    ) -> VfsResult<Bytes>
+    where
+        F: Future<Output = VfsResult<Bytes>>,
+    {
         // Memory first, as `get`: a hold is for what memory let go of.
         if let Some(b) = self.mem.get(&(key.clone(), block)).await {
             return Ok(b);
@@ -227,6 +340,10 @@ impl ChunkStore {
             return Ok(b);
         }
         let load = async {
+            let _room = match admission {
+                Some(a) => a,
+                None => self.admit(Self::load_charge(expected_len)).await,
+            };
             let _loading = Loading {
                 set: &self.loading,
                 key: (key.clone(), block),

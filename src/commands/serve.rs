@@ -111,22 +111,20 @@ pub(super) fn record(
     }
 }
 
-/// The control socket of a writable mount (`hubfs commit`, `hubfs sync`), noted in its record.
+/// The mount's control socket (`hubfs status`, and `hubfs commit` and `hubfs sync` of a writable
+/// mount), noted in its record.
 pub(super) fn control(
     vfs: &std::sync::Arc<crate::vfs::VirtualFs>,
     rt: &tokio::runtime::Handle,
     rec: &mut MountRecord,
 ) -> Option<crate::process::control::ControlSocket> {
-    if !vfs.is_writable() {
-        return None;
-    }
     match crate::process::control::listen(vfs.clone(), rt) {
         Ok(sock) => {
             rec.control_socket = Some(sock.path().display().to_string());
             Some(sock)
         }
         Err(e) => {
-            tracing::warn!(error = %format!("{e:#}"), "hubfs commit and hubfs sync will not reach this mount");
+            tracing::warn!(error = %format!("{e:#}"), "hubfs status, commit and sync will not reach this mount");
             None
         }
     }

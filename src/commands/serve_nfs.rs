@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::serve::{ProcessSetup, absolute, announce, record, tune_malloc};
+use super::serve::{ProcessSetup, absolute, announce, control, record, tune_malloc};
 use super::source::SourceArgs;
 use crate::process::registry::Frontend;
 use crate::process::signals::{StopSignals, runtime};
@@ -73,7 +73,7 @@ pub(super) fn run_nfs(
             Some(d) => absolute(d).display().to_string(),
             None => url.clone(),
         };
-        let rec = record(
+        let mut rec = record(
             &source,
             opened.vfs.is_writable(),
             &opened.commit,
@@ -82,6 +82,7 @@ pub(super) fn run_nfs(
             Some(served),
             &setup,
         );
+        let _control = control(&opened.vfs, &tokio::runtime::Handle::current(), &mut rec);
         let _registration = crate::process::registry::register(rec);
         let line = match (&dir, &kernel_dir) {
             (_, Some(d)) => format!("mounted {}@{} at {}", source.repo, opened.commit, d.display()),

@@ -26,9 +26,15 @@ pub struct SourceArgs {
     /// Hub token (default: $HF_TOKEN, else the token file under $HF_HOME).
     #[arg(long, hide_env_values = true)]
     pub token: Option<String>,
-    /// Memory for cached file content, e.g. 256M, 2G.
+    /// Memory for cached file content, e.g. 256M, 2G (within --memory-limit: at most a quarter
+    /// of its room for blocks).
     #[arg(long, default_value = "64M", value_parser = parse_size)]
     pub memory_cache_size: u64,
+    /// Memory the whole mount process may use, e.g. 256M, 2G (at least 96M): prefetch shrinks
+    /// and readers wait rather than grow past it. Default: half the cgroup's memory.max when one is
+    /// set (a container's limit), at most 512M; 512M otherwise.
+    #[arg(long, value_parser = parse_memory_limit)]
+    pub memory_limit: Option<u64>,
     /// Directory of the on-disk content cache (default: $XDG_CACHE_HOME/hubfs, else ~/.cache/hubfs).
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
@@ -99,6 +105,16 @@ pub struct SourceArgs {
     pub readahead_kib: Option<u64>,
 }
 
+/// `--memory-limit`: a size no smaller than the budget's minimum.
+pub fn parse_memory_limit(s: &str) -> Result<u64, String> {
+    let v = parse_size(s)?;
+    let min = crate::chunk_store::budget::MIN_LIMIT;
+    if v < min {
+        return Err(format!("{s} is too small: a mount needs at least {}M", min >> 20));
+    }
+    Ok(v)
+}
+
 /// `--commit-budget`: a budget, or none (`0`).
 #[derive(Debug, Clone, Copy)]
 pub struct BudgetArg(pub Option<crate::vfs::BudgetSpec>);
@@ -125,6 +141,7 @@ impl SourceArgs {
             uid: self.uid.unwrap_or(uid),
             gid: self.gid.unwrap_or(gid),
             memory_cache_bytes: self.memory_cache_size,
+            memory_limit: Some(crate::chunk_store::budget::limit_or_default(self.memory_limit, "--memory-limit")),
             cache_dir: Some(self.cache_dir.clone().unwrap_or_else(crate::vfs::default_cache_dir)),
             disk_cache_bytes: self.cache_size,
             prefetch_files: self.prefetch_files,

@@ -21,6 +21,8 @@ pub struct MountStatus {
     #[serde(flatten)]
     pub mount: MountRecord,
     pub writable: Option<StatusReport>,
+    /// Where the mount's memory is (asked live; `None` if it did not answer).
+    pub memory: Option<crate::chunk_store::MemoryReport>,
 }
 
 /// Running mounts, optionally only those using `cache_dir`.
@@ -35,6 +37,10 @@ pub fn running(cache_dir: Option<&Path>) -> Vec<MountStatus> {
                 .control_socket
                 .as_deref()
                 .and_then(|s| crate::process::control::live_status(Path::new(s), LIVE_STATUS_TIMEOUT));
+            let (live, memory) = match live {
+                Some(a) => (a.status, a.memory),
+                None => (None, None),
+            };
             let writable = live.or_else(|| {
                 r.status_file.as_ref().and_then(|f| {
                     std::fs::read(f)
@@ -42,7 +48,11 @@ pub fn running(cache_dir: Option<&Path>) -> Vec<MountStatus> {
                         .and_then(|b| serde_json::from_slice::<StatusReport>(&b).ok())
                 })
             });
-            MountStatus { mount: r, writable }
+            MountStatus {
+                mount: r,
+                writable,
+                memory,
+            }
         })
         .collect()
 }
@@ -90,6 +100,40 @@ fn prune_status_files(cache_dir: &Path) {
         {
             let _ = std::fs::remove_file(&p);
         }
+    }
+}
+
+/// MiB, rounded.
+fn mib(b: u64) -> u64 {
+    (b + (1 << 19)) >> 20
+}
+
+fn print_memory(m: &crate::chunk_store::MemoryReport) {
+    let rss = format!("resident {} MiB (peak {} MiB)", mib(m.rss), mib(m.peak_rss));
+    let Some(p) = &m.plan else {
+        println!("  memory: {rss}, no budget");
+        return;
+    };
+    println!("  memory: {rss} of a {} MiB budget ({})", mib(p.limit), m.source);
+    println!(
+        "    blocks: {} of {} MiB on loan ({} MiB held for readers, {} MiB memory cache of {} MiB), {} MiB idle buffers",
+        mib(m.blocks_on_loan),
+        mib(p.blocks),
+        mib(m.held),
+        mib(m.memory_tier),
+        mib(p.memory_tier),
+        mib(m.idle_buffers),
+    );
+    println!(
+        "    fixed: {} MiB process, up to {} MiB downloads in flight",
+        mib(p.fixed),
+        mib(p.downloads)
+    );
+    if m.prefetches_refused + m.waits + m.overruns > 0 {
+        println!(
+            "    under pressure: {} prefetches not started, {} reads waited for room, {} went past the budget",
+            m.prefetches_refused, m.waits, m.overruns
+        );
     }
 }
 
@@ -216,6 +260,9 @@ pub fn run(cache_dir: Option<&Path>, json: bool, verbose: bool) -> anyhow::Resul
                 println!("  readahead: {got} KiB (hubfs asked for {asked} KiB: setting it takes root)")
             }
             None => {}
+        }
+        if let Some(mem) = &s.memory {
+            print_memory(mem);
         }
         if let Some(w) = &s.writable {
             print_writable(w, verbose);

@@ -31,6 +31,9 @@ pub struct ServeConfig {
     pub gid: u32,
     pub cache_dir: PathBuf,
     pub memory_cache_size: u64,
+    /// The memory budget (`memoryLimit`); `None`: the default (see `budget::default_limit`).
+    #[serde(default)]
+    pub memory_limit: Option<u64>,
     pub cache_size: u64,
     pub metadata_ttl_ms: u64,
     pub prefetch_files: usize,
@@ -58,6 +61,7 @@ fn settings(cfg: &ServeConfig, token: Option<String>) -> (HubClientConfig, VfsOp
         uid: cfg.uid,
         gid: cfg.gid,
         memory_cache_bytes: cfg.memory_cache_size,
+        memory_limit: Some(crate::chunk_store::budget::limit_or_default(cfg.memory_limit, "memoryLimit")),
         cache_dir: Some(cfg.cache_dir.clone()),
         disk_cache_bytes: cfg.cache_size,
         prefetch_files: cfg.prefetch_files,

@@ -384,6 +384,7 @@ impl Sources {
             gid: spec.gid,
             cache_dir: self.cache_root.join(key),
             memory_cache_size: s.memory_cache_size,
+            memory_limit: s.memory_limit,
             cache_size: s.cache_size,
             metadata_ttl_ms: s.metadata_ttl.as_millis() as u64,
             prefetch_files: s.prefetch_files,

@@ -21,6 +21,8 @@ pub enum SourceKind {
 #[derive(Debug, Clone, PartialEq)]
 pub struct MountSettings {
     pub memory_cache_size: u64,
+    /// The volume's server process's memory budget (`memoryLimit`); `None`: the default.
+    pub memory_limit: Option<u64>,
     pub cache_size: u64,
     pub metadata_ttl: Duration,
     pub prefetch_files: usize,
@@ -33,6 +35,7 @@ impl Default for MountSettings {
     fn default() -> Self {
         MountSettings {
             memory_cache_size: 256 << 20,
+            memory_limit: None,
             cache_size: 10 << 30,
             metadata_ttl: Duration::from_secs(60),
             prefetch_files: 16,
@@ -103,7 +106,7 @@ impl VolumeSpec {
     pub fn canonical(&self) -> String {
         let s = &self.settings;
         format!(
-            "{:?}|{}|{:?}|{:?}|ro={}|{}:{}|mem={}|disk={}|ttl={:?}|pf={}|every={:?}|drain={:?}|msg={}",
+            "{:?}|{}|{:?}|{:?}|ro={}|{}:{}|mem={}|limit={:?}|disk={}|ttl={:?}|pf={}|every={:?}|drain={:?}|msg={}",
             self.kind,
             self.id,
             self.subfolder,
@@ -112,6 +115,7 @@ impl VolumeSpec {
             self.uid,
             self.gid,
             s.memory_cache_size,
+            s.memory_limit,
             s.cache_size,
             s.metadata_ttl,
             s.prefetch_files,
@@ -260,6 +264,14 @@ pub fn parse(
         |k: &str, v: String| crate::util::units::parse_duration(&v).map_err(|e| format!("volume attribute {k}: {e}"));
     if let Some(v) = take(&["memoryCacheSize"]) {
         settings.memory_cache_size = size("memoryCacheSize", v)?;
+    }
+    if let Some(v) = take(&["memoryLimit"]) {
+        let limit = size("memoryLimit", v)?;
+        let min = crate::chunk_store::budget::MIN_LIMIT;
+        if limit < min {
+            return Err(format!("volume attribute memoryLimit: at least {}Mi", min >> 20));
+        }
+        settings.memory_limit = Some(limit);
     }
     if let Some(v) = take(&["cacheSize", "cache-size"]) {
         settings.cache_size = size("cacheSize", v)?;

@@ -42,9 +42,12 @@ pub struct Answer {
     /// Nothing was pending (`commit` made no commit).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub nothing_pending: bool,
-    /// The answer to `status`.
+    /// The answer to `status`: the writable side's report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<crate::vfs::StatusReport>,
+    /// The answer to `status`: where the mount's memory is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<crate::chunk_store::MemoryReport>,
 }
 
 /// The listening socket; removed when dropped.
@@ -64,7 +67,8 @@ impl Drop for ControlSocket {
     }
 }
 
-/// Starts answering on `<registry dir>/<pid>.sock` (writable mounts only).
+/// Starts answering on `<registry dir>/<pid>.sock` (every mount answers `status`; `commit` and
+/// `sync` need a writable one).
 pub fn listen(vfs: Arc<VirtualFs>, rt: &tokio::runtime::Handle) -> anyhow::Result<ControlSocket> {
     let path = crate::process::registry::dir()?.join(format!("{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
@@ -118,6 +122,15 @@ async fn serve(vfs: Arc<VirtualFs>, stream: tokio::net::UnixStream) -> std::io::
         let a = Answer {
             ok: Some(true),
             status: vfs.status_report(),
+            memory: Some(vfs.memory_report()),
+            ..Answer::default()
+        };
+        return send(&mut w, &a).await;
+    }
+    if !vfs.is_writable() {
+        let a = Answer {
+            ok: Some(false),
+            error: Some("a read-only mount: there is nothing to commit".into()),
             ..Answer::default()
         };
         return send(&mut w, &a).await;
@@ -245,9 +258,9 @@ pub fn request(dir: &Path, req: &Request) -> anyhow::Result<Answer> {
     )
 }
 
-/// The current status report of the writable mount listening on `socket`, if it answers within
-/// `timeout` (a mount that does not, or an older one, is read from its status file instead).
-pub fn live_status(socket: &Path, timeout: std::time::Duration) -> Option<crate::vfs::StatusReport> {
+/// The mount's answer to `status` on `socket`, if it answers within `timeout` (for a writable mount
+/// that does not, or an older one, `hubfs status` reads its status file instead).
+pub fn live_status(socket: &Path, timeout: std::time::Duration) -> Option<Answer> {
     use std::io::{BufRead, Write};
     let mut s = std::os::unix::net::UnixStream::connect(socket).ok()?;
     s.set_read_timeout(Some(timeout)).ok()?;
@@ -257,5 +270,5 @@ pub fn live_status(socket: &Path, timeout: std::time::Duration) -> Option<crate:
     s.write_all(&line).ok()?;
     let mut answer = String::new();
     std::io::BufReader::new(s).read_line(&mut answer).ok()?;
-    serde_json::from_str::<Answer>(&answer).ok()?.status
+    serde_json::from_str::<Answer>(&answer).ok()
 }

@@ -48,6 +48,9 @@ pub struct VfsOptions {
     pub uid: u32,
     pub gid: u32,
     pub memory_cache_bytes: u64,
+    /// The process's memory budget in bytes and where it came from (`--memory-limit`, the
+    /// cgroup, the default); `None`: no budget (tests).
+    pub memory_limit: Option<(u64, String)>,
     /// Root of the on-disk content cache; `None` (or a zero size) keeps content in memory only.
     pub cache_dir: Option<std::path::PathBuf>,
     pub disk_cache_bytes: u64,
@@ -73,6 +76,7 @@ impl Default for VfsOptions {
             uid: 0,
             gid: 0,
             memory_cache_bytes: 128 << 20,
+            memory_limit: None,
             cache_dir: None,
             disk_cache_bytes: 0,
             read_timeout: Duration::from_secs(60),
@@ -228,16 +232,33 @@ impl VirtualFs {
         opts: VfsOptions,
     ) -> VfsResult<VirtualFs> {
         let info = client.repo_info(&repo, revision).await?;
-        let store = match &opts.cache_dir {
-            Some(dir) if opts.disk_cache_bytes > 0 => {
-                ChunkStore::with_disk(opts.memory_cache_bytes, dir, opts.disk_cache_bytes).map_err(|e| {
-                    VfsError::Cache(format!(
-                        "cannot use cache dir {}: {e} (pass --cache-dir DIR on a writable disk, or --cache-size 0)",
-                        dir.display()
-                    ))
-                })?
+        let store = match &opts.memory_limit {
+            Some((limit, source)) => {
+                let plan = crate::chunk_store::Plan::new(*limit, opts.memory_cache_bytes);
+                if plan.memory_tier < opts.memory_cache_bytes {
+                    tracing::info!(
+                        memory_tier_mib = plan.memory_tier >> 20,
+                        "memory cache cut to a quarter of the memory budget's room for blocks"
+                    );
+                }
+                tracing::info!(
+                    limit_mib = plan.limit >> 20,
+                    blocks_mib = plan.blocks >> 20,
+                    from = %source,
+                    "memory budget"
+                );
+                ChunkStore::budgeted(plan, source)
             }
-            _ => ChunkStore::new(opts.memory_cache_bytes),
+            None => ChunkStore::new(opts.memory_cache_bytes),
+        };
+        let store = match &opts.cache_dir {
+            Some(dir) if opts.disk_cache_bytes > 0 => store.add_disk(dir, opts.disk_cache_bytes).map_err(|e| {
+                VfsError::Cache(format!(
+                    "cannot use cache dir {}: {e} (pass --cache-dir DIR on a writable disk, or --cache-size 0)",
+                    dir.display()
+                ))
+            })?,
+            _ => store,
         };
         let writer = match &opts.write {
             Some(w) => Some(Writer::open(&client, &repo, revision, &info, subfolder, w).await?),
@@ -248,6 +269,7 @@ impl VirtualFs {
             repo.clone(),
             opts.read_timeout,
             store.pool().clone(),
+            store.budget().plan().map(|p| p.downloads),
         )?);
         let vfs = VirtualFs {
             reader: Reader {

@@ -9,7 +9,7 @@ use futures::future::try_join_all;
 
 use super::error::VfsResult;
 use super::remote::{FileMeta, Remote};
-use crate::chunk_store::{BLOCK_SIZE, BlockHold, ChunkStore};
+use crate::chunk_store::{Admission, BLOCK_SIZE, BlockHold, ChunkStore};
 use crate::hub_client::RepoKind;
 
 /// Largest prefetch window, in blocks (8 × 8 MiB = 64 MiB ahead of the reader; twice that on a
@@ -73,6 +73,36 @@ impl ReadState {
         new
     }
 
+    /// Holds the prefetch window `blocks` of a file of `size` bytes as far as the memory budget
+    /// admits their loads, in order: a block already loaded costs nothing more, and the first one
+    /// refused ends the window (the reader loads it itself when it gets there). Returns the blocks
+    /// to load with the room each took.
+    fn hold_window(
+        &mut self,
+        store: &ChunkStore,
+        key: &Arc<str>,
+        size: u64,
+        blocks: std::ops::Range<u64>,
+    ) -> Vec<(u64, Option<Admission>)> {
+        let mut new = Vec::new();
+        for idx in blocks {
+            if self.held.blocks.contains_key(&idx) {
+                continue;
+            }
+            let room = if store.is_loaded(key, idx) || store.is_loading(key, idx) {
+                None
+            } else {
+                match store.budget().try_prefetch(ChunkStore::load_charge(block_len(size, idx))) {
+                    Some(a) => Some(a),
+                    None => break,
+                }
+            };
+            self.held.blocks.insert(idx, store.hold(key, idx));
+            new.push((idx, room));
+        }
+        new
+    }
+
     /// Lets go of the holds on blocks wholly before `from` (every hold for `from` = `u64::MAX`);
     /// the caller drops what is returned after unlocking the state.
     fn release_before(&mut self, from: u64) -> std::collections::BTreeMap<u64, BlockHold> {
@@ -107,9 +137,22 @@ impl Reader {
             .await
     }
 
-    /// Brings a file of one block at most into the cache (listing-order prefetch).
+    /// Brings a file of one block at most into the cache (listing-order prefetch), if the memory
+    /// budget has room for it beyond the readers' reserve.
     pub(super) async fn prefetch_file(&self, file: &FileMeta, commit: &str) -> VfsResult<()> {
-        self.block(file, commit, &file.id.key(), 0).await.map(|_| ())
+        let key = file.id.key();
+        if self.store.is_loaded(&key, 0) {
+            return Ok(());
+        }
+        let len = block_len(file.size, 0);
+        let Some(room) = self.store.budget().try_prefetch(ChunkStore::load_charge(len)) else {
+            return Ok(());
+        };
+        let fetch = self.remote.fetch_block(file, commit, 0, BLOCK_SIZE);
+        self.store
+            .get_or_fetch_admitted(&key, 0, len, Some(room), fetch)
+            .await
+            .map(|_| ())
     }
 
     /// Reads `[offset, offset + size)` of `file`; short only at end of file. The handle's state is
@@ -156,7 +199,29 @@ impl Reader {
         // once however many reads want it (the kernel's readahead sends several reads of one block
         // at once, and each reading an 8 MiB block off disk for itself multiplied the disk reads).
         self.prefetch(file, commit, &key, prefetch);
-        let blocks = try_join_all((first..=last).map(|idx| self.block(file, commit, &key, idx))).await?;
+        // Room for the blocks not loaded yet; with the memory budget full of blocks other readers
+        // hold, this read takes just its bytes instead of waiting for room (see `budget`).
+        let mut rooms = Vec::with_capacity((last - first + 1) as usize);
+        for idx in first..=last {
+            if self.store.is_loaded(&key, idx) || self.store.is_loading(&key, idx) {
+                rooms.push(None);
+                continue;
+            }
+            match self.store.try_room(ChunkStore::load_charge(block_len(file.size, idx))).await {
+                Some(room) => rooms.push(Some(room)),
+                None => {
+                    drop(rooms);
+                    tracing::trace!(key = %key, offset, "memory budget full: exact range from the Hub");
+                    return self.remote.fetch_exact(file, commit, offset, end - offset).await;
+                }
+            }
+        }
+        let loads = (first..=last).zip(rooms).map(|(idx, room)| {
+            let fetch = self.remote.fetch_block(file, commit, idx * BLOCK_SIZE, BLOCK_SIZE);
+            let len = block_len(file.size, idx);
+            self.store.get_or_fetch_admitted(&key, idx, len, room, fetch)
+        });
+        let blocks = try_join_all(loads).await?;
         Ok(assemble(&blocks, first * BLOCK_SIZE, offset, end))
     }
 
@@ -189,7 +254,7 @@ impl Reader {
         first: u64,
         last: u64,
         class: Option<u64>,
-    ) -> (Option<u64>, Vec<u64>, std::collections::BTreeMap<u64, BlockHold>) {
+    ) -> (Option<u64>, Vec<(u64, Option<Admission>)>, std::collections::BTreeMap<u64, BlockHold>) {
         let Some(window) = class else {
             return (class, Vec::new(), st.release_before(u64::MAX));
         };
@@ -197,22 +262,38 @@ impl Reader {
             st.held.key = Some(key.clone());
             st.release_before(u64::MAX)
         } else {
-            // Reads up to the slack behind the run's end are still this run (out of order).
-            let behind = st.next.saturating_sub(SEQUENTIAL_SLACK.max(2 * self.readahead)) / BLOCK_SIZE;
+            // Reads up to the slack behind the run's end are still this run (out of order), and
+            // keep their blocks, unless the memory budget is short: then a late read finds its
+            // block in the disk tier.
+            let behind = if self.store.budget().under_pressure() {
+                first
+            } else {
+                st.next.saturating_sub(SEQUENTIAL_SLACK.max(2 * self.readahead)) / BLOCK_SIZE
+            };
             st.release_before(behind.min(first))
         };
         st.hold(&self.store, key, first..last + 1);
         let count = window * self.remote.window_scale();
-        let prefetch = st.hold(&self.store, key, prefetch_blocks(file.size, last + 1, count));
+        let prefetch = st.hold_window(&self.store, key, file.size, prefetch_blocks(file.size, last + 1, count));
         (class, prefetch, released)
     }
 
-    /// Starts background fetches of blocks `blocks` (the reader holds them).
-    fn prefetch(&self, file: &FileMeta, commit: &str, key: &Arc<str>, blocks: Vec<u64>) {
-        for idx in blocks {
+    /// Starts background fetches of blocks `blocks` (the reader holds them), each with the room
+    /// the budget gave it (none: the block was loaded or loading when admitted).
+    fn prefetch(&self, file: &FileMeta, commit: &str, key: &Arc<str>, blocks: Vec<(u64, Option<Admission>)>) {
+        for (idx, room) in blocks {
             let (this, file, commit, key) = (self.clone(), file.clone(), commit.to_string(), key.clone());
             tokio::spawn(async move {
-                if let Err(e) = this.block(&file, &commit, &key, idx).await {
+                // Loaded or on its way when admitted: no load, its hold keeps the bytes (or takes
+                // them when that load ends).
+                let Some(room) = room else {
+                    this.store.keep_held(&key, idx).await;
+                    return;
+                };
+                let fetch = this.remote.fetch_block(&file, &commit, idx * BLOCK_SIZE, BLOCK_SIZE);
+                let len = block_len(file.size, idx);
+                let got = this.store.get_or_fetch_admitted(&key, idx, len, Some(room), fetch).await;
+                if let Err(e) = got {
                     tracing::debug!(path = %file.remote_path, block = idx, error = %e, "prefetch failed");
                 }
             });

@@ -123,17 +123,29 @@ pub struct Remote {
     /// throughput, so it gets the larger budget (chosen as the prefetch window is, see `Latency`).
     budget_fast: tokio::sync::Semaphore,
     budget_slow: tokio::sync::Semaphore,
+    /// Their sizes in KiB.
+    budget_kib: (u32, u32),
     pool: BufferPool,
     latency: Latency,
 }
 
-/// Download budget on a fast link (48 MiB) and on a slow one (128 MiB), in KiB.
+/// Download budget on a fast link (48 MiB) and on a slow one (128 MiB), in KiB, unless the
+/// memory budget gives downloads less.
 const BUDGET_FAST_KIB: u32 = 48 << 10;
 const BUDGET_SLOW_KIB: u32 = 128 << 10;
 
 impl Remote {
-    pub fn new(client: HubClient, repo: RepoRef, timeout: Duration, pool: BufferPool) -> VfsResult<Remote> {
+    /// `downloads`: bytes the memory budget gives download bodies in flight (`None`: the defaults).
+    pub fn new(
+        client: HubClient,
+        repo: RepoRef,
+        timeout: Duration,
+        pool: BufferPool,
+        downloads: Option<u64>,
+    ) -> VfsResult<Remote> {
         let t = client.transport();
+        let cap = downloads.map_or(u32::MAX, |b| (b >> 10).min(u32::MAX as u64) as u32).max(1 << 10);
+        let budget_kib = (BUDGET_FAST_KIB.min(cap), BUDGET_SLOW_KIB.min(cap));
         Ok(Remote {
             xet: xet::Fetcher {
                 client: t.client,
@@ -141,8 +153,9 @@ impl Remote {
                 max_retries: t.max_retries,
                 pool: pool.clone(),
             },
-            budget_fast: tokio::sync::Semaphore::new(BUDGET_FAST_KIB as usize),
-            budget_slow: tokio::sync::Semaphore::new(BUDGET_SLOW_KIB as usize),
+            budget_fast: tokio::sync::Semaphore::new(budget_kib.0 as usize),
+            budget_slow: tokio::sync::Semaphore::new(budget_kib.1 as usize),
+            budget_kib,
             client,
             repo,
             timeout,
@@ -166,7 +179,12 @@ impl Remote {
         // Not for a bucket: its `/resolve/` serves whatever the path holds now, while the Xet hash
         // names exactly the content this file was listed with.
         let http = len <= XET_HTTP_RANGE_MAX && !self.repo.is_bucket();
-        let pieces = self.pieces(file, commit, start, len, http).await?;
+        let mut pieces = self.pieces(file, commit, start, len, http).await?;
+        // One piece (an HTTP range) is returned as it came: a reply-sized buffer, not a pooled
+        // block buffer (these reads are what a reader does when the memory budget is full).
+        if pieces.len() == 1 {
+            return Ok(pieces.pop().unwrap_or_default());
+        }
         Ok(self.gather(pieces, len))
     }
 
@@ -245,9 +263,9 @@ impl Remote {
             token: token.access_token,
         };
         let (budget, cap) = if self.latency.window_scale() > 1 {
-            (&self.budget_slow, BUDGET_SLOW_KIB)
+            (&self.budget_slow, self.budget_kib.1)
         } else {
-            (&self.budget_fast, BUDGET_FAST_KIB)
+            (&self.budget_fast, self.budget_kib.0)
         };
         let kib = len.div_ceil(1024).min(cap as u64) as u32;
         let _held = budget

@@ -74,6 +74,11 @@ impl VirtualFs {
     }
 
     /// The state of a writable mount (`None` when read-only).
+    /// Where the mount's memory is (`hubfs status`).
+    pub fn memory_report(&self) -> crate::chunk_store::MemoryReport {
+        self.reader.store.memory_report()
+    }
+
     pub fn status_report(&self) -> Option<StatusReport> {
         self.writer.as_ref().map(|_| self.status())
     }
