@@ -154,8 +154,19 @@ pub async fn serve(
     }
     let listener =
         tokio::net::UnixListener::bind(socket).with_context(|| format!("listening on {}", socket.display()))?;
+    // Each connection reaches the server through the `:authority` relay (see [`super::authority`]).
     let incoming = futures::stream::unfold(listener, |l| async move {
-        let r = l.accept().await.map(|(s, _)| s);
+        let r = match l.accept().await {
+            Ok((client, _)) => tokio::net::UnixStream::pair().map(|(ours, server)| {
+                tokio::spawn(async move {
+                    if let Err(e) = super::authority::relay(client, ours).await {
+                        tracing::debug!(error = %e, "gRPC connection ended");
+                    }
+                });
+                server
+            }),
+            Err(e) => Err(e),
+        };
         Some((r, l))
     });
     tonic::transport::Server::builder()

@@ -3,6 +3,7 @@
 //! it bind-mounts a per-node *source* mount shared by every pod asking for the same thing, served
 //! by a `hubfs csi-serve` process that received the `/dev/fuse` descriptor the plugin mounted.
 //!
+//! - [`authority`]: lets grpc-core clients (Python) in despite the socket path they send as `:authority`;
 //! - [`proto`]: the CSI messages (hand-written from the spec's field numbers, no protoc);
 //! - [`grpc`]: the three services routed by hand over tonic;
 //! - [`identity`], [`node`]: the RPCs; [`volume`]: volume attributes; [`hub`]: checks against the Hub;
@@ -12,6 +13,7 @@
 //!
 //! docs/KUBERNETES.md says how to deploy it and what was tested.
 
+pub mod authority;
 pub mod fdpass;
 pub mod grpc;
 pub mod hub;
