@@ -266,6 +266,13 @@ impl DiskTier {
         }
     }
 
+    /// Bytes (as [`Self::weighted_size`]), files and capacity in bytes (for metrics).
+    pub fn usage(&self) -> (u64, u64, u64) {
+        let size = self.weighted_size();
+        let cap = self.index.policy().max_capacity().unwrap_or(0) * 1024;
+        (size, self.index.entry_count(), cap)
+    }
+
     /// Bytes the index accounts for, each file rounded up to a KiB (after pending evictions ran).
     pub fn weighted_size(&self) -> u64 {
         self.index.run_pending_tasks();

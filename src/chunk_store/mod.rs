@@ -107,6 +107,12 @@ impl ChunkStore {
         &self.pool
     }
 
+    /// Bytes and blocks in the memory tier, and its capacity (for metrics).
+    pub fn memory_usage(&self) -> (u64, u64, u64) {
+        let cap = self.mem.policy().max_capacity().unwrap_or(0);
+        (self.mem.weighted_size(), self.mem.entry_count(), cap)
+    }
+
     pub fn disk(&self) -> Option<&DiskTier> {
         self.disk.as_ref()
     }
@@ -172,12 +178,15 @@ impl ChunkStore {
     /// Memory is asked first: its reads are what drives its evictions.
     pub async fn get(&self, key: &Arc<str>, block: u64, expected_len: u64) -> Option<Bytes> {
         if let Some(b) = self.mem.get(&(key.clone(), block)).await {
+            crate::metrics::block(crate::metrics::BlockSource::Memory, b.len());
             return Some(b);
         }
         if let Some(b) = self.holds.get(key, block) {
+            crate::metrics::block(crate::metrics::BlockSource::Held, b.len());
             return Some(b);
         }
         let b = self.read_disk(key, block, expected_len).await?;
+        crate::metrics::block(crate::metrics::BlockSource::Disk, b.len());
         self.mem.insert((key.clone(), block), b.clone()).await;
         Some(b)
     }
@@ -190,14 +199,16 @@ impl ChunkStore {
             None => self.holds.get(key, block),
         };
         if let Some(b) = b {
+            crate::metrics::block(crate::metrics::BlockSource::Memory, to.saturating_sub(from) as usize);
             return (to as usize <= b.len() && from < to).then(|| b.slice(from as usize..to as usize));
         }
         let disk = self.disk.clone()?;
         let k = (key.clone(), block);
-        tokio::task::spawn_blocking(move || disk.read_range(&k, expected_len, from, to))
+        let got = tokio::task::spawn_blocking(move || disk.read_range(&k, expected_len, from, to))
             .await
             .ok()
-            .flatten()
+            .flatten();
+        got.inspect(|b| crate::metrics::block(crate::metrics::BlockSource::Disk, b.len()))
     }
 
     /// Whether the block is on its way to the disk tier: loading, or queued for its write. (A
@@ -221,9 +232,11 @@ impl ChunkStore {
     {
         // Memory first, as `get`: a hold is for what memory let go of.
         if let Some(b) = self.mem.get(&(key.clone(), block)).await {
+            crate::metrics::block(crate::metrics::BlockSource::Memory, b.len());
             return Ok(b);
         }
         if let Some(b) = self.holds.get(key, block) {
+            crate::metrics::block(crate::metrics::BlockSource::Held, b.len());
             return Ok(b);
         }
         let load = async {
@@ -233,10 +246,12 @@ impl ChunkStore {
             };
             self.loading.lock().insert((key.clone(), block));
             if let Some(b) = self.read_disk(key, block, expected_len).await {
+                crate::metrics::block(crate::metrics::BlockSource::Disk, b.len());
                 return Ok(b);
             }
             tracing::debug!(key = %key, block, "fetching a block from the Hub");
             let b = fetch.await?;
+            crate::metrics::block(crate::metrics::BlockSource::Hub, b.len());
             self.write_behind(key, block, &b);
             Ok(b)
         };
