@@ -125,15 +125,22 @@ fn route_node(p: Arc<Plugin>, req: http::Request<Body>) -> BoxFuture<HttpResult>
         }),
         "NodeGetInfo" => unary(req, move |_: NodeGetInfoRequest| async move { Ok(p.node_info()) }),
         "NodePublishVolume" => unary(req, move |r: NodePublishVolumeRequest| async move {
-            super::node::publish(p, r).await
+            counted("NodePublishVolume", super::node::publish(p, r).await)
         }),
         "NodeUnpublishVolume" => unary(req, move |r: NodeUnpublishVolumeRequest| async move {
-            super::node::unpublish(p, r).await
+            counted("NodeUnpublishVolume", super::node::unpublish(p, r).await)
         }),
         // No STAGE_UNSTAGE_VOLUME, GET_VOLUME_STATS nor EXPAND_VOLUME capability: the spec's answer
         // to these is UNIMPLEMENTED.
         _ => unimplemented(req.uri().path()),
     }
+}
+
+/// Counts a call's result in the plugin's metrics.
+fn counted<T>(method: &'static str, r: Result<T, Status>) -> Result<T, Status> {
+    let code = r.as_ref().map_or_else(Status::code, |_| tonic::Code::Ok);
+    super::metrics::call(method, code);
+    r
 }
 
 /// Serves the three services on `socket` until `shutdown` resolves.

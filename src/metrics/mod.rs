@@ -140,6 +140,20 @@ pub struct MountLabels {
     pub frontend: &'static str,
 }
 
+/// A published CSI volume and the source mount serving it (the plugin's metrics).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VolumeLabels {
+    pub volume: String,
+    pub source_mount: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CsiCallLabels {
+    pub method: &'static str,
+    /// The gRPC status code's name (`ok`, `invalid_argument`, …).
+    pub code: &'static str,
+}
+
 type Hist = Family<ClassLabel, Histogram, fn() -> Histogram>;
 type OpHist = Family<OpLabels, Histogram, fn() -> Histogram>;
 
@@ -181,6 +195,8 @@ pub struct Metrics {
     pub commit_budget_left: Gauge,
     pub uptime: Gauge<f64, AtomicU64>,
     pub mounts: Family<MountLabels, Gauge>,
+    pub csi_volumes: Family<VolumeLabels, Gauge>,
+    pub csi_calls: Family<CsiCallLabels, Counter>,
 }
 
 impl Metrics {
@@ -217,8 +233,11 @@ impl Metrics {
             commit_budget_left: Gauge::default(),
             uptime: Gauge::default(),
             mounts: Family::default(),
+            csi_volumes: Family::default(),
+            csi_calls: Family::default(),
         };
         m.register();
+        m.register_csi();
         m
     }
 
@@ -382,6 +401,20 @@ impl Metrics {
             "write_commit_budget_remaining",
             "Commits left in the mount's commit budget window (-1: the mount has no budget)",
             self.commit_budget_left.clone(),
+        );
+    }
+
+    fn register_csi(&mut self) {
+        let r = &mut self.registry;
+        r.register(
+            "csi_volume_info",
+            "CSI plugin: one series per published volume, naming the source mount that serves it (value 1)",
+            self.csi_volumes.clone(),
+        );
+        r.register(
+            "csi_calls",
+            "CSI plugin: NodePublishVolume and NodeUnpublishVolume calls by result",
+            self.csi_calls.clone(),
         );
     }
 

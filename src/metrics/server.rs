@@ -12,8 +12,9 @@ pub enum MetricsError {
     Thread(std::io::Error),
 }
 
-/// Extra text appended to every scrape (the CSI plugin's servers' metrics).
-pub type Extra = Box<dyn Fn() -> String + Send + Sync>;
+/// Turns the process's own text into what a scrape answers (the CSI plugin merges its servers'
+/// metrics in). Runs on a blocking thread: it may wait on other processes.
+pub type Render = Box<dyn Fn(String) -> String + Send + Sync>;
 
 /// A running endpoint; the address it listens on (port 0 picks one).
 pub struct MetricsServer {
@@ -22,13 +23,13 @@ pub struct MetricsServer {
 
 /// Listens on `addr` (bound before returning, so a busy port fails the command) and serves
 /// `GET /metrics` until the process exits.
-pub fn serve(addr: SocketAddr, extra: Option<Extra>) -> Result<MetricsServer, MetricsError> {
+pub fn serve(addr: SocketAddr, render: Option<Render>) -> Result<MetricsServer, MetricsError> {
     let listener = std::net::TcpListener::bind(addr).map_err(|err| MetricsError::Bind { addr, err })?;
     let local = listener.local_addr().map_err(|err| MetricsError::Bind { addr, err })?;
     listener
         .set_nonblocking(true)
         .map_err(|err| MetricsError::Bind { addr, err })?;
-    let extra = std::sync::Arc::new(extra);
+    let render = std::sync::Arc::new(render);
     std::thread::Builder::new()
         .name("hubfs-metrics".into())
         .spawn(move || {
@@ -50,12 +51,18 @@ pub fn serve(addr: SocketAddr, extra: Option<Extra>) -> Result<MetricsServer, Me
                 let app = axum::Router::new().route(
                     "/metrics",
                     axum::routing::get(move || {
-                        let extra = extra.clone();
+                        let render = render.clone();
                         async move {
-                            let mut body = super::get().encode();
-                            if let Some(f) = extra.as_ref() {
-                                body.push_str(&f());
-                            }
+                            let own = super::get().encode();
+                            let body = match render.as_ref() {
+                                Some(_) => tokio::task::spawn_blocking(move || match render.as_ref() {
+                                    Some(f) => f(own),
+                                    None => own,
+                                })
+                                .await
+                                .unwrap_or_default(),
+                                None => own,
+                            };
                             (
                                 [(
                                     http::header::CONTENT_TYPE,
