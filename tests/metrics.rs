@@ -329,3 +329,51 @@ fn common_runtime() -> tokio::runtime::Runtime {
         .build()
         .unwrap()
 }
+
+#[test]
+fn json_logs_and_sigusr1_raises_a_running_mounts_level() {
+    let rt = common_runtime();
+    let hub = rt.block_on(LocalHub::start_temp(true)).unwrap();
+    let cli = Isolated::new(hub.endpoint());
+    let dir = cli.path("mnt");
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = cli
+        .command(None)
+        .args(["mount", "--daemon", "--log-format", "json", "demo/tiny-model"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let (pid, log) = daemon_started(&o);
+    let lines = |log: &Path| -> Vec<Value> {
+        std::fs::read_to_string(log)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect()
+    };
+    let debug = |v: &[Value]| v.iter().filter(|l| l["level"] == "DEBUG").count();
+    assert!(!std::fs::read(dir.join("config.json")).unwrap().is_empty());
+    let before = lines(&log);
+    assert!(!before.is_empty());
+    assert_eq!(debug(&before), 0, "info level by default");
+    // SAFETY: a signal to the mount this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGUSR1) }, 0);
+    let t = std::time::Instant::now();
+    while !lines(&log).iter().any(|l| {
+        l["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("SIGUSR1"))
+    }) {
+        assert!(t.elapsed().as_secs() < 10, "SIGUSR1 was not taken");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!std::fs::read(dir.join("README.md")).unwrap().is_empty());
+    let after = lines(&log);
+    assert!(debug(&after) > 0, "debug lines after SIGUSR1: {after:?}");
+    assert!(
+        after
+            .iter()
+            .all(|l| l["timestamp"].is_string() && l["target"].is_string())
+    );
+    unmount(&cli, &dir, pid);
+}
