@@ -319,6 +319,14 @@ fn write_counters_follow_a_commit() {
 
     let dir_s = dir.to_str().unwrap().to_string();
     assert_no_leaks(&after, &[common::WRITE, &dir_s, "metrics-test"]);
+
+    // A file of 2 MiB goes through the Hub's LFS/Xet storage before its commit: an upload.
+    std::fs::write(dir.join("metrics-big.bin"), common::bytes(2 << 20, 7)).unwrap();
+    let big = Scrape::take(port);
+    let d = |name: &str| big.sum(name, &[]) - after.sum(name, &[]);
+    assert_eq!(d("hubfs_write_upload_duration_seconds_count"), 1.0);
+    assert!(d("hubfs_write_uploaded_bytes_total") > 0.0);
+    assert_eq!(d("hubfs_write_commits_total"), 1.0);
     unmount(&cli, &dir, pid);
 }
 

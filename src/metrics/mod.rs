@@ -382,7 +382,7 @@ impl Metrics {
         );
         r.register_with_unit(
             "write_upload_duration",
-            "Duration of one file's upload",
+            "Duration of one upload (a file, or files uploaded together), failures included",
             Unit::Seconds,
             self.upload_duration.clone(),
         );
@@ -574,6 +574,22 @@ pub fn timer(frontend: &'static str, op: &'static str) -> OpTimer {
         frontend,
         op,
         start: Instant::now(),
+    }
+}
+
+/// Records one upload's duration (a file, or files uploaded together) when dropped, failed
+/// uploads included.
+pub struct UploadTimer(Instant);
+
+impl UploadTimer {
+    pub fn start() -> UploadTimer {
+        UploadTimer(Instant::now())
+    }
+}
+
+impl Drop for UploadTimer {
+    fn drop(&mut self) {
+        get().upload_duration.observe(self.0.elapsed().as_secs_f64());
     }
 }
 
