@@ -256,6 +256,8 @@ fn read_counters_match_the_hubs_own_and_tiers_serve_a_re_read() {
     assert!(mem > 0.0 && disk > 0.0, "memory {mem}, disk {disk}");
     assert!(d2("hubfs_block_loaded_bytes_total", &[("source", "disk")]) > 0.0);
     assert_eq!(d2("hubfs_read_bytes_total", &[]), want.len() as f64);
+    // A 32 MiB memory tier read through 64 MiB twice has dropped blocks.
+    assert!(third.sum("hubfs_cache_evictions_total", &[("tier", "memory")]) > 0.0);
 
     let dir_s = dir.to_str().unwrap().to_string();
     assert_no_leaks(&third, &[common::WRITE, &dir_s, "model.safetensors", "config.json"]);

@@ -79,6 +79,7 @@ impl DiskTier {
             .weigher(|_k: &Key, size: &u64| size.div_ceil(1024).clamp(1, u32::MAX as u64) as u32)
             .max_capacity(capacity / 1024)
             .eviction_listener(move |k: Arc<Key>, _size, cause| {
+                crate::metrics::evicted("disk", cause.was_evicted());
                 // A replaced entry names the same file, which is still wanted.
                 if cause != RemovalCause::Replaced
                     && let Some(rel) = rel_path(&k.0, k.1)

@@ -82,6 +82,7 @@ impl ChunkStore {
             .weigher(|_k: &(Arc<str>, u64), v: &Bytes| v.len().min(u32::MAX as usize) as u32)
             .max_capacity(memory_bytes)
             .eviction_policy(moka::policy::EvictionPolicy::lru())
+            .eviction_listener(|_k, _v, cause| crate::metrics::evicted("memory", cause.was_evicted()))
             .build();
         ChunkStore {
             mem,

@@ -182,6 +182,7 @@ pub struct Metrics {
     pub cache_bytes: Family<TierLabel, Gauge>,
     pub cache_entries: Family<TierLabel, Gauge>,
     pub cache_capacity: Family<TierLabel, Gauge>,
+    pub cache_evictions: Family<TierLabel, Counter>,
     pub held_bytes: Gauge,
     pub staged_files: Gauge,
     pub pending_bytes: Gauge,
@@ -220,6 +221,7 @@ impl Metrics {
             cache_bytes: Family::default(),
             cache_entries: Family::default(),
             cache_capacity: Family::default(),
+            cache_evictions: Family::default(),
             held_bytes: Gauge::default(),
             staged_files: Gauge::default(),
             pending_bytes: Gauge::default(),
@@ -345,6 +347,11 @@ impl Metrics {
             "The configured size of a cache tier",
             Unit::Bytes,
             self.cache_capacity.clone(),
+        );
+        r.register(
+            "cache_evictions",
+            "Blocks a cache tier dropped to stay within its size",
+            self.cache_evictions.clone(),
         );
         r.register_with_unit(
             "held",
@@ -628,6 +635,13 @@ pub fn read(frontend: &'static str, bytes: usize) {
         .read_bytes
         .get_or_create(&OpLabels { frontend, op: "read" })
         .inc_by(bytes as u64);
+}
+
+/// An entry left cache tier `tier`; `evicted`: for room (not replaced or removed on purpose).
+pub fn evicted(tier: &'static str, evicted: bool) {
+    if evicted {
+        get().cache_evictions.get_or_create(&TierLabel { tier }).inc();
+    }
 }
 
 /// Raises `counter` to `total` (a monotonic total kept elsewhere, read at scrape time).
