@@ -230,6 +230,18 @@ fn read_counters_match_the_hubs_own_and_tiers_serve_a_re_read() {
     assert_eq!(d("hubfs_read_bytes_total", &[("frontend", "fuse")]), want.len() as f64);
     assert!(d("hubfs_block_loaded_bytes_total", &[("source", "hub")]) >= want.len() as f64);
     assert!(d("hubfs_hub_request_duration_seconds_count", &[]) >= requests);
+    assert!(
+        d(
+            "hubfs_operation_duration_seconds_count",
+            &[("frontend", "fuse"), ("op", "read")]
+        ) >= 64.0
+    );
+    assert!(
+        d(
+            "hubfs_operation_duration_seconds_count",
+            &[("frontend", "fuse"), ("op", "open")]
+        ) >= 1.0
+    );
     assert_eq!(
         after.sum("hubfs_mount_info", &[("repo", "demo/tiny-model"), ("mode", "ro")]),
         1.0
@@ -386,4 +398,55 @@ fn json_logs_and_sigusr1_raises_a_running_mounts_level() {
             .all(|l| l["timestamp"].is_string() && l["target"].is_string())
     );
     unmount(&cli, &dir, pid);
+}
+
+#[test]
+fn nfs_server_counts_its_reads_and_operations() {
+    use std::io::BufRead;
+    let rt = common_runtime();
+    let hub = rt.block_on(LocalHub::start_temp(true)).unwrap();
+    let cli = Isolated::new(hub.endpoint());
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = cli
+        .command(None)
+        .args(["serve-nfs", "demo/tiny-model", "--metrics-addr", &addr])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let nfs = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("nfs: ").map(str::to_string))
+        .expect("serve-nfs prints its address");
+    let nfs_port = nfs.rsplit(':').next().unwrap().to_string();
+    let url = format!("nfs://127.0.0.1//config.json?nfsport={nfs_port}&mountport={nfs_port}");
+    let out = Command::new("nfs-cat")
+        .arg(&url)
+        .output()
+        .expect("nfs-cat (apt-get install libnfs-utils)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = Scrape::take(port);
+    assert_eq!(
+        s.sum("hubfs_read_bytes_total", &[("frontend", "nfs")]),
+        out.stdout.len() as f64
+    );
+    assert!(
+        s.sum(
+            "hubfs_operation_duration_seconds_count",
+            &[("frontend", "nfs"), ("op", "read")]
+        ) >= 1.0
+    );
+    assert!(
+        s.sum(
+            "hubfs_operation_duration_seconds_count",
+            &[("frontend", "nfs"), ("op", "lookup")]
+        ) >= 1.0
+    );
+    assert_eq!(s.sum("hubfs_mount_info", &[("frontend", "nfs"), ("mode", "ro")]), 1.0);
+    assert_no_leaks(&s, &["config.json"]);
+    let _ = child.kill();
+    let _ = child.wait();
 }
