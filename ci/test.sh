@@ -19,6 +19,7 @@
 #      ci/bench.sh --smoke (the fio suite's smoke profile over FUSE and NFS; builds fio's nfs engine)
 #      ci/bench-mmap.sh (a safetensors file loaded through a mount with mmap, beside dd)
 #      ci/bench-listing.sh (200 small files read in listing order over a 30 ms Hub, prefetch on and off)
+#      ci/bench-metrics.sh (what --metrics-addr costs: an idle mount scraped every second, a cold read scraped)
 #   6. final line `N passed, M failed` (cargo tests + the scripts' checks; a failed fmt/clippy/build step
 #      counts as one failure); exit status non-zero if any step failed.
 #
@@ -213,6 +214,8 @@ script_step "bench: safetensors through mmap" bench-mmap 1 bash ci/bench-mmap.sh
 # Small files read in listing order over a 30 ms Hub, with and without the listing-order prefetch
 # (about 90 s; the ratio is checked against issue 18's target; needs the venv's python to upload)
 script_step "bench: small files in listing order" bench-listing 1 bash ci/bench-listing.sh "$HUBFS_BIN" "$VENV_PY"
+# --metrics-addr at idle and during a cold read (about 1 minute); checks under 1% of a core at idle
+script_step "bench: metrics scrape cost" bench-metrics 1 bash ci/bench-metrics.sh "$HUBFS_BIN" 20
 
 # ---------------------------------------------------------------------------------------------------------
 # 6. summary

@@ -3,6 +3,8 @@
 //! Layers, bottom to top (docs/ARCHITECTURE.md; `tests/layers.rs` checks that no module imports
 //! one above it):
 
+/// Bottom: the process's Prometheus metrics, which every layer records into; imports util only.
+pub mod metrics;
 /// Bottom: sizes, durations, URL encoding, deterministic test bytes; imports no hubfs module.
 pub mod util;
 

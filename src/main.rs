@@ -3,8 +3,8 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    hubfs::process::logging::init();
     let cli = hubfs::commands::Cli::parse();
+    hubfs::process::logging::init_with(cli.log_format);
     match hubfs::commands::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

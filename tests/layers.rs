@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 /// each other (the core's chunk store names the VirtualFs error type, for one).
 const LAYERS: &[(&str, u32)] = &[
     ("util", 0),
+    ("metrics", 0),
     ("hub_client", 1),
     ("local_hub", 1),
     ("chunk_store", 2),

@@ -79,6 +79,7 @@ impl DiskTier {
             .weigher(|_k: &Key, size: &u64| size.div_ceil(1024).clamp(1, u32::MAX as u64) as u32)
             .max_capacity(capacity / 1024)
             .eviction_listener(move |k: Arc<Key>, _size, cause| {
+                crate::metrics::evicted("disk", cause.was_evicted());
                 // A replaced entry names the same file, which is still wanted.
                 if cause != RemovalCause::Replaced
                     && let Some(rel) = rel_path(&k.0, k.1)
@@ -264,6 +265,13 @@ impl DiskTier {
             Ok(()) => self.index.insert(key, data.len() as u64),
             Err(e) => tracing::debug!(path = %path.display(), error = %e, "disk cache write failed"),
         }
+    }
+
+    /// Bytes (as [`Self::weighted_size`]), files and capacity in bytes (for metrics).
+    pub fn usage(&self) -> (u64, u64, u64) {
+        let size = self.weighted_size();
+        let cap = self.index.policy().max_capacity().unwrap_or(0) * 1024;
+        (size, self.index.entry_count(), cap)
     }
 
     /// Bytes the index accounts for, each file rounded up to a KiB (after pending evictions ran).

@@ -96,6 +96,7 @@ impl ChunkStore {
             .weigher(|_k: &(Arc<str>, u64), v: &Bytes| v.len().min(u32::MAX as usize) as u32)
             .max_capacity(memory_bytes)
             .eviction_policy(moka::policy::EvictionPolicy::lru())
+            .eviction_listener(|_k, _v, cause| crate::metrics::evicted("memory", cause.was_evicted()))
             .build();
         let pool = BufferPool::new(BLOCK_SIZE as usize, idle_buffers);
         let budget = MemoryBudget::new(plan, source, pool.usage().clone());
@@ -155,6 +156,12 @@ impl ChunkStore {
     /// The pool block buffers come from; fetchers fill blocks into it.
     pub fn pool(&self) -> &BufferPool {
         &self.pool
+    }
+
+    /// Bytes and blocks in the memory tier, and its capacity (for metrics).
+    pub fn memory_usage(&self) -> (u64, u64, u64) {
+        let cap = self.mem.policy().max_capacity().unwrap_or(0);
+        (self.mem.weighted_size(), self.mem.entry_count(), cap)
     }
 
     pub fn disk(&self) -> Option<&DiskTier> {
@@ -269,12 +276,15 @@ impl ChunkStore {
     /// Memory is asked first: its reads are what drives its evictions.
     pub async fn get(&self, key: &Arc<str>, block: u64, expected_len: u64) -> Option<Bytes> {
         if let Some(b) = self.mem.get(&(key.clone(), block)).await {
+            crate::metrics::block(crate::metrics::BlockSource::Memory, b.len());
             return Some(b);
         }
         if let Some(b) = self.holds.get(key, block) {
+            crate::metrics::block(crate::metrics::BlockSource::Held, b.len());
             return Some(b);
         }
         let b = self.read_disk(key, block, expected_len).await?;
+        crate::metrics::block(crate::metrics::BlockSource::Disk, b.len());
         self.mem.insert((key.clone(), block), b.clone()).await;
         Some(b)
     }
@@ -287,14 +297,16 @@ impl ChunkStore {
             None => self.holds.get(key, block),
         };
         if let Some(b) = b {
+            crate::metrics::block(crate::metrics::BlockSource::Memory, to.saturating_sub(from) as usize);
             return (to as usize <= b.len() && from < to).then(|| b.slice(from as usize..to as usize));
         }
         let disk = self.disk.clone()?;
         let k = (key.clone(), block);
-        tokio::task::spawn_blocking(move || disk.read_range(&k, expected_len, from, to))
+        let got = tokio::task::spawn_blocking(move || disk.read_range(&k, expected_len, from, to))
             .await
             .ok()
-            .flatten()
+            .flatten();
+        got.inspect(|b| crate::metrics::block(crate::metrics::BlockSource::Disk, b.len()))
     }
 
     /// Whether the block is on its way to the disk tier: loading, or queued for its write. (A
@@ -334,9 +346,11 @@ impl ChunkStore {
     {
         // Memory first, as `get`: a hold is for what memory let go of.
         if let Some(b) = self.mem.get(&(key.clone(), block)).await {
+            crate::metrics::block(crate::metrics::BlockSource::Memory, b.len());
             return Ok(b);
         }
         if let Some(b) = self.holds.get(key, block) {
+            crate::metrics::block(crate::metrics::BlockSource::Held, b.len());
             return Ok(b);
         }
         let load = async {
@@ -350,10 +364,12 @@ impl ChunkStore {
             };
             self.loading.lock().insert((key.clone(), block));
             if let Some(b) = self.read_disk(key, block, expected_len).await {
+                crate::metrics::block(crate::metrics::BlockSource::Disk, b.len());
                 return Ok(b);
             }
             tracing::debug!(key = %key, block, "fetching a block from the Hub");
             let b = fetch.await?;
+            crate::metrics::block(crate::metrics::BlockSource::Hub, b.len());
             self.write_behind(key, block, &b);
             Ok(b)
         };

@@ -30,6 +30,10 @@ pub use source::{DaemonArgs, SourceArgs};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Log lines as `text` or `json` (one object per line, for log collectors). The level comes
+    /// from RUST_LOG; SIGUSR1 raises a running process's to debug, SIGUSR2 restores it.
+    #[arg(long, global = true, value_enum, default_value = "text", env = "HUBFS_LOG_FORMAT")]
+    pub log_format: crate::process::logging::LogFormat,
 }
 
 #[derive(Subcommand, Debug)]

@@ -52,6 +52,7 @@ pub fn run(mut args: MountArgs) -> anyhow::Result<()> {
         return crate::process::daemon::run_detached();
     }
     let setup = setup_process(&mut args.source, &args.mountpoint, &args.daemon)?;
+    super::serve_nfs::start_metrics(&args.source)?;
     if args.nfs {
         let kernel_dir = (!args.serve_only).then(|| args.mountpoint.clone());
         return super::serve_nfs::run_nfs(args.source, args.nfs_addr, Some(args.mountpoint), kernel_dir, setup);
@@ -89,6 +90,9 @@ pub fn run(mut args: MountArgs) -> anyhow::Result<()> {
         None,
         &setup,
     );
+    let revision = crate::process::metrics::asked_revision(&args.source.repo, args.source.revision.as_deref());
+    let passthrough = Some(mounted.passthrough.clone());
+    crate::process::metrics::watch(&mounted.vfs, &mounted.repo.to_string(), &revision, "fuse", passthrough);
     let _control = control(&mounted.vfs, rt.handle(), &mut rec);
     rec.readahead_kib =
         crate::fuse::readahead::readahead_of(&args.mountpoint).map(|got| (mounted.vfs.readahead() / 1024, got / 1024));

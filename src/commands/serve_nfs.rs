@@ -26,7 +26,16 @@ pub fn run(args: ServeNfsArgs) -> anyhow::Result<()> {
         log_file: None,
         daemon_child: false,
     };
+    start_metrics(&args.source)?;
     run_nfs(args.source, args.nfs_addr, None, None, setup)
+}
+
+/// Starts the `/metrics` endpoint when `--metrics-addr` asks for one (it lives as long as the process).
+pub(super) fn start_metrics(source: &SourceArgs) -> anyhow::Result<()> {
+    if let Some(addr) = source.metrics_addr {
+        crate::metrics::server::serve(addr, None)?;
+    }
+    Ok(())
 }
 
 /// Serves over NFS. `dir`: the mountpoint named on the command line (`mount --nfs`), `kernel_dir`:
@@ -58,6 +67,8 @@ pub(super) fn run_nfs(
         StopSignals::new()?
     };
     let opened = crate::process::session::open_vfs(&source.repo, source.revision.as_deref(), &client, &vfs, &rt)?;
+    let revision = crate::process::metrics::asked_revision(&source.repo, source.revision.as_deref());
+    crate::process::metrics::watch(&opened.vfs, &opened.repo.to_string(), &revision, "nfs", None);
     rt.block_on(async {
         let server = crate::nfs::server::NfsServer::start(opened.vfs.clone(), addr).await?;
         let served = server.addr();

@@ -103,6 +103,9 @@ pub struct SourceArgs {
     /// buckets (random reads of a mapping pay it per fault).
     #[arg(long, value_name = "KIB", value_parser = clap::value_parser!(u64).range(128..=65536))]
     pub readahead_kib: Option<u64>,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics (docs/METRICS.md).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// `--memory-limit`: a size no smaller than the budget's minimum.

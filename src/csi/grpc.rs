@@ -125,15 +125,22 @@ fn route_node(p: Arc<Plugin>, req: http::Request<Body>) -> BoxFuture<HttpResult>
         }),
         "NodeGetInfo" => unary(req, move |_: NodeGetInfoRequest| async move { Ok(p.node_info()) }),
         "NodePublishVolume" => unary(req, move |r: NodePublishVolumeRequest| async move {
-            super::node::publish(p, r).await
+            counted("NodePublishVolume", super::node::publish(p, r).await)
         }),
         "NodeUnpublishVolume" => unary(req, move |r: NodeUnpublishVolumeRequest| async move {
-            super::node::unpublish(p, r).await
+            counted("NodeUnpublishVolume", super::node::unpublish(p, r).await)
         }),
         // No STAGE_UNSTAGE_VOLUME, GET_VOLUME_STATS nor EXPAND_VOLUME capability: the spec's answer
         // to these is UNIMPLEMENTED.
         _ => unimplemented(req.uri().path()),
     }
+}
+
+/// Counts a call's result in the plugin's metrics.
+fn counted<T>(method: &'static str, r: Result<T, Status>) -> Result<T, Status> {
+    let code = r.as_ref().map_or_else(Status::code, |_| tonic::Code::Ok);
+    super::metrics::call(method, code);
+    r
 }
 
 /// Serves the three services on `socket` until `shutdown` resolves.
@@ -154,8 +161,19 @@ pub async fn serve(
     }
     let listener =
         tokio::net::UnixListener::bind(socket).with_context(|| format!("listening on {}", socket.display()))?;
+    // Each connection reaches the server through the `:authority` relay (see [`super::authority`]).
     let incoming = futures::stream::unfold(listener, |l| async move {
-        let r = l.accept().await.map(|(s, _)| s);
+        let r = match l.accept().await {
+            Ok((client, _)) => tokio::net::UnixStream::pair().map(|(ours, server)| {
+                tokio::spawn(async move {
+                    if let Err(e) = super::authority::relay(client, ours).await {
+                        tracing::debug!(error = %e, "gRPC connection ended");
+                    }
+                });
+                server
+            }),
+            Err(e) => Err(e),
+        };
         Some((r, l))
     });
     tonic::transport::Server::builder()

@@ -3,19 +3,23 @@
 //! it bind-mounts a per-node *source* mount shared by every pod asking for the same thing, served
 //! by a `hubfs csi-serve` process that received the `/dev/fuse` descriptor the plugin mounted.
 //!
+//! - [`authority`]: lets grpc-core clients (Python) in despite the socket path they send as `:authority`;
 //! - [`proto`]: the CSI messages (hand-written from the spec's field numbers, no protoc);
 //! - [`grpc`]: the three services routed by hand over tonic;
 //! - [`identity`], [`node`]: the RPCs; [`volume`]: volume attributes; [`hub`]: checks against the Hub;
 //! - [`sources`]: the source mounts, shared, started, stopped and adopted after a restart;
 //! - [`state`]: the state directory and token files; [`mountinfo`] (shared with `hubfs unmount`): what is mounted;
+//! - [`metrics`]: the plugin's `/metrics`, its servers' merged in;
 //! - [`fdpass`]: /dev/fuse, mount(2), binds and SCM_RIGHTS; [`server`]: the serving process.
 //!
 //! docs/KUBERNETES.md says how to deploy it and what was tested.
 
+pub mod authority;
 pub mod fdpass;
 pub mod grpc;
 pub mod hub;
 pub mod identity;
+pub mod metrics;
 pub use crate::process::mountinfo;
 pub mod node;
 pub mod proto;
@@ -49,6 +53,9 @@ pub struct CsiNodeArgs {
     /// Hub endpoint of volumes that name none (default: $HF_ENDPOINT, else https://huggingface.co).
     #[arg(long)]
     pub hub_endpoint: Option<String>,
+    /// Serve Prometheus metrics, the plugin's and its source mounts', at http://HOST:PORT/metrics.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// What the RPC handlers share.
@@ -99,6 +106,10 @@ pub fn run(args: CsiNodeArgs) -> anyhow::Result<()> {
     let state =
         state::StateDir::open(&args.state_dir).with_context(|| format!("state dir {}", args.state_dir.display()))?;
     let cache = args.cache_dir.clone().unwrap_or_else(|| state.root.join("cache"));
+    if let Some(addr) = args.metrics_addr {
+        let render = metrics::render(state.root.join("sources"));
+        crate::metrics::server::serve(addr, Some(Box::new(render)))?;
+    }
     let default_endpoint = args
         .hub_endpoint
         .clone()

@@ -84,6 +84,7 @@ pub async fn publish(p: Arc<Plugin>, req: NodePublishVolumeRequest) -> Result<No
         .await
         .inspect_err(|e| tracing::warn!(target = %target.display(), code = ?e.code(), error = e.message(), "NodePublishVolume refused"))?;
     let endpoint = super::hub::endpoint_of(&spec, &p.default_endpoint);
+    let key = super::sources::Sources::key(&spec, &checked, &endpoint);
     let t = target.clone();
     tokio::task::spawn_blocking(move || p.sources.publish(&t, &spec, &checked, &endpoint, token.as_deref()))
         .await
@@ -92,15 +93,18 @@ pub async fn publish(p: Arc<Plugin>, req: NodePublishVolumeRequest) -> Result<No
             tracing::warn!(target = %target.display(), error = %e, "NodePublishVolume failed");
             Status::from(e)
         })?;
+    super::metrics::published(&req.volume_id, &target, &key);
     Ok(NodePublishVolumeResponse {})
 }
 
 pub async fn unpublish(p: Arc<Plugin>, req: NodeUnpublishVolumeRequest) -> Result<NodeUnpublishVolumeResponse, Status> {
     let target = target_path(&req.volume_id, &req.target_path)?;
     tracing::info!(volume = %req.volume_id, target = %target.display(), "NodeUnpublishVolume");
-    tokio::task::spawn_blocking(move || p.sources.unpublish(&target))
+    let t = target.clone();
+    tokio::task::spawn_blocking(move || p.sources.unpublish(&t))
         .await
         .map_err(|e| Status::internal(format!("unpublish task: {e}")))?
         .map_err(Status::from)?;
+    super::metrics::unpublished(&target);
     Ok(NodeUnpublishVolumeResponse {})
 }

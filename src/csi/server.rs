@@ -146,6 +146,15 @@ pub fn run() -> anyhow::Result<()> {
             }
         };
     vfs.set_mountpoint(&cfg.mountpoint);
+    let shown_revision = if cfg.revision.is_empty() {
+        "none"
+    } else {
+        cfg.revision.as_str()
+    };
+    crate::process::metrics::watch(&vfs, &opened.repo.to_string(), shown_revision, "fuse", None);
+    if let Some(dir) = cfg.mountpoint.parent() {
+        super::metrics::serve_for_plugin(dir);
+    }
     writeln!(sock, "ready {}", opened.commit).context("answering the plugin")?;
     drop(sock);
     tracing::info!(spec = %cfg.spec, commit = %opened.commit, mountpoint = %cfg.mountpoint.display(), "serving");

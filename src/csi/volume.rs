@@ -142,6 +142,21 @@ fn name_ok(s: &str) -> bool {
         && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
 }
 
+/// The kind named by a `sourceType: repo` id's first segment (`datasets/`, `spaces/`, `models/`;
+/// none: a model) and the `ns/name` after it.
+fn repo_kind(id: &str) -> (SourceKind, &str) {
+    for (prefix, kind) in [
+        ("datasets/", SourceKind::Dataset),
+        ("spaces/", SourceKind::Space),
+        ("models/", SourceKind::Model),
+    ] {
+        if let Some(rest) = id.strip_prefix(prefix) {
+            return (kind, rest);
+        }
+    }
+    (SourceKind::Model, id)
+}
+
 /// Parses the request's attributes and capability. Errors are the InvalidArgument message.
 pub fn parse(
     attrs: &HashMap<String, String>,
@@ -182,11 +197,21 @@ pub fn parse(
     let mut id = take(&["sourceId", "repoId", "repo"])
         .ok_or("volume attribute sourceId is required (ns/name of the model, dataset, space or bucket)")?;
     let kind = match kind_s.to_ascii_lowercase().as_str() {
+        // The peer's manifests say `repo` and put the kind in the id, as `hubfs mount` does.
+        "repo" | "repository" => {
+            let (kind, rest) = repo_kind(&id);
+            id = rest.to_string();
+            kind
+        }
         "model" | "models" => SourceKind::Model,
         "dataset" | "datasets" => SourceKind::Dataset,
         "space" | "spaces" => SourceKind::Space,
         "bucket" | "buckets" => SourceKind::Bucket,
-        other => return Err(format!("sourceType {other:?}: use model, dataset, space or bucket")),
+        other => {
+            return Err(format!(
+                "sourceType {other:?}: use model, dataset, space, bucket or repo"
+            ));
+        }
     };
     let mut subfolder = take(&["subfolder", "path"]).map(|s| s.trim_matches('/').to_string());
     // A bucket id may carry its prefix: ns/name/prefix.
@@ -412,6 +437,34 @@ mod tests {
             false,
         );
         assert!(ok.is_ok());
+    }
+
+    #[test]
+    fn repo_source_type_takes_the_kind_from_the_id() {
+        let repo = |id: &str| {
+            parse(
+                &attrs(&[("sourceType", "repo"), ("sourceId", id)]),
+                Some(&cap(1, "")),
+                false,
+            )
+        };
+        let m = repo("ns/name").unwrap();
+        assert_eq!(
+            (m.kind, m.id.as_str(), m.read_only),
+            (SourceKind::Model, "ns/name", true)
+        );
+        assert_eq!(repo("models/ns/name").unwrap().mount_spec(), "ns/name");
+        let d = repo("datasets/ns/name").unwrap();
+        assert_eq!(
+            (d.kind, d.id.as_str(), d.read_only),
+            (SourceKind::Dataset, "ns/name", false)
+        );
+        assert_eq!(d.mount_spec(), "datasets/ns/name");
+        let s = repo("spaces/ns/name").unwrap();
+        assert_eq!((s.kind, s.mount_spec().as_str()), (SourceKind::Space, "spaces/ns/name"));
+        // Same rules as the other kinds once the prefix is gone.
+        assert!(repo("datasets/ns").unwrap_err().contains("ns/name"));
+        assert!(repo("buckets/ns/name").is_err());
     }
 
     #[test]

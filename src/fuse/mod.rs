@@ -185,6 +185,7 @@ impl Filesystem for FuseAdapter {
         };
         let (vfs, ttl) = (self.vfs.clone(), self.ttl);
         self.rt.spawn(async move {
+            let _t = crate::metrics::timer("fuse", "lookup");
             match vfs.lookup(parent.0, &name).await {
                 Ok(a) => reply.entry(&ttl, &to_fuse(&a), Generation(0)),
                 Err(e) => reply.error(errno(&e)),
@@ -201,6 +202,7 @@ impl Filesystem for FuseAdapter {
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let (vfs, ttl) = (self.vfs.clone(), self.ttl);
         self.rt.spawn(async move {
+            let _t = crate::metrics::timer("fuse", "getattr");
             match vfs.getattr_fh(ino.0, fh.map(|f| f.0)).await {
                 Ok(a) => reply.attr(&ttl, &to_fuse(&a)),
                 Err(e) => reply.error(errno(&e)),
@@ -366,6 +368,7 @@ impl Filesystem for FuseAdapter {
         let exclusive = flags & libc::O_EXCL != 0;
         let truncate = flags & libc::O_TRUNC != 0;
         self.rt.spawn(async move {
+            let _t = crate::metrics::timer("fuse", "create");
             match vfs.create_as(parent.0, &name, exclusive, truncate, node).await {
                 Ok((a, fh)) => reply.created(&ttl, &to_fuse(&a), Generation(0), FileHandle(fh), FopenFlags::empty()),
                 Err(e) => reply.error(errno(&e)),
@@ -386,6 +389,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyWrite,
     ) {
         // A pwrite to the local staging file: answered on this thread, no task needed.
+        let _t = crate::metrics::timer("fuse", "write");
         match self.vfs.write(fh.0, offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),
@@ -399,6 +403,7 @@ impl Filesystem for FuseAdapter {
         };
         let (vfs, passthrough) = (self.vfs.clone(), self.passthrough.clone());
         self.rt.spawn(async move {
+            let _t = crate::metrics::timer("fuse", "open");
             match vfs.open_with(ino.0, mode).await {
                 Ok((fh, keep)) => {
                     let f = if keep {
@@ -431,8 +436,12 @@ impl Filesystem for FuseAdapter {
         self.passthrough.count_read(ino.0, offset, size, flags.0);
         let vfs = self.vfs.clone();
         self.rt.spawn(async move {
+            let _t = crate::metrics::timer("fuse", "read");
             match vfs.read(fh.0, offset, size).await {
-                Ok(data) => reply.data(&data),
+                Ok(data) => {
+                    crate::metrics::read("fuse", data.len());
+                    reply.data(&data)
+                }
                 Err(e) => {
                     tracing::warn!(fh = fh.0, offset, size, error = %e, "read failed");
                     reply.error(errno(&e))
@@ -444,6 +453,7 @@ impl Filesystem for FuseAdapter {
     fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock: LockOwner, reply: ReplyEmpty) {
         let vfs = self.vfs.clone();
         self.rt.spawn(async move {
+            let _t = crate::metrics::timer("fuse", "flush");
             match vfs.flush(fh.0).await {
                 Ok(()) => reply.ok(),
                 Err(e) => {
@@ -647,6 +657,7 @@ impl Filesystem for FuseAdapter {
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let vfs = self.vfs.clone();
         self.rt.spawn(async move {
+            let _t = crate::metrics::timer("fuse", "opendir");
             match vfs.opendir(ino.0).await {
                 Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
                 Err(e) => reply.error(errno(&e)),

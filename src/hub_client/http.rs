@@ -226,6 +226,7 @@ impl Http {
                 Some(w) => (w + jitter(Duration::from_millis(100))).min(MAX_RETRY_WAIT),
                 None => backoff(attempt),
             };
+            crate::metrics::hub_retry(self.class(url), delay, wait.is_some());
             tracing::debug!(
                 method = %req.method,
                 path = url.path(),
@@ -284,6 +285,12 @@ impl Http {
             Err(_) => Err(Failure::Timeout),
         };
         let elapsed_ms = started.elapsed().as_millis() as u64;
+        crate::metrics::hub_attempt(
+            self.class(url),
+            attempt_outcome(&out),
+            sent_bytes(req),
+            started.elapsed(),
+        );
         match &out {
             Ok(r) => tracing::debug!(
                 method = %req.method, path = url.path(), status = r.status.as_u16(), elapsed_ms, attempt, "hub request"
@@ -299,6 +306,15 @@ impl Http {
             }
         }
         out
+    }
+
+    /// The metrics' endpoint class of a request to `url`.
+    fn class(&self, url: &Url) -> crate::metrics::HubClass {
+        if url.origin() == self.origin {
+            crate::metrics::HubClass::of_path(url.path())
+        } else {
+            crate::metrics::HubClass::Other
+        }
     }
 
     fn status_error(&self, reply: &Reply, ctx: &ErrorContext, attempts: u32) -> HubClientError {
@@ -339,6 +355,21 @@ impl Http {
         }
         s
     }
+}
+
+fn attempt_outcome(out: &Result<Reply, Failure>) -> crate::metrics::Attempt {
+    match out {
+        Ok(r) => crate::metrics::Attempt::Status {
+            status: r.status.as_u16(),
+            received: r.body.len() as u64,
+        },
+        Err(Failure::Timeout) => crate::metrics::Attempt::Timeout,
+        Err(Failure::TooLarge | Failure::Transport(_)) => crate::metrics::Attempt::Error,
+    }
+}
+
+fn sent_bytes(req: &Request) -> u64 {
+    req.body.as_ref().map_or(0, |(_, b)| b.len() as u64)
 }
 
 /// Reads a body: drops the first `skip` bytes, keeps at most `cap` bytes, stops reading there.

@@ -127,13 +127,77 @@ fn filter() -> EnvFilter {
         .unwrap_or_else(|_| EnvFilter::new("warn,hubfs=info,xet_client=error,xet_data=error,fuser::mnt=error"))
 }
 
-/// Logs to stderr (colours only on a terminal).
+/// How log lines look (`--log-format`, `HUBFS_LOG_FORMAT`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    #[default]
+    Text,
+    /// One JSON object per line (timestamp, level, target, fields), for log collectors.
+    Json,
+}
+
+type FilterHandle = tracing_subscriber::reload::Handle<EnvFilter, tracing_subscriber::Registry>;
+
+/// The live filter, so that SIGUSR1/SIGUSR2 can change it in a running process.
+static FILTER: OnceLock<FilterHandle> = OnceLock::new();
+
+/// What SIGUSR1 raises the log level to.
+const VERBOSE: &str = "warn,hubfs=debug,xet_client=error,xet_data=error,fuser::mnt=error";
+
+/// Logs to stderr (colours only on a terminal), as text.
 pub fn init() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter())
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(|| SinkWriter)
-        .try_init();
+    init_with(LogFormat::Text);
+}
+
+/// Logs to stderr in `format`; the filter comes from `RUST_LOG` (default: hubfs at info).
+pub fn init_with(format: LogFormat) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter());
+    let registry = tracing_subscriber::registry().with(filter);
+    let fmt = tracing_subscriber::fmt::layer().with_writer(|| SinkWriter);
+    let ok = match format {
+        LogFormat::Text => registry
+            .with(fmt.with_ansi(std::io::stderr().is_terminal()))
+            .try_init()
+            .is_ok(),
+        LogFormat::Json => registry.with(fmt.json().with_ansi(false)).try_init().is_ok(),
+    };
+    if ok {
+        let _ = FILTER.set(handle);
+    }
+}
+
+/// Replaces the log filter of this process (`RUST_LOG` syntax).
+pub fn set_filter(directives: &str) -> Result<(), String> {
+    let f = EnvFilter::try_new(directives).map_err(|e| e.to_string())?;
+    FILTER
+        .get()
+        .ok_or("logging is not initialised")?
+        .reload(f)
+        .map_err(|e| e.to_string())
+}
+
+/// Until the runtime stops: SIGUSR1 raises the log level to debug for hubfs, SIGUSR2 brings back
+/// the level the process started with (`RUST_LOG` or the default). A running mount's log gets
+/// more detail without a restart: `kill -USR1 PID`.
+pub async fn level_signals() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut up), Ok(mut back)) = (signal(SignalKind::user_defined1()), signal(SignalKind::user_defined2())) else {
+        tracing::warn!("SIGUSR1/SIGUSR2 cannot change the log level of this process");
+        return;
+    };
+    loop {
+        let (directives, what) = tokio::select! {
+            _ = up.recv() => (VERBOSE.to_string(), "SIGUSR1: logging at debug"),
+            _ = back.recv() => (filter().to_string(), "SIGUSR2: logging at the starting level"),
+        };
+        match set_filter(&directives) {
+            Ok(()) => tracing::warn!("{what}"),
+            Err(e) => tracing::warn!(error = %e, "changing the log level"),
+        }
+    }
 }
 
 /// Logs to `path` (capped at `max` bytes, rotated once) instead of stderr, from now on. [`init`]

@@ -6,6 +6,7 @@
 pub mod control;
 pub mod daemon;
 pub mod logging;
+pub mod metrics;
 pub mod mountinfo;
 pub mod registry;
 pub mod session;

@@ -1,9 +1,12 @@
 //! The process's tokio runtime and its stop signals (SIGINT, SIGTERM), shared by every command that
 //! serves something until it is stopped.
 
-/// The multi-threaded runtime every long-running command uses.
+/// The multi-threaded runtime every long-running command uses; SIGUSR1/SIGUSR2 change its log
+/// level while it runs ([`super::logging::level_signals`]).
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.spawn(super::logging::level_signals());
+    Ok(rt)
 }
 
 /// SIGINT and SIGTERM, caught from the moment this is created: a mount creates it before it says

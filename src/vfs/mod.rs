@@ -716,6 +716,11 @@ impl VirtualFs {
     }
 
     /// Open file and directory handles (every frontend's).
+    /// The block cache (metrics read its sizes).
+    pub fn chunk_store(&self) -> &ChunkStore {
+        &self.reader.store
+    }
+
     pub fn handle_count(&self) -> usize {
         self.handles.lock().len()
     }

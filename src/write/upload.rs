@@ -142,6 +142,7 @@ impl Uploader {
     async fn bounded_upload(&self, files: &[&Staged]) -> Result<Vec<Option<String>>, UploadError> {
         let total: u64 = files.iter().map(|f| f.snap.size).sum();
         let limit = self.base_timeout + Duration::from_secs(total / MIN_UPLOAD_RATE);
+        let _timer = crate::metrics::UploadTimer::start();
         match tokio::time::timeout(limit, self.upload(files)).await {
             Ok(Ok(hashes)) => Ok(hashes),
             Ok(Err(e)) => {

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod isolated;
+pub mod pyenv;
 
 use std::path::Path;
 use std::process::Stdio;

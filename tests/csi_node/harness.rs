@@ -47,6 +47,11 @@ pub struct Plugin {
 
 impl Plugin {
     pub fn start(root: &Path, ep: &str, tag: &str) -> Plugin {
+        Plugin::start_with(root, ep, tag, &[])
+    }
+
+    /// [`Plugin::start`] with more command-line arguments.
+    pub fn start_with(root: &Path, ep: &str, tag: &str, extra: &[&str]) -> Plugin {
         let sock = root.join("plugin/csi.sock");
         let state = root.join("state");
         let log = root.join(format!("plugin-{tag}.log"));
@@ -57,6 +62,7 @@ impl Plugin {
             .arg(format!("unix://{}", sock.display()))
             .arg("--state-dir")
             .arg(&state)
+            .args(extra)
             .env("RUST_LOG", "hubfs=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

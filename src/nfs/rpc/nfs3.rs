@@ -29,6 +29,7 @@ pub async fn dispatch<T: Fs>(front: &Front<T>, call: Call<'_>) -> Vec<u8> {
         cred,
         ..
     } = call;
+    let _timer = crate::metrics::timer("nfs", crate::metrics::nfs_proc_name(proc_));
     let mut out = msg::success(xid);
     let (a, o, w) = (&mut args, &mut out, cred.as_ref());
     let done = match proc_ {
@@ -241,6 +242,7 @@ async fn read<T: Fs>(front: &Front<T>, who: Who<'_>, a: Args<'_, '_>, out: &mut 
     };
     match front.fs.read_attr(who, id, offset, count.min(MAX_TRANSFER)).await {
         Ok((data, eof, attr)) => {
+            crate::metrics::read("nfs", data.len());
             out.reserve(data.len() + 128);
             out.u32(OK);
             out.put(&attr.map_or(post_op_attr::Void, post_op_attr::attributes));

@@ -73,6 +73,19 @@ impl VirtualFs {
         }
     }
 
+    /// When the least recently written file still waiting for a commit was last written (metrics:
+    /// how long the oldest change has waited, at least).
+    pub fn oldest_dirty_mtime(&self) -> Option<std::time::SystemTime> {
+        let w = self.writer.as_ref()?;
+        let all = w.overlay.lock().all();
+        all.into_iter()
+            .filter_map(|(_, e)| match e {
+                Entry::File(d) if d.is_dirty() => Some(d.mtime()),
+                _ => None,
+            })
+            .min()
+    }
+
     /// The state of a writable mount (`None` when read-only).
     /// Where the mount's memory is (`hubfs status`).
     pub fn memory_report(&self) -> crate::chunk_store::MemoryReport {

@@ -227,7 +227,9 @@ impl Fetcher {
                 }
                 Ok::<_, reqwest::Error>((status, wait, pieces))
             };
-            let (why, wait) = match tokio::time::timeout(self.attempt_timeout, once).await {
+            let r = tokio::time::timeout(self.attempt_timeout, once).await;
+            crate::metrics::xet_attempt(bearer.is_some(), &r, t.elapsed());
+            let (why, wait) = match r {
                 Ok(Ok((s, _, body))) if s < 400 || s == 416 => return Ok((s, body)),
                 Ok(Ok((401 | 403, _, _))) => return Err(FetchError::Expired),
                 Ok(Ok((s, _, body))) if s != 429 && s < 500 => {
@@ -247,6 +249,11 @@ impl Fetcher {
             tracing::debug!(attempt, error = %why, "CAS request failed, retrying");
             // The server's own wait (429 with `RateLimit`/`Retry-After`) wins over the backoff.
             let backoff = Duration::from_millis(100 << attempt.min(5));
+            crate::metrics::xet_retry(
+                bearer.is_some(),
+                wait.map_or(backoff, |w| w.min(MAX_RETRY_WAIT)),
+                wait.is_some(),
+            );
             tokio::time::sleep(wait.map_or(backoff, |w| w.min(MAX_RETRY_WAIT))).await;
         }
     }
