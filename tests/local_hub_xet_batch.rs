@@ -177,8 +177,10 @@ async fn malformed_batches_tokens_and_faults() {
     assert_eq!(r.status(), 400);
 
     // The reconstruction fault class breaks batches too, and counts them.
-    let mut s = FaultSettings::default();
-    s.error_rate = 1.0;
+    let s = FaultSettings {
+        error_rate: 1.0,
+        ..FaultSettings::default()
+    };
     hub.set_faults(RouteClass::Reconstruction, s).unwrap();
     let before = hub.stats(RouteClass::Reconstruction).faults_injected;
     assert_eq!(post(json!(keys), Some(&token)).await.unwrap().status(), 500);
