@@ -221,6 +221,40 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
+    /// A CAS without the batch route (an older server): 404 or 405, answered `Unsupported`, so the
+    /// caller reads file by file; a 400 is an error, not a fallback.
+    #[tokio::test]
+    async fn a_cas_without_the_route_is_unsupported() {
+        use axum::http::StatusCode;
+        use axum::routing::{get, post};
+        let app = axum::Router::new()
+            .route("/a/v1/reconstructions", post(|| async { StatusCode::NOT_FOUND }))
+            .route("/b/v1/reconstructions", get(|| async { StatusCode::OK }))
+            .route("/c/v1/reconstructions", post(|| async { StatusCode::BAD_REQUEST }));
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(l, app).await });
+        let f = Fetcher {
+            client: reqwest::Client::builder().no_proxy().build().unwrap(),
+            attempt_timeout: Duration::from_secs(10),
+            max_retries: 1,
+            pool: crate::chunk_store::buffer_pool::BufferPool::new(1 << 20, 1),
+        };
+        let files = [("a".repeat(64), 10)];
+        for (prefix, unsupported) in [("a", true), ("b", true), ("c", false)] {
+            let cas = Cas {
+                url: format!("http://{addr}/{prefix}"),
+                token: "t".to_string(),
+            };
+            let r = f.batch(&cas, &files, &|_| {}).await;
+            match r {
+                Ok(Batch::Unsupported) => assert!(unsupported, "{prefix}"),
+                Ok(Batch::Files(_)) => panic!("{prefix}: files from an error"),
+                Err(_) => assert!(!unsupported, "{prefix}"),
+            }
+        }
+    }
+
     #[test]
     fn adjacent_ranges_of_a_url_are_one_fetch() {
         let x = "a".repeat(64);
