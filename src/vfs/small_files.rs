@@ -8,11 +8,11 @@
 //!
 //! What a reader can cause is bounded: fetching starts at the second open, a folder may have at
 //! most `FIRST + PER_OPEN × (files opened)` files started, so reading three files of a 10,000-file
-//! folder fetches a few hundred small files, never the folder; at most `AHEAD_FILES` files and
+//! folder fetches at most 640 small files, never the folder; at most `AHEAD_FILES` files and
 //! `AHEAD_BYTES` bytes fetched and not yet opened per folder; bytes in flight share the mount's
 //! download budget, and what lands goes to the chunk store, whose tiers are bounded. An open of a
-//! file no batch has started yet takes that file into the next batch and waits for it there (one
-//! shared request instead of its own two). Git-stored and plain-LFS files are not batched; they
+//! file no batch has started yet gets a batch of its own (the reader waits on a small request, not on
+//! a batch of hundreds), and the files the open earned go in the batches after it. Git-stored and plain-LFS files are not batched; they
 //! keep the listing-order prefetch (`listing_prefetch`).
 
 use std::collections::HashMap;
@@ -28,9 +28,9 @@ use super::{Node, VirtualFs};
 use crate::chunk_store::BLOCK_SIZE;
 
 /// Files a folder may have started once its second small file is opened.
-const FIRST: usize = 128;
+const FIRST: usize = 256;
 /// More files started per further distinct file opened.
-const PER_OPEN: usize = 64;
+const PER_OPEN: usize = 128;
 /// Most files of one folder fetched and not yet opened.
 const AHEAD_FILES: usize = 4096;
 /// Most bytes of one folder fetched and not yet opened.
@@ -87,7 +87,14 @@ impl VirtualFs {
         }
         let opened_key = meta.id.key();
         let mut own = None;
-        for batch in split(picks) {
+        // A missed file (first in `picks`) is fetched alone: the reader waits on it.
+        let mut batches = Vec::new();
+        let mut rest = picks;
+        if rest.first().is_some_and(|f| f.id.key() == opened_key) {
+            batches.push(vec![rest.remove(0)]);
+        }
+        batches.extend(split(rest));
+        for batch in batches {
             let shared = self.start_batch(&batch, commit);
             for file in batch {
                 let fut = self.load_from(shared.clone(), file.clone(), commit);
