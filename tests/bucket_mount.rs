@@ -503,3 +503,40 @@ fn nfs_bucket_server_writes_renames_deletes() {
         common::sha256_hex(&big)
     );
 }
+
+/// Small files of a bucket read in inode order (`cp -r`) go in batches as a repo's do (issue 30):
+/// every byte as written, and well under 0.1 Hub requests per file.
+#[test]
+fn bucket_small_files_are_read_in_batches() {
+    use hubfs::local_hub::RouteClass;
+    const N: usize = 200;
+    let w = World::new();
+    w.create_bucket("small");
+    let m = w.mount("buckets/local/small", "w-small", WRITE, &[]);
+    std::fs::create_dir_all(m.p("d")).unwrap();
+    for i in 0..N {
+        std::fs::write(m.p(&format!("d/{i:04}.bin")), pseudo(4096, 500 + i as u64)).unwrap();
+    }
+    m.sync(&w);
+    m.unmount(&w);
+
+    let r = w.mount("buckets/local/small", "r-small", READ, &["--read-only"]);
+    let requests = || -> u64 {
+        [RouteClass::Reconstruction, RouteClass::XorbFetch, RouteClass::Resolve]
+            .iter()
+            .map(|c| w._hub.stats(*c).requests)
+            .sum()
+    };
+    let before = requests();
+    let out = w.dir.path().join("out");
+    let st = Command::new("cp").arg("-r").arg(r.p("d")).arg(&out).status().unwrap();
+    assert!(st.success());
+    let used = requests() - before;
+    for i in 0..N {
+        let got = std::fs::read(out.join(format!("{i:04}.bin"))).unwrap();
+        assert!(got == pseudo(4096, 500 + i as u64), "file {i} differs");
+    }
+    eprintln!("bucket, cp -r of {N} small files: {used} Hub content requests");
+    assert!(used as f64 <= 0.1 * N as f64, "{used} Hub requests for {N} files");
+    r.unmount(&w);
+}

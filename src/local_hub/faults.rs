@@ -43,7 +43,8 @@ pub enum RouteClass {
     /// keep working.
     #[serde(rename = "commit")]
     Commit,
-    /// CAS: `GET /v1|v2/reconstructions…` (which xorb ranges make up a file).
+    /// CAS: `GET /v1|v2/reconstructions…` (which xorb ranges make up a file) and the batch
+    /// `POST|GET /v1/reconstructions` (many files at once).
     #[serde(rename = "reconstruction")]
     Reconstruction,
     /// CAS: presigned `fetch_term` and `get_xorb` reads of xorb bytes.
@@ -524,6 +525,7 @@ mod tests {
                 "/cas/ab12/v2/reconstructions/0123",
                 Some(RouteClass::Reconstruction),
             ),
+            (&post, "/cas/ab12/v1/reconstructions", Some(RouteClass::Reconstruction)),
             (&get, "/v1/fetch_term", Some(RouteClass::XorbFetch)),
             (&get, "/cas/ab12/v1/get_xorb/default/00/", Some(RouteClass::XorbFetch)),
             (&post, "/cas/ab12/v1/xorbs/default/00", Some(RouteClass::XorbUpload)),

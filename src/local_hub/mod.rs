@@ -25,6 +25,7 @@ mod server;
 mod state;
 pub mod store;
 mod xet;
+mod xet_batch;
 
 pub use auth::{DEFAULT_READ_TOKEN, DEFAULT_WRITE_TOKEN, Role, TokenSpec};
 pub use faults::{ClassStatsSnapshot, FaultSettings, RouteClass};

@@ -1,7 +1,8 @@
 //! Xet: the token endpoints of the Hub API, and the public CAS origin. The CAS itself is xet-client's
 //! `LocalServer` on an internal port; the public origin in front of it checks the tokens we issued,
 //! is where the `cas` fault class and its step classes apply (see `faults::cas_step`), and reads every uploaded shard to learn which sha256 each Xet file
-//! hash stands for (the commit only names the sha256).
+//! hash stands for (the commit only names the sha256). Batch reconstructions are checked and
+//! rewritten for the CAS in `xet_batch`.
 
 use std::io::Cursor;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use super::names::RepoId;
 use super::server::Req;
 use super::state::HubState;
 use super::store::XetBinding;
+use super::xet_batch;
 
 /// Largest shard accepted (real shards of one upload are a few MiB).
 const MAX_SHARD: usize = 256 << 20;
@@ -148,10 +150,11 @@ async fn cas_proxy(state: &HubState, req: Request) -> HubResult<Response> {
         _ if is_presigned(raw_path) || raw_path == "/health" => raw_path.to_string(),
         _ => return Err(HubError::RouteNotFound),
     };
-    let path_and_query = match req.uri().query() {
+    let mut path_and_query = match req.uri().query() {
         Some(q) => format!("{path}?{q}"),
         None => path.clone(),
     };
+    let uri_query = req.uri().query().map(str::to_string);
     // The simulator's control routes must not be reachable from outside.
     if path.starts_with("/simulation/") && !is_presigned(&path) {
         return Err(HubError::RouteNotFound);
@@ -168,7 +171,8 @@ async fn cas_proxy(state: &HubState, req: Request) -> HubResult<Response> {
             return Err(HubError::Forbidden("This CAS token is read-only".to_string()));
         }
     }
-    let method = req.method().clone();
+    let mut method = req.method().clone();
+    let batch = xet_batch::is_batch(&method, &path);
     let host = req.headers().get(axum::http::header::HOST).cloned();
     let mut headers = HeaderMap::new();
     for (k, v) in req.headers() {
@@ -184,7 +188,20 @@ async fn cas_proxy(state: &HubState, req: Request) -> HubResult<Response> {
         headers.insert(axum::http::header::HOST, h);
     }
     let is_shard = method == axum::http::Method::POST && (path == "/v1/shards" || path == "/v2/shards");
-    let body = req.into_body();
+    let mut body = req.into_body();
+    if batch {
+        // Both batch forms become the embedded CAS's GET form, once the keys are checked.
+        let ids = if method == axum::http::Method::POST {
+            xet_batch::keys_from_body(&read_body(body, xet_batch::MAX_BATCH_BODY).await?)?
+        } else {
+            xet_batch::keys_from_query(uri_query.as_deref().unwrap_or(""))?
+        };
+        tracing::debug!(files = ids.len(), "batch reconstruction");
+        path_and_query = xet_batch::upstream_path(&ids);
+        method = axum::http::Method::GET;
+        headers.remove(axum::http::header::CONTENT_TYPE);
+        body = Body::empty();
+    }
     let url = format!("{}{path_and_query}", state.cas_internal);
     let mut builder = state.http.request(method, &url).headers(headers);
     let shard = if is_shard {

@@ -1,4 +1,4 @@
-//! Small files read in listing order: when a reader opens the files of one directory one after
+//! Small files read in listing order (small Xet files go in batches instead, see `small_files`): when a reader opens the files of one directory one after
 //! another in the order the directory lists them (a data loader, `cat *`, `tar c`, `cp -r` out of
 //! the mount), the next files' contents are fetched in parallel ahead of it, so each open finds its
 //! bytes cached instead of waiting a round trip.
@@ -64,6 +64,13 @@ impl VirtualFs {
         let Ok(idx) = listing.entries.binary_search_by(|(n, _)| n.as_str().cmp(name)) else {
             return;
         };
+        // Small Xet files go in batches, whatever the order (`small_files`).
+        if let Node::File(meta) = &listing.entries[idx].1
+            && self.reader.remote.batchable(meta)
+        {
+            let meta = meta.clone();
+            return self.note_small_open(commit, parent, &listing, idx, &meta).await;
+        }
         let successor =
             |from: usize| (from + 1..listing.entries.len()).find(|&i| matches!(listing.entries[i].1, Node::File(_)));
         let cursor = self

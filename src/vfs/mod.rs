@@ -15,6 +15,7 @@ mod passthrough;
 pub mod read;
 pub mod remote;
 mod rename;
+mod small_files;
 mod special;
 mod write;
 
@@ -187,6 +188,8 @@ pub struct VirtualFs {
     point_lookups: moka::sync::Cache<(String, String), Arc<std::sync::atomic::AtomicU32>>,
     /// Readers following a directory's listing order, by directory (`listing_prefetch`).
     cursors: moka::sync::Cache<String, Arc<Mutex<listing_prefetch::Cursor>>>,
+    /// Folders whose small Xet files readers are going through, by (commit, folder) (`small_files`).
+    folders: moka::sync::Cache<(String, String), Arc<Mutex<small_files::Folder>>>,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
     /// The Hub content the kernel's cached pages of an inode can only have come from (see
     /// `add_handle_keep`); no entry: unknown, the next open drops them.
@@ -294,6 +297,9 @@ impl VirtualFs {
             point_lookups: moka::sync::Cache::builder().max_capacity(meta::COUNTED_DIRS).build(),
             cursors: moka::sync::Cache::builder()
                 .max_capacity(listing_prefetch::FOLLOWED_DIRS)
+                .build(),
+            folders: moka::sync::Cache::builder()
+                .max_capacity(small_files::FOLLOWED_FOLDERS)
                 .build(),
             handles: Mutex::new(HashMap::new()),
             last_content: Mutex::new(HashMap::new()),

@@ -4,6 +4,7 @@
 
 mod xet;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -77,6 +78,10 @@ const LATENCY_PROBE_MAX: u64 = 256 << 10;
 /// followed by a xorb fetch (two requests every time).
 const XET_HTTP_RANGE_MAX: u64 = 4 << 20;
 
+/// Xet files up to this size are "small": read whole, many at once, through batch
+/// reconstructions (`fetch_small_batch`).
+pub const SMALL_FILE_MAX: u64 = 1 << 20;
+
 /// How a file's bytes are addressed. The key doubles as the chunk store's content key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ContentId {
@@ -127,6 +132,9 @@ pub struct Remote {
     budget_kib: (u32, u32),
     pool: BufferPool,
     latency: Latency,
+    /// Set once the CAS answered the batch route with 404/405/501 (an older server): small files
+    /// are then read one by one, as before batches existed.
+    no_batches: std::sync::atomic::AtomicBool,
 }
 
 /// Download budget on a fast link (48 MiB) and on a slow one (128 MiB), in KiB, unless the
@@ -161,6 +169,7 @@ impl Remote {
             timeout,
             pool,
             latency: Latency::default(),
+            no_batches: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -252,6 +261,72 @@ impl Remote {
             buf.extend_from_slice(p);
         }
         buf.freeze()
+    }
+
+    /// Whether `file` can go in a batch: a small Xet file, and the CAS has not refused batches.
+    pub fn batchable(&self, file: &FileMeta) -> bool {
+        matches!(file.id, ContentId::Xet(_))
+            && file.size > 0
+            && file.size <= SMALL_FILE_MAX
+            && !self.no_batches.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The whole content of each of `files` (small Xet files of one repo revision), by content key,
+    /// from one batch reconstruction and one fetch per joined xorb range. Files the answer leaves
+    /// out, or whose bytes do not match their size, are missing from the map: the caller reads
+    /// them one by one. A CAS without the batch route answers an empty map from then on.
+    pub async fn fetch_small_batch(&self, files: &[FileMeta], commit: &str) -> VfsResult<HashMap<Arc<str>, Bytes>> {
+        let list: Vec<(String, u64)> = files
+            .iter()
+            .filter_map(|f| match &f.id {
+                ContentId::Xet(h) if self.batchable(f) => Some((h.clone(), f.size)),
+                _ => None,
+            })
+            .collect();
+        if list.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let token = self.client.xet_read_token(&self.repo, commit).await?;
+        let cas = xet::Cas {
+            url: token.cas_url,
+            token: token.access_token,
+        };
+        let (budget, cap) = if self.latency.window_scale() > 1 {
+            (&self.budget_slow, BUDGET_SLOW_KIB)
+        } else {
+            (&self.budget_fast, BUDGET_FAST_KIB)
+        };
+        let total: u64 = list.iter().map(|(_, s)| s).sum();
+        let kib = total.div_ceil(1024).min(cap as u64) as u32;
+        let _held = budget
+            .acquire_many(kib)
+            .await
+            .map_err(|_| VfsError::Xet("download budget closed".to_string()))?;
+        let record = |d| self.latency.record(d);
+        let work = self.xet.batch(&cas, &list, &record);
+        let answer = tokio::time::timeout(self.timeout, work)
+            .await
+            .map_err(|_| VfsError::Timeout(self.timeout))??;
+        let got = match answer {
+            xet::Batch::Files(m) => m,
+            xet::Batch::Unsupported => {
+                if !self.no_batches.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::info!("the CAS has no batch reconstruction route; small files are read one by one");
+                }
+                return Ok(HashMap::new());
+            }
+        };
+        let mut out = HashMap::with_capacity(got.len());
+        for (hash, size) in &list {
+            match got.get(hash) {
+                Some(b) if b.len() as u64 == *size => {
+                    out.insert(ContentId::Xet(hash.clone()).key(), b.clone());
+                }
+                Some(b) => tracing::debug!(hash, size, got = b.len(), "batch answer of the wrong size"),
+                None => {}
+            }
+        }
+        Ok(out)
     }
 
     /// `[start, start + len)` of a Xet file as one buffer: a reconstruction of exactly that range,

@@ -408,3 +408,53 @@ pub async fn nfs_mount(port: u16) -> Result<NfsConn, String> {
     .map_err(|_| "MOUNT did not answer within 20 s".to_string())?
     .map_err(|e| format!("MOUNT: {e:?}"))
 }
+
+/// Creates `repo` (a model or dataset repo) holding each `(path, content)` of `files`, uploaded in
+/// one commit by the hf-hub crate, which stores binary files through Xet as `upload_folder` does.
+pub async fn upload_xet_files(ep: &str, repo: &Repo, files: &[(String, Vec<u8>)]) {
+    let cache = tempfile::tempdir().unwrap();
+    let c = hf_hub::HFClient::builder()
+        .endpoint(ep)
+        .token(WRITE)
+        .cache_dir(cache.path())
+        .build()
+        .unwrap();
+    let ops: Vec<_> = files
+        .iter()
+        .map(|(path, content)| hf_hub::repository::CommitOperation::Add {
+            path_in_repo: path.clone(),
+            source: hf_hub::repository::AddSource::Bytes(content.clone().into()),
+        })
+        .collect();
+    if repo.ty == "dataset" {
+        c.create_repository()
+            .repo_id(&repo.id)
+            .repo_type(hf_hub::RepoTypeDataset)
+            .send()
+            .await
+            .unwrap();
+        let (ns, name) = repo.id.split_once('/').unwrap();
+        c.dataset(ns, name)
+            .create_commit()
+            .operations(ops)
+            .commit_message("small files")
+            .send()
+            .await
+            .unwrap();
+    } else {
+        c.create_repository()
+            .repo_id(&repo.id)
+            .repo_type(hf_hub::RepoTypeModel)
+            .send()
+            .await
+            .unwrap();
+        let (ns, name) = repo.id.split_once('/').unwrap();
+        c.model(ns, name)
+            .create_commit()
+            .operations(ops)
+            .commit_message("small files")
+            .send()
+            .await
+            .unwrap();
+    }
+}

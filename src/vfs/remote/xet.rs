@@ -11,6 +11,10 @@
 //! `Range` header on such a URL selects bytes within it, as on a CDN. Xorb bytes are a sequence
 //! of chunks, each an 8-byte header (compressed length, scheme, uncompressed length) and its data.
 
+mod batch;
+
+pub use batch::Batch;
+
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
@@ -31,10 +35,23 @@ pub struct Cas {
     pub token: String,
 }
 
-/// Why a fetch failed; `Expired` asks the caller for a new reconstruction (fresh presigned URLs).
-enum FetchError {
+/// Why a fetch failed; `Expired` asks the caller for a new reconstruction (fresh presigned URLs);
+/// `Status` is a 4xx answer the caller may know what to do with (a 404 of the batch route).
+pub(super) enum FetchError {
     Expired,
+    Status(u16, String),
     Fatal(VfsError),
+}
+
+impl FetchError {
+    /// As a `VfsError`, for callers with no special case.
+    pub(super) fn into_vfs(self) -> VfsError {
+        match self {
+            FetchError::Expired => VfsError::Xet("CAS token or URL refused".to_string()),
+            FetchError::Status(s, text) => VfsError::Xet(format!("CAS answered {s}: {text}")),
+            FetchError::Fatal(e) => e,
+        }
+    }
 }
 
 impl From<VfsError> for FetchError {
@@ -89,7 +106,7 @@ impl Fetcher {
                 Err(FetchError::Expired) => {
                     tracing::debug!(hash, start, "xorb URL refused; asking for a new reconstruction")
                 }
-                Err(FetchError::Fatal(e)) => return Err(e),
+                Err(e @ (FetchError::Fatal(_) | FetchError::Status(..))) => return Err(e.into_vfs()),
             }
         }
         Err(VfsError::Xet("xorb URLs refused twice in a row".to_string()))
@@ -187,10 +204,7 @@ impl Fetcher {
         Ok(pieces)
     }
 
-    /// A GET with a Range header, retried on transport errors, timeouts, 429 and 5xx (waiting as
-    /// long as a 429 asks); the status
-    /// and the body (at most `cap` bytes) in the pieces it arrived in. 401/403 mean the URL or the
-    /// token went stale.
+    /// A GET with a Range header (see `send`).
     async fn get(
         &self,
         url: &str,
@@ -199,20 +213,35 @@ impl Fetcher {
         on_first_byte: &(dyn Fn(Duration) + Sync),
         cap: u64,
     ) -> Result<(u16, Vec<Bytes>), FetchError> {
+        let make = || {
+            let rb = self
+                .client
+                .get(url)
+                .header(reqwest::header::RANGE, range)
+                .header(reqwest::header::ACCEPT_ENCODING, "identity");
+            match bearer {
+                Some(tok) => rb.bearer_auth(tok),
+                None => rb,
+            }
+        };
+        self.send(&make, on_first_byte, cap).await
+    }
+
+    /// A request built by `make`, retried on transport errors, timeouts, 429 and 5xx (waiting as
+    /// long as a 429 asks); the status and the body (at most `cap` bytes) in the pieces it arrived
+    /// in. 401/403 mean the URL or the token went stale; other 4xx but 416 are fatal.
+    pub(super) async fn send(
+        &self,
+        make: &(dyn Fn() -> reqwest::RequestBuilder + Sync),
+        on_first_byte: &(dyn Fn(Duration) + Sync),
+        cap: u64,
+    ) -> Result<(u16, Vec<Bytes>), FetchError> {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
             let t = Instant::now();
             let once = async {
-                let mut rb = self
-                    .client
-                    .get(url)
-                    .header(reqwest::header::RANGE, range)
-                    .header(reqwest::header::ACCEPT_ENCODING, "identity");
-                if let Some(tok) = bearer {
-                    rb = rb.bearer_auth(tok);
-                }
-                let mut resp = rb.send().await?;
+                let mut resp = make().send().await?;
                 on_first_byte(t.elapsed());
                 let status = resp.status().as_u16();
                 let wait = HubClient::retry_wait(resp.headers());
@@ -235,7 +264,7 @@ impl Fetcher {
                 Ok(Ok((s, _, body))) if s != 429 && s < 500 => {
                     let text =
                         String::from_utf8_lossy(body.first().map_or(&[][..], |b| &b[..b.len().min(200)])).into_owned();
-                    return Err(FetchError::Fatal(VfsError::Xet(format!("CAS answered {s}: {text}"))));
+                    return Err(FetchError::Status(s, text));
                 }
                 Ok(Ok((s, wait, _))) => (format!("status {s}"), wait),
                 Ok(Err(e)) => (format!("network error: {e}"), None),
