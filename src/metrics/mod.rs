@@ -121,6 +121,12 @@ pub struct OpLabels {
     pub op: &'static str,
 }
 
+/// The part of the memory budget a series is about (a fixed set of names).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartLabel {
+    pub part: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TierLabel {
     pub tier: &'static str,
@@ -184,6 +190,11 @@ pub struct Metrics {
     pub cache_capacity: Family<TierLabel, Gauge>,
     pub cache_evictions: Family<TierLabel, Counter>,
     pub held_bytes: Gauge,
+    pub memory_budget: Family<PartLabel, Gauge>,
+    pub memory_in_use: Family<PartLabel, Gauge>,
+    pub memory_prefetches_refused: Counter,
+    pub memory_waits: Counter,
+    pub memory_overruns: Counter,
     pub staged_files: Gauge,
     pub pending_bytes: Gauge,
     pub oldest_pending: Gauge<f64, AtomicU64>,
@@ -223,6 +234,11 @@ impl Metrics {
             cache_capacity: Family::default(),
             cache_evictions: Family::default(),
             held_bytes: Gauge::default(),
+            memory_budget: Family::default(),
+            memory_in_use: Family::default(),
+            memory_prefetches_refused: Counter::default(),
+            memory_waits: Counter::default(),
+            memory_overruns: Counter::default(),
             staged_files: Gauge::default(),
             pending_bytes: Gauge::default(),
             oldest_pending: Gauge::default(),
@@ -358,6 +374,33 @@ impl Metrics {
             "Bytes of blocks readers' prefetch windows hold (outside the memory tier's budget)",
             Unit::Bytes,
             self.held_bytes.clone(),
+        );
+        r.register_with_unit(
+            "memory_budget",
+            "The memory budget (--memory-limit) and how it is split: limit, fixed, downloads, blocks, memory_tier",
+            Unit::Bytes,
+            self.memory_budget.clone(),
+        );
+        r.register_with_unit(
+            "memory_in_use",
+            "Memory in use: resident (the process's RSS), blocks (pooled block buffers on loan, against the blocks part), held, idle_buffers",
+            Unit::Bytes,
+            self.memory_in_use.clone(),
+        );
+        r.register(
+            "memory_prefetches_refused",
+            "Prefetches not started because the memory budget had no room beyond the readers' reserve",
+            self.memory_prefetches_refused.clone(),
+        );
+        r.register(
+            "memory_waits",
+            "Loads that waited for room in the memory budget",
+            self.memory_waits.clone(),
+        );
+        r.register(
+            "memory_overruns",
+            "Loads that went past a full memory budget after waiting 5 s",
+            self.memory_overruns.clone(),
         );
         r.register(
             "write_staged_files",

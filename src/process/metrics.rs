@@ -5,7 +5,7 @@
 use std::sync::{Arc, Weak};
 use std::time::SystemTime;
 
-use crate::metrics::{Metrics, MountLabels, TierLabel, counter_to};
+use crate::metrics::{Metrics, MountLabels, PartLabel, TierLabel, counter_to};
 use crate::vfs::VirtualFs;
 
 /// Adds `vfs` (mounted from `repo` at `revision`, served by `frontend`: `fuse`, `nfs`) to the metrics.
@@ -50,6 +50,26 @@ fn tier(m: &Metrics, name: &'static str, (bytes, entries, cap): (u64, u64, u64))
     m.cache_capacity.get_or_create(&l).set(cap as i64);
 }
 
+fn memory(m: &Metrics, r: &crate::chunk_store::MemoryReport) {
+    let set = |f: &prometheus_client::metrics::family::Family<PartLabel, prometheus_client::metrics::gauge::Gauge>, part: &'static str, v: u64| {
+        f.get_or_create(&PartLabel { part }).set(v.min(i64::MAX as u64) as i64);
+    };
+    if let Some(p) = &r.plan {
+        set(&m.memory_budget, "limit", p.limit);
+        set(&m.memory_budget, "fixed", p.fixed);
+        set(&m.memory_budget, "downloads", p.downloads);
+        set(&m.memory_budget, "blocks", p.blocks);
+        set(&m.memory_budget, "memory_tier", p.memory_tier);
+    }
+    set(&m.memory_in_use, "resident", r.rss);
+    set(&m.memory_in_use, "blocks", r.blocks_on_loan);
+    set(&m.memory_in_use, "held", r.held);
+    set(&m.memory_in_use, "idle_buffers", r.idle_buffers);
+    counter_to(&m.memory_prefetches_refused, r.prefetches_refused);
+    counter_to(&m.memory_waits, r.waits);
+    counter_to(&m.memory_overruns, r.overruns);
+}
+
 fn refresh(m: &Metrics, vfs: &VirtualFs, passthrough: Option<&crate::fuse::PassthroughStats>) {
     let store = vfs.chunk_store();
     tier(m, "memory", store.memory_usage());
@@ -57,6 +77,7 @@ fn refresh(m: &Metrics, vfs: &VirtualFs, passthrough: Option<&crate::fuse::Passt
         tier(m, "disk", disk.usage());
     }
     m.held_bytes.set(store.held_bytes() as i64);
+    memory(m, &store.memory_report());
     if let Some(p) = passthrough {
         counter_to(&m.passthrough_opens, p.opened());
     }

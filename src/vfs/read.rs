@@ -37,6 +37,9 @@ pub struct ReadState {
     window: u64,
     /// What the reader holds (boxed: a handle of every open file carries a `ReadState`).
     held: Box<Held>,
+    /// Blocks this reader started reading range by range because the memory budget was full: it
+    /// goes on that way in them, since loading one whole now would fetch again what it read.
+    exact: Option<(u64, u64)>,
 }
 
 /// The blocks of the current run a reader is reading or has asked to prefetch, held in the chunk
@@ -56,6 +59,7 @@ impl Default for ReadState {
             run_start: 0,
             window: 1,
             held: Box::default(),
+            exact: None,
         }
     }
 }
@@ -201,16 +205,31 @@ impl Reader {
         self.prefetch(file, commit, &key, prefetch);
         // Room for the blocks not loaded yet; with the memory budget full of blocks other readers
         // hold, this read takes just its bytes instead of waiting for room (see `budget`).
+        let exact = state.lock().exact;
         let mut rooms = Vec::with_capacity((last - first + 1) as usize);
         for idx in first..=last {
             if self.store.is_loaded(&key, idx) || self.store.is_loading(&key, idx) {
                 rooms.push(None);
                 continue;
             }
-            match self.store.try_room(ChunkStore::load_charge(block_len(file.size, idx))).await {
+            let started_exact = exact.is_some_and(|(a, b)| (a..=b).contains(&idx));
+            let room = match started_exact {
+                true => None,
+                false => {
+                    self.store
+                        .try_room(ChunkStore::load_charge(block_len(file.size, idx)))
+                        .await
+                }
+            };
+            match room {
                 Some(room) => rooms.push(Some(room)),
                 None => {
                     drop(rooms);
+                    state.lock().exact = Some(match exact {
+                        // Adjacent to the blocks already read this way: one run of them.
+                        Some((a, b)) if first <= b + 1 && last + 1 >= a => (a.min(first), b.max(last)),
+                        _ => (first, last),
+                    });
                     tracing::trace!(key = %key, offset, "memory budget full: exact range from the Hub");
                     return self.remote.fetch_exact(file, commit, offset, end - offset).await;
                 }

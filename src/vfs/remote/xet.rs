@@ -224,15 +224,17 @@ impl Fetcher {
                 None => rb,
             }
         };
-        self.send(&make, on_first_byte, cap).await
+        self.send(&make, bearer.is_some(), on_first_byte, cap).await
     }
 
     /// A request built by `make`, retried on transport errors, timeouts, 429 and 5xx (waiting as
     /// long as a 429 asks); the status and the body (at most `cap` bytes) in the pieces it arrived
-    /// in. 401/403 mean the URL or the token went stale; other 4xx but 416 are fatal.
+    /// in. 401/403 mean the URL or the token went stale; other 4xx but 416 are fatal. `api`: a CAS
+    /// API call (with the token), not a presigned xorb fetch (for the metrics).
     pub(super) async fn send(
         &self,
         make: &(dyn Fn() -> reqwest::RequestBuilder + Sync),
+        api: bool,
         on_first_byte: &(dyn Fn(Duration) + Sync),
         cap: u64,
     ) -> Result<(u16, Vec<Bytes>), FetchError> {
@@ -257,7 +259,7 @@ impl Fetcher {
                 Ok::<_, reqwest::Error>((status, wait, pieces))
             };
             let r = tokio::time::timeout(self.attempt_timeout, once).await;
-            crate::metrics::xet_attempt(bearer.is_some(), &r, t.elapsed());
+            crate::metrics::xet_attempt(api, &r, t.elapsed());
             let (why, wait) = match r {
                 Ok(Ok((s, _, body))) if s < 400 || s == 416 => return Ok((s, body)),
                 Ok(Ok((401 | 403, _, _))) => return Err(FetchError::Expired),
@@ -279,7 +281,7 @@ impl Fetcher {
             // The server's own wait (429 with `RateLimit`/`Retry-After`) wins over the backoff.
             let backoff = Duration::from_millis(100 << attempt.min(5));
             crate::metrics::xet_retry(
-                bearer.is_some(),
+                api,
                 wait.map_or(backoff, |w| w.min(MAX_RETRY_WAIT)),
                 wait.is_some(),
             );

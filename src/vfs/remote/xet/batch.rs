@@ -72,7 +72,7 @@ impl Fetcher {
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(body.clone())
         };
-        let pieces = match self.send(&make, on_first_byte, ANSWER_CAP).await {
+        let pieces = match self.send(&make, true, on_first_byte, ANSWER_CAP).await {
             Ok((_, pieces)) => pieces,
             Err(FetchError::Status(404 | 405 | 501, _)) => return Ok(Batch::Unsupported),
             Err(e) => return Err(e.into_vfs()),
