@@ -74,9 +74,13 @@ impl Plan {
         }
     }
 
-    /// Room kept for readers' own blocks: prefetches stop short of it.
-    fn reserve(&self) -> u64 {
-        (2 * BLOCK_SIZE).max(self.blocks / 8)
+    /// Room kept for the own blocks of `readers` sequential readers (the block each reads and the
+    /// next): prefetches stop short of it. At least an eighth of the room, at most half.
+    fn reserve(&self, readers: u64) -> u64 {
+        (2 * BLOCK_SIZE * readers)
+            .max(self.blocks / 8)
+            .max(2 * BLOCK_SIZE)
+            .min(self.blocks / 2)
     }
 }
 
@@ -139,12 +143,29 @@ pub struct MemoryBudget {
 struct Inner {
     /// `None`: no budget (tests, and stores built without one): everything is admitted.
     plan: Option<Plan>,
+    /// Sequential readers now (see `Reading`), whose own blocks the reserve is kept for.
+    readers: AtomicU64,
     source: String,
     usage: Arc<Usage>,
     reserved: AtomicU64,
     refused: AtomicU64,
     waits: AtomicU64,
     overruns: AtomicU64,
+}
+
+/// One sequential reader counted for the reserve, for as long as it lives.
+pub struct Reading(Arc<Inner>);
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        self.0.readers.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for Reading {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Reading")
+    }
 }
 
 /// Room taken for one load until it is filled (or fails); given back when dropped.
@@ -168,6 +189,7 @@ impl MemoryBudget {
         MemoryBudget {
             inner: Arc::new(Inner {
                 plan,
+                readers: AtomicU64::new(0),
                 source: source.to_string(),
                 usage,
                 reserved: AtomicU64::new(0),
@@ -207,11 +229,22 @@ impl MemoryBudget {
         }
     }
 
+    /// Sequential readers now.
+    pub fn readers(&self) -> u64 {
+        self.inner.readers.load(Ordering::Relaxed)
+    }
+
+    /// Counts a sequential reader until the returned guard is dropped.
+    pub fn reading(&self) -> Reading {
+        self.inner.readers.fetch_add(1, Ordering::Relaxed);
+        Reading(self.inner.clone())
+    }
+
     /// Whether prefetches are being refused now: readers should keep no more than they must.
     pub fn under_pressure(&self) -> bool {
         let Some(plan) = self.inner.plan else { return false };
         let used = self.inner.usage.on_loan() + self.inner.reserved.load(Ordering::Acquire);
-        used + BLOCK_SIZE > plan.blocks.saturating_sub(plan.reserve())
+        used + BLOCK_SIZE > plan.blocks.saturating_sub(plan.reserve(self.readers()))
     }
 
     /// Room for a reader's own load of `bytes` if there is some now.
@@ -236,7 +269,7 @@ impl MemoryBudget {
         let Some(plan) = self.inner.plan else {
             return Some(Admission { inner: None, bytes });
         };
-        if self.take(bytes, plan.blocks.saturating_sub(plan.reserve())) {
+        if self.take(bytes, plan.blocks.saturating_sub(plan.reserve(self.readers()))) {
             Some(self.admission(bytes))
         } else {
             self.inner.refused.fetch_add(1, Ordering::Relaxed);
@@ -414,7 +447,7 @@ mod tests {
         }
         assert_eq!(
             prefetched.len() as u64,
-            (plan.blocks - plan.reserve()) / BLOCK_SIZE,
+            (plan.blocks - plan.reserve(0)) / BLOCK_SIZE,
             "prefetches take all but the reserve"
         );
         assert_eq!(b.report().prefetches_refused, 1);
@@ -438,6 +471,20 @@ mod tests {
         assert_eq!(b.report().waits, 1);
         assert_eq!(b.report().overruns, 0);
         drop(a);
+    }
+
+    #[test]
+    fn the_reserve_grows_with_readers() {
+        let (b, _usage) = budget(512 * MIB);
+        let plan = b.plan().unwrap();
+        let alone = plan.reserve(b.readers());
+        let readers: Vec<_> = (0..8).map(|_| b.reading()).collect();
+        assert_eq!(plan.reserve(b.readers()), 16 * BLOCK_SIZE, "two blocks per reader");
+        assert!(alone < 16 * BLOCK_SIZE);
+        let more: Vec<_> = (0..100).map(|_| b.reading()).collect();
+        assert_eq!(plan.reserve(b.readers()), plan.blocks / 2, "at most half the room");
+        drop((readers, more));
+        assert_eq!(b.readers(), 0);
     }
 
     #[tokio::test(start_paused = true)]

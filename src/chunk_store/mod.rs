@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-pub use budget::{Admission, MemoryBudget, MemoryReport, Plan};
+pub use budget::{Admission, MemoryBudget, MemoryReport, Plan, Reading};
 pub use disk::DiskTier;
 pub use hold::BlockHold;
 

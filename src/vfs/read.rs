@@ -9,7 +9,7 @@ use futures::future::try_join_all;
 
 use super::error::VfsResult;
 use super::remote::{FileMeta, Remote};
-use crate::chunk_store::{Admission, BLOCK_SIZE, BlockHold, ChunkStore};
+use crate::chunk_store::{Admission, BLOCK_SIZE, BlockHold, ChunkStore, Reading};
 use crate::hub_client::RepoKind;
 
 /// Largest prefetch window, in blocks (8 × 8 MiB = 64 MiB ahead of the reader; twice that on a
@@ -40,6 +40,8 @@ pub struct ReadState {
     /// Blocks this reader started reading range by range because the memory budget was full: it
     /// goes on that way in them, since loading one whole now would fetch again what it read.
     exact: Option<(u64, u64)>,
+    /// Counted as a sequential reader in the memory budget while in a run.
+    reading: Option<Reading>,
 }
 
 /// The blocks of the current run a reader is reading or has asked to prefetch, held in the chunk
@@ -60,6 +62,7 @@ impl Default for ReadState {
             window: 1,
             held: Box::default(),
             exact: None,
+            reading: None,
         }
     }
 }
@@ -175,10 +178,14 @@ impl Reader {
         }
         let key = file.id.key();
         let (first, last) = (offset / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
-        let (class, prefetch, released) = {
+        let (class, prefetch, released, front) = {
             let mut st = state.lock();
+            // The block the run had reached: a read behind it is a late one (the kernel's reads
+            // arrive out of order), and must not load again a block the reader has read.
+            let front = st.next / BLOCK_SIZE;
             let class = classify(&mut st, offset, end, self.readahead);
-            self.update_holds(&mut st, file, &key, first, last, class)
+            let (class, prefetch, released) = self.update_holds(&mut st, file, &key, first, last, class);
+            (class, prefetch, released, front)
         };
         drop(released);
         let Some(_) = class else {
@@ -212,7 +219,7 @@ impl Reader {
                 rooms.push(None);
                 continue;
             }
-            let started_exact = exact.is_some_and(|(a, b)| (a..=b).contains(&idx));
+            let started_exact = exact.is_some_and(|(a, b)| (a..=b).contains(&idx)) || idx < front;
             let room = match started_exact {
                 true => None,
                 false => {
@@ -275,17 +282,23 @@ impl Reader {
         class: Option<u64>,
     ) -> (Option<u64>, Vec<(u64, Option<Admission>)>, std::collections::BTreeMap<u64, BlockHold>) {
         let Some(window) = class else {
+            st.reading = None;
             return (class, Vec::new(), st.release_before(u64::MAX));
         };
+        if st.reading.is_none() {
+            st.reading = Some(self.store.budget().reading());
+        }
         let released = if st.held.key.as_ref() != Some(key) {
             st.held.key = Some(key.clone());
             st.release_before(u64::MAX)
         } else {
             // Reads up to the slack behind the run's end are still this run (out of order), and
-            // keep their blocks, unless the memory budget is short: then a late read finds its
-            // block in the disk tier.
+            // keep their blocks; when the memory budget is short, only the block before this
+            // read's is kept: the kernel's readahead has reads in flight over two windows at most
+            // (the one the program reads and the next), and one window is a block on model
+            // mounts, less elsewhere.
             let behind = if self.store.budget().under_pressure() {
-                first
+                first.saturating_sub(1)
             } else {
                 st.next.saturating_sub(SEQUENTIAL_SLACK.max(2 * self.readahead)) / BLOCK_SIZE
             };
