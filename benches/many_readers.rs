@@ -131,7 +131,10 @@ fn run(hub: &LocalHub, bin: &str, repo: &str, files: &[String], extra: &[&str], 
     let d = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir_in("/var/tmp").unwrap();
     let (mut child, nfs_addr) = match front {
-        Frontend::Fuse => (common::spawn_mount(bin, repo, d.path(), &ep, cache.path(), extra), String::new()),
+        Frontend::Fuse => (
+            common::spawn_mount(bin, repo, d.path(), &ep, cache.path(), extra),
+            String::new(),
+        ),
         Frontend::Nfs => spawn_nfs(bin, repo, &ep, cache.path(), extra),
     };
     let pid = child.id();
@@ -267,7 +270,10 @@ fn main() {
             .split(';')
             .map(|one| {
                 let (name, opts) = one.split_once(':').unwrap_or((one, ""));
-                (name.trim().to_string(), opts.split_whitespace().map(String::from).collect())
+                (
+                    name.trim().to_string(),
+                    opts.split_whitespace().map(String::from).collect(),
+                )
             })
             .collect(),
         _ => vec![("default".to_string(), Vec::new())],
@@ -295,10 +301,7 @@ fn main() {
                     "one" => vec![shard(0); n],
                     _ => (0..n).map(shard).collect(),
                 };
-                for ((name, bin), (variant, opts)) in bins
-                    .iter()
-                    .flat_map(|b| variants.iter().map(move |v| (b, v)))
-                {
+                for ((name, bin), (variant, opts)) in bins.iter().flat_map(|b| variants.iter().map(move |v| (b, v))) {
                     let extra: Vec<&str> = opts.iter().map(String::as_str).collect();
                     let r = run(&hub, bin, "shards", &files, &extra, front);
                     let distinct = r.read / n as u64 * if mode == "one" { 1 } else { n as u64 };

@@ -162,7 +162,10 @@ fn readers_under_a_small_budget_get_every_byte_once_and_status_shows_the_memory(
         "four readers' windows do not fit in {LIMIT}: some prefetch must have been refused: {m}"
     );
     assert_eq!(m["overruns"].as_u64(), Some(0), "no read went past the budget: {m}");
-    assert!(m["rss"].as_u64().unwrap() > 0 && m["peak_rss"].as_u64().unwrap() > 0, "{m}");
+    assert!(
+        m["rss"].as_u64().unwrap() > 0 && m["peak_rss"].as_u64().unwrap() > 0,
+        "{m}"
+    );
     let o = cli
         .command(Some(DEFAULT_WRITE_TOKEN))
         .args(["status"])

@@ -411,8 +411,15 @@ mod tests {
         let p = Plan::new(256 * MIB, 64 * MIB);
         assert_eq!(p.downloads, 32 * MIB);
         assert_eq!(p.idle_buffers, 2);
-        assert_eq!(p.fixed + p.downloads + p.idle_buffers as u64 * BLOCK_SIZE + p.blocks, 256 * MIB);
-        assert_eq!(p.memory_tier, p.blocks / 4, "the tier is cut to a quarter of the blocks");
+        assert_eq!(
+            p.fixed + p.downloads + p.idle_buffers as u64 * BLOCK_SIZE + p.blocks,
+            256 * MIB
+        );
+        assert_eq!(
+            p.memory_tier,
+            p.blocks / 4,
+            "the tier is cut to a quarter of the blocks"
+        );
         let p = Plan::new(4 << 30, 64 * MIB);
         assert_eq!((p.downloads, p.idle_buffers, p.memory_tier), (128 * MIB, 4, 64 * MIB));
         assert_eq!(Plan::new(1, 0).limit, MIN_LIMIT, "too small a limit is raised");
@@ -434,7 +441,10 @@ mod tests {
 
     fn budget(limit: u64) -> (MemoryBudget, Arc<Usage>) {
         let usage = Arc::new(Usage::default());
-        (MemoryBudget::new(Some(Plan::new(limit, 0)), "test", usage.clone()), usage)
+        (
+            MemoryBudget::new(Some(Plan::new(limit, 0)), "test", usage.clone()),
+            usage,
+        )
     }
 
     #[tokio::test]
@@ -467,7 +477,10 @@ mod tests {
         assert!(!waiter.is_finished(), "the buffer took the admission's place");
         // The buffer comes back (evicted, read past): the reader goes on.
         usage.give_back(BLOCK_SIZE);
-        let a = tokio::time::timeout(Duration::from_secs(2), waiter).await.unwrap().unwrap();
+        let a = tokio::time::timeout(Duration::from_secs(2), waiter)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(b.report().waits, 1);
         assert_eq!(b.report().overruns, 0);
         drop(a);

@@ -144,7 +144,10 @@ impl SourceArgs {
             uid: self.uid.unwrap_or(uid),
             gid: self.gid.unwrap_or(gid),
             memory_cache_bytes: self.memory_cache_size,
-            memory_limit: Some(crate::chunk_store::budget::limit_or_default(self.memory_limit, "--memory-limit")),
+            memory_limit: Some(crate::chunk_store::budget::limit_or_default(
+                self.memory_limit,
+                "--memory-limit",
+            )),
             cache_dir: Some(self.cache_dir.clone().unwrap_or_else(crate::vfs::default_cache_dir)),
             disk_cache_bytes: self.cache_size,
             prefetch_files: self.prefetch_files,

@@ -61,7 +61,10 @@ fn settings(cfg: &ServeConfig, token: Option<String>) -> (HubClientConfig, VfsOp
         uid: cfg.uid,
         gid: cfg.gid,
         memory_cache_bytes: cfg.memory_cache_size,
-        memory_limit: Some(crate::chunk_store::budget::limit_or_default(cfg.memory_limit, "memoryLimit")),
+        memory_limit: Some(crate::chunk_store::budget::limit_or_default(
+            cfg.memory_limit,
+            "memoryLimit",
+        )),
         cache_dir: Some(cfg.cache_dir.clone()),
         disk_cache_bytes: cfg.cache_size,
         prefetch_files: cfg.prefetch_files,

@@ -51,7 +51,9 @@ fn tier(m: &Metrics, name: &'static str, (bytes, entries, cap): (u64, u64, u64))
 }
 
 fn memory(m: &Metrics, r: &crate::chunk_store::MemoryReport) {
-    let set = |f: &prometheus_client::metrics::family::Family<PartLabel, prometheus_client::metrics::gauge::Gauge>, part: &'static str, v: u64| {
+    let set = |f: &prometheus_client::metrics::family::Family<PartLabel, prometheus_client::metrics::gauge::Gauge>,
+               part: &'static str,
+               v: u64| {
         f.get_or_create(&PartLabel { part }).set(v.min(i64::MAX as u64) as i64);
     };
     if let Some(p) = &r.plan {

@@ -37,11 +37,6 @@ pub struct ReadState {
     window: u64,
     /// What the reader holds (boxed: a handle of every open file carries a `ReadState`).
     held: Box<Held>,
-    /// Blocks this reader started reading range by range because the memory budget was full: it
-    /// goes on that way in them, since loading one whole now would fetch again what it read.
-    exact: Option<(u64, u64)>,
-    /// Counted as a sequential reader in the memory budget while in a run.
-    reading: Option<Reading>,
 }
 
 /// The blocks of the current run a reader is reading or has asked to prefetch, held in the chunk
@@ -52,6 +47,11 @@ struct Held {
     /// The content the holds are of.
     key: Option<Arc<str>>,
     blocks: std::collections::BTreeMap<u64, BlockHold>,
+    /// Blocks this reader started reading range by range because the memory budget was full: it
+    /// goes on that way in them, since loading one whole now would fetch again what it read.
+    exact: Option<(u64, u64)>,
+    /// Counted as a sequential reader in the memory budget while in a run.
+    reading: Option<Reading>,
 }
 
 impl Default for ReadState {
@@ -61,8 +61,6 @@ impl Default for ReadState {
             run_start: 0,
             window: 1,
             held: Box::default(),
-            exact: None,
-            reading: None,
         }
     }
 }
@@ -99,7 +97,10 @@ impl ReadState {
             let room = if store.is_loaded(key, idx) || store.is_loading(key, idx) {
                 None
             } else {
-                match store.budget().try_prefetch(ChunkStore::load_charge(block_len(size, idx))) {
+                match store
+                    .budget()
+                    .try_prefetch(ChunkStore::load_charge(block_len(size, idx)))
+                {
                     Some(a) => Some(a),
                     None => break,
                 }
@@ -117,6 +118,14 @@ impl ReadState {
         std::mem::replace(&mut self.held.blocks, kept)
     }
 }
+
+/// What `update_holds` decided: the read's class, the window's blocks to load (with the room each
+/// took) and the holds let go of.
+type HoldUpdate = (
+    Option<u64>,
+    Vec<(u64, Option<Admission>)>,
+    std::collections::BTreeMap<u64, BlockHold>,
+);
 
 /// Everything a read needs, cheap to clone into prefetch tasks.
 #[derive(Clone)]
@@ -212,7 +221,7 @@ impl Reader {
         self.prefetch(file, commit, &key, prefetch);
         // Room for the blocks not loaded yet; with the memory budget full of blocks other readers
         // hold, this read takes just its bytes instead of waiting for room (see `budget`).
-        let exact = state.lock().exact;
+        let exact = state.lock().held.exact;
         let mut rooms = Vec::with_capacity((last - first + 1) as usize);
         for idx in first..=last {
             if self.store.is_loaded(&key, idx) || self.store.is_loading(&key, idx) {
@@ -232,13 +241,13 @@ impl Reader {
                 Some(room) => rooms.push(Some(room)),
                 None => {
                     drop(rooms);
-                    state.lock().exact = Some(match exact {
+                    state.lock().held.exact = Some(match exact {
                         // Adjacent to the blocks already read this way: one run of them.
                         Some((a, b)) if first <= b + 1 && last + 1 >= a => (a.min(first), b.max(last)),
                         _ => (first, last),
                     });
                     tracing::trace!(key = %key, offset, "memory budget full: exact range from the Hub");
-                    return self.remote.fetch_exact(file, commit, offset, end - offset).await;
+                    return self.exact_parts(file, commit, &key, offset, end).await;
                 }
             }
         }
@@ -249,6 +258,34 @@ impl Reader {
         });
         let blocks = try_join_all(loads).await?;
         Ok(assemble(&blocks, first * BLOCK_SIZE, offset, end))
+    }
+
+    /// `[offset, end)` block by block: each part from a cache tier or a hold that has it, the
+    /// others exactly from the Hub (a read under a full memory budget: what is cached is not
+    /// fetched again).
+    async fn exact_parts(
+        &self,
+        file: &FileMeta,
+        commit: &str,
+        key: &Arc<str>,
+        offset: u64,
+        end: u64,
+    ) -> VfsResult<Bytes> {
+        let (first, last) = (offset / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
+        let mut parts = Vec::with_capacity((last - first + 1) as usize);
+        for idx in first..=last {
+            let base = idx * BLOCK_SIZE;
+            let (from, to) = (offset.max(base), end.min(base + BLOCK_SIZE));
+            let cached = self
+                .store
+                .get_range(key, idx, block_len(file.size, idx), from - base, to - base)
+                .await;
+            parts.push(match cached {
+                Some(b) => b,
+                None => self.remote.fetch_exact(file, commit, from, to - from).await?,
+            });
+        }
+        Ok(assemble(&parts, offset, offset, end))
     }
 
     /// `[offset, end)` if every block it touches is cached in some tier, read range by range.
@@ -280,13 +317,13 @@ impl Reader {
         first: u64,
         last: u64,
         class: Option<u64>,
-    ) -> (Option<u64>, Vec<(u64, Option<Admission>)>, std::collections::BTreeMap<u64, BlockHold>) {
+    ) -> HoldUpdate {
         let Some(window) = class else {
-            st.reading = None;
+            st.held.reading = None;
             return (class, Vec::new(), st.release_before(u64::MAX));
         };
-        if st.reading.is_none() {
-            st.reading = Some(self.store.budget().reading());
+        if st.held.reading.is_none() {
+            st.held.reading = Some(self.store.budget().reading());
         }
         let released = if st.held.key.as_ref() != Some(key) {
             st.held.key = Some(key.clone());
@@ -324,7 +361,10 @@ impl Reader {
                 };
                 let fetch = this.remote.fetch_block(&file, &commit, idx * BLOCK_SIZE, BLOCK_SIZE);
                 let len = block_len(file.size, idx);
-                let got = this.store.get_or_fetch_admitted(&key, idx, len, Some(room), fetch).await;
+                let got = this
+                    .store
+                    .get_or_fetch_admitted(&key, idx, len, Some(room), fetch)
+                    .await;
                 if let Err(e) = got {
                     tracing::debug!(path = %file.remote_path, block = idx, error = %e, "prefetch failed");
                 }

@@ -152,7 +152,9 @@ impl Remote {
         downloads: Option<u64>,
     ) -> VfsResult<Remote> {
         let t = client.transport();
-        let cap = downloads.map_or(u32::MAX, |b| (b >> 10).min(u32::MAX as u64) as u32).max(1 << 10);
+        let cap = downloads
+            .map_or(u32::MAX, |b| (b >> 10).min(u32::MAX as u64) as u32)
+            .max(1 << 10);
         let budget_kib = (BUDGET_FAST_KIB.min(cap), BUDGET_SLOW_KIB.min(cap));
         Ok(Remote {
             xet: xet::Fetcher {

@@ -280,11 +280,7 @@ impl Fetcher {
             tracing::debug!(attempt, error = %why, "CAS request failed, retrying");
             // The server's own wait (429 with `RateLimit`/`Retry-After`) wins over the backoff.
             let backoff = Duration::from_millis(100 << attempt.min(5));
-            crate::metrics::xet_retry(
-                api,
-                wait.map_or(backoff, |w| w.min(MAX_RETRY_WAIT)),
-                wait.is_some(),
-            );
+            crate::metrics::xet_retry(api, wait.map_or(backoff, |w| w.min(MAX_RETRY_WAIT)), wait.is_some());
             tokio::time::sleep(wait.map_or(backoff, |w| w.min(MAX_RETRY_WAIT))).await;
         }
     }
