@@ -248,6 +248,22 @@ fn read_counters_match_the_hubs_own_and_tiers_serve_a_re_read() {
     );
     assert!(after.sum("hubfs_cache_size_bytes", &[("tier", "disk")]) >= want.len() as f64);
     assert!(after.sum("hubfs_uptime_seconds", &[]) > 0.0);
+    // A sequential read of 64 MiB is mostly prefetched, and every prefetched block was read.
+    let (fetched, used, unused) = (
+        d("hubfs_prefetch_bytes_total", &[("outcome", "fetched")]),
+        d("hubfs_prefetch_bytes_total", &[("outcome", "used")]),
+        d("hubfs_prefetch_bytes_total", &[("outcome", "evicted_unused")]),
+    );
+    println!("prefetch: {fetched} bytes fetched, {used} used, {unused} let go unused");
+    assert!(fetched >= (want.len() / 2) as f64, "{fetched}");
+    assert_eq!(used, fetched, "a whole-file read uses every prefetched block");
+    assert_eq!(unused, 0.0);
+    // The memory budget's split and what is in use.
+    assert_eq!(
+        after.sum("hubfs_memory_budget_bytes", &[("part", "limit")]),
+        (512u64 << 20) as f64
+    );
+    assert!(after.sum("hubfs_memory_in_use_bytes", &[("part", "resident")]) > 0.0);
 
     // The re-read: no Hub traffic, blocks from memory and from disk.
     let again = read_uncached(&dir.join("model.safetensors"));

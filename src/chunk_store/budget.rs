@@ -377,20 +377,32 @@ pub fn limit_or_default(asked: Option<u64>, what: &str) -> (u64, String) {
     }
 }
 
-/// The lowest `memory.max` set on this process's cgroup (v2) or any of its ancestors.
+/// The lowest memory limit set on this process's cgroup or any of its ancestors: `memory.max`
+/// (cgroup v2), else `memory.limit_in_bytes` of the memory controller (v1, where "no limit" reads
+/// as a number near 2^63).
 fn cgroup_memory_max() -> Option<u64> {
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?.trim().to_string();
-    lowest_memory_max(std::path::Path::new("/sys/fs/cgroup"), &rel)
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    let v2 = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .and_then(|rel| lowest_memory_max(root, rel.trim(), "memory.max"));
+    v2.or_else(|| {
+        let rel = own
+            .lines()
+            .find_map(|l| l.split_once(":memory:").map(|(_, r)| r.trim().to_string()))?;
+        lowest_memory_max(&root.join("memory"), &rel, "memory.limit_in_bytes")
+    })
 }
 
-/// The lowest numeric `memory.max` from `root/rel` up to `root` (a value of `max` sets none).
-fn lowest_memory_max(root: &std::path::Path, rel: &str) -> Option<u64> {
+/// The lowest numeric `file` from `root/rel` up to `root` (`max`, or 2^60 and more, sets none).
+fn lowest_memory_max(root: &std::path::Path, rel: &str, file: &str) -> Option<u64> {
     let mut dir = root.join(rel.trim_start_matches('/'));
     let mut lowest: Option<u64> = None;
     loop {
-        if let Ok(v) = std::fs::read_to_string(dir.join("memory.max"))
+        if let Ok(v) = std::fs::read_to_string(dir.join(file))
             && let Ok(n) = v.trim().parse::<u64>()
+            && n < 1 << 60
         {
             lowest = Some(lowest.map_or(n, |l| l.min(n)));
         }
@@ -432,11 +444,20 @@ mod tests {
         let leaf = root.path().join("kubepods/pod1/ctr");
         std::fs::create_dir_all(&leaf).unwrap();
         std::fs::write(leaf.join("memory.max"), "max\n").unwrap();
-        assert_eq!(lowest_memory_max(root.path(), "/kubepods/pod1/ctr"), None);
+        assert_eq!(lowest_memory_max(root.path(), "/kubepods/pod1/ctr", "memory.max"), None);
         std::fs::write(root.path().join("kubepods/pod1/memory.max"), "1073741824\n").unwrap();
         std::fs::write(root.path().join("kubepods/memory.max"), "8589934592\n").unwrap();
-        assert_eq!(lowest_memory_max(root.path(), "/kubepods/pod1/ctr"), Some(1 << 30));
-        assert_eq!(lowest_memory_max(root.path(), "/"), None);
+        assert_eq!(
+            lowest_memory_max(root.path(), "/kubepods/pod1/ctr", "memory.max"),
+            Some(1 << 30)
+        );
+        assert_eq!(lowest_memory_max(root.path(), "/", "memory.max"), None);
+        // cgroup v1 says "no limit" with a number near 2^63.
+        std::fs::write(leaf.join("memory.limit_in_bytes"), "9223372036854771712\n").unwrap();
+        assert_eq!(
+            lowest_memory_max(root.path(), "/kubepods/pod1/ctr", "memory.limit_in_bytes"),
+            None
+        );
     }
 
     fn budget(limit: u64) -> (MemoryBudget, Arc<Usage>) {

@@ -21,10 +21,14 @@ struct Held {
     data: Option<Bytes>,
 }
 
+/// Blocks a prefetch loaded that no read has used yet: their length, and whether the memory tier
+/// has let them go already (they then live only in a hold). For the prefetch metrics. A leaf lock.
+pub(super) type Prefetched = Arc<parking_lot::Mutex<HashMap<BlockKey, (usize, bool)>>>;
+
 /// The held blocks of one chunk store. Its lock is a leaf: nothing else is taken while it is held,
 /// and no `Bytes` is dropped under it (a block buffer's drop returns it to the pool).
 #[derive(Clone, Default)]
-pub(super) struct Holds(Arc<parking_lot::Mutex<HashMap<BlockKey, Held>>>);
+pub(super) struct Holds(Arc<parking_lot::Mutex<HashMap<BlockKey, Held>>>, pub(super) Prefetched);
 
 impl Holds {
     pub(super) fn hold(&self, key: &Arc<str>, block: u64) -> BlockHold {
@@ -89,6 +93,15 @@ impl Drop for BlockHold {
                 None => None,
             }
         };
+        // A prefetched block the memory tier had let go of is gone with its last hold, unused.
+        if released.is_some() {
+            let mut p = self.holds.1.lock();
+            if let Some(&(len, true)) = p.get(&self.key) {
+                p.remove(&self.key);
+                drop(p);
+                crate::metrics::prefetch("evicted_unused", len);
+            }
+        }
         // The block's bytes are dropped here, outside the lock.
         drop(released);
     }

@@ -60,6 +60,25 @@ pub struct ChunkStore {
     holds: hold::Holds,
     /// Admits loads against the process's memory budget (see `budget`).
     budget: MemoryBudget,
+    /// Blocks loaded by a prefetch and not yet used by a read (the prefetch metrics: used, or let
+    /// go unused). A leaf lock, like `loading`; shared with the holds.
+    prefetched: hold::Prefetched,
+}
+
+/// A block left the memory tier: a prefetched one no read used is gone unused, unless a hold
+/// keeps it (then it is, with its last hold).
+fn left_memory(holds: &hold::Holds, k: &(Arc<str>, u64)) {
+    let held = holds.contains(&k.0, k.1);
+    let mut p = holds.1.lock();
+    match p.get_mut(k) {
+        Some(e) if held => e.1 = true,
+        Some(&mut (len, _)) => {
+            p.remove(k);
+            drop(p);
+            crate::metrics::prefetch("evicted_unused", len);
+        }
+        None => {}
+    }
 }
 
 /// A set of (content key, block index).
@@ -90,13 +109,22 @@ impl ChunkStore {
     }
 
     fn build(memory_bytes: u64, idle_buffers: usize, plan: Option<Plan>, source: &str) -> Self {
+        let holds = hold::Holds::default();
         // LRU, not moka's default TinyLFU: a block read once by a sequential reader is exactly the
         // one a re-read or the reader's next pass wants, and TinyLFU would refuse to admit it.
         let mem = moka::future::Cache::builder()
             .weigher(|_k: &(Arc<str>, u64), v: &Bytes| v.len().min(u32::MAX as usize) as u32)
             .max_capacity(memory_bytes)
             .eviction_policy(moka::policy::EvictionPolicy::lru())
-            .eviction_listener(|_k, _v, cause| crate::metrics::evicted("memory", cause.was_evicted()))
+            .eviction_listener({
+                let holds = holds.clone();
+                move |k: Arc<(Arc<str>, u64)>, _v, cause| {
+                    crate::metrics::evicted("memory", cause.was_evicted());
+                    if cause != moka::notification::RemovalCause::Replaced {
+                        left_memory(&holds, &k);
+                    }
+                }
+            })
             .build();
         let pool = BufferPool::new(BLOCK_SIZE as usize, idle_buffers);
         let budget = MemoryBudget::new(plan, source, pool.usage().clone());
@@ -109,7 +137,8 @@ impl ChunkStore {
             disk_writers: Arc::new(tokio::sync::Semaphore::new(DISK_WRITERS)),
             loading: Arc::default(),
             writing: Arc::default(),
-            holds: hold::Holds::default(),
+            prefetched: holds.1.clone(),
+            holds,
         }
     }
 
@@ -258,6 +287,41 @@ impl ChunkStore {
         }
         // Evicted values are dropped (their buffers returned) by the cache's housekeeping.
         self.mem.run_pending_tasks().await;
+    }
+
+    /// A prefetch of the block is about to load `len` bytes (the prefetch metrics).
+    pub fn prefetching(&self, key: &Arc<str>, block: u64, len: u64) {
+        self.prefetched
+            .lock()
+            .insert((key.clone(), block), (len as usize, false));
+    }
+
+    /// A prefetch of the block ended: counted as fetched if it loaded, forgotten if it failed.
+    pub fn prefetched(&self, key: &Arc<str>, block: u64, ok: bool) {
+        let mut p = self.prefetched.lock();
+        let k = (key.clone(), block);
+        match p.get(&k) {
+            Some(&(len, _)) if ok => {
+                drop(p);
+                crate::metrics::prefetch("fetched", len);
+            }
+            Some(_) => {
+                p.remove(&k);
+            }
+            None => {}
+        }
+    }
+
+    /// A read used the block: if a prefetch brought it, that prefetch was of use.
+    pub fn used(&self, key: &Arc<str>, block: u64) {
+        let mut p = self.prefetched.lock();
+        if p.is_empty() {
+            return;
+        }
+        if let Some((len, _)) = p.remove(&(key.clone(), block)) {
+            drop(p);
+            crate::metrics::prefetch("used", len);
+        }
     }
 
     /// Gives a held block its bytes if the memory tier has them, so they outlive its eviction.

@@ -121,6 +121,12 @@ pub struct OpLabels {
     pub op: &'static str,
 }
 
+/// What became of prefetched bytes (a fixed set of names).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: &'static str,
+}
+
 /// The part of the memory budget a series is about (a fixed set of names).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PartLabel {
@@ -193,6 +199,7 @@ pub struct Metrics {
     pub memory_budget: Family<PartLabel, Gauge>,
     pub memory_in_use: Family<PartLabel, Gauge>,
     pub memory_prefetches_refused: Counter,
+    pub prefetch_bytes: Family<OutcomeLabel, Counter>,
     pub memory_waits: Counter,
     pub memory_overruns: Counter,
     pub staged_files: Gauge,
@@ -237,6 +244,7 @@ impl Metrics {
             memory_budget: Family::default(),
             memory_in_use: Family::default(),
             memory_prefetches_refused: Counter::default(),
+            prefetch_bytes: Family::default(),
             memory_waits: Counter::default(),
             memory_overruns: Counter::default(),
             staged_files: Gauge::default(),
@@ -391,6 +399,12 @@ impl Metrics {
             "memory_prefetches_refused",
             "Prefetches not started because the memory budget had no room beyond the readers' reserve",
             self.memory_prefetches_refused.clone(),
+        );
+        r.register_with_unit(
+            "prefetch",
+            "Bytes of blocks fetched ahead of readers (from the Hub or the disk tier), by outcome: fetched, used (a read was served from them), evicted_unused (let go before any read used them)",
+            Unit::Bytes,
+            self.prefetch_bytes.clone(),
         );
         r.register(
             "memory_waits",
@@ -685,6 +699,14 @@ pub fn evicted(tier: &'static str, evicted: bool) {
     if evicted {
         get().cache_evictions.get_or_create(&TierLabel { tier }).inc();
     }
+}
+
+/// `bytes` of prefetched blocks that were `fetched`, `used` or `evicted_unused`.
+pub fn prefetch(outcome: &'static str, bytes: usize) {
+    get()
+        .prefetch_bytes
+        .get_or_create(&OutcomeLabel { outcome })
+        .inc_by(bytes as u64);
 }
 
 /// Raises `counter` to `total` (a monotonic total kept elsewhere, read at scrape time).

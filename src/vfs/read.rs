@@ -204,6 +204,7 @@ impl Reader {
             // blocks a prefetch is loading; a reader of a file others read too skips what the page
             // cache has, into blocks they hold), or else from the Hub (no read amplification).
             if let Some(b) = self.cached_range(file, &key, offset, end).await {
+                (first..=last).for_each(|idx| self.store.used(&key, idx));
                 return Ok(b);
             }
             let wanted = |idx| self.store.is_loading(&key, idx) || self.store.is_held(&key, idx);
@@ -257,6 +258,9 @@ impl Reader {
             self.store.get_or_fetch_admitted(&key, idx, len, room, fetch)
         });
         let blocks = try_join_all(loads).await?;
+        for idx in first..=last {
+            self.store.used(&key, idx);
+        }
         Ok(assemble(&blocks, first * BLOCK_SIZE, offset, end))
     }
 
@@ -281,7 +285,10 @@ impl Reader {
                 .get_range(key, idx, block_len(file.size, idx), from - base, to - base)
                 .await;
             parts.push(match cached {
-                Some(b) => b,
+                Some(b) => {
+                    self.store.used(key, idx);
+                    b
+                }
                 None => self.remote.fetch_exact(file, commit, from, to - from).await?,
             });
         }
@@ -319,7 +326,9 @@ impl Reader {
         class: Option<u64>,
     ) -> HoldUpdate {
         let Some(window) = class else {
+            // A new run starts wherever this seek goes.
             st.held.reading = None;
+            st.held.exact = None;
             return (class, Vec::new(), st.release_before(u64::MAX));
         };
         if st.held.reading.is_none() {
@@ -361,10 +370,12 @@ impl Reader {
                 };
                 let fetch = this.remote.fetch_block(&file, &commit, idx * BLOCK_SIZE, BLOCK_SIZE);
                 let len = block_len(file.size, idx);
+                this.store.prefetching(&key, idx, len);
                 let got = this
                     .store
                     .get_or_fetch_admitted(&key, idx, len, Some(room), fetch)
                     .await;
+                this.store.prefetched(&key, idx, got.is_ok());
                 if let Err(e) = got {
                     tracing::debug!(path = %file.remote_path, block = idx, error = %e, "prefetch failed");
                 }
