@@ -165,7 +165,8 @@ run_step "bench smoke: disk tier, passthrough (cargo test --bench fuse_read)" \
 # at most 1.02 × the bytes read: no block is fetched twice while a reader wants it (the build before
 # the fix: 1.389). Readers of one file are left out until their seeks never fetch twice (BENCHMARKS.md).
 # A second variant runs them under --memory-limit 128M and asserts the mount's peak RSS stays within
-# 1.1 × the limit, with the same byte check (issue 29's memory budget; 120 and 132 MiB here).
+# 1.1 × the limit (issue 29's memory budget; 120 and 132 MiB here), and Hub bytes ≤ 1.05 × (1.008 in
+# two runs here, 1.039 once in a loaded run: see MAX_RATIO_BUDGET in the bench).
 run_step "bench smoke: many readers fetch each block once, within a memory budget (cargo test --bench many_readers)" \
   env HUBFS_BENCH_MIB=48 HUBFS_BENCH_READERS=4 HUBFS_BENCH_MODES=files HUBFS_BENCH_CHECK=1 \
   "HUBFS_BENCH_VARIANTS=tier8M:--memory-cache-size=8M;limit128:--memory-limit=128M" cargo test --bench many_readers
