@@ -468,6 +468,34 @@ mod tests {
     }
 
     #[test]
+    fn a_memory_limit_is_part_of_the_source_and_too_small_a_one_is_refused() {
+        let plain = parse(&attrs(&[("sourceId", "a/b")]), Some(&cap(1, "")), false).unwrap();
+        assert_eq!(
+            plain.settings.memory_limit, None,
+            "the default: see budget::default_limit"
+        );
+        let limited = parse(
+            &attrs(&[("sourceId", "a/b"), ("memoryLimit", "256Mi")]),
+            Some(&cap(1, "")),
+            false,
+        )
+        .unwrap();
+        assert_eq!(limited.settings.memory_limit, Some(256 << 20));
+        assert_ne!(
+            plain.canonical(),
+            limited.canonical(),
+            "another budget is another source mount"
+        );
+        let e = parse(
+            &attrs(&[("sourceId", "a/b"), ("memoryLimit", "10M")]),
+            Some(&cap(1, "")),
+            false,
+        )
+        .unwrap_err();
+        assert!(e.contains("memoryLimit: at least 96Mi"), "{e}");
+    }
+
+    #[test]
     fn the_token_key_is_looked_up() {
         let spec = parse(&attrs(&[("sourceId", "a/b")]), Some(&cap(1, "")), false).unwrap();
         assert_eq!(token(&spec, &HashMap::new()).unwrap(), None);

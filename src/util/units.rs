@@ -5,6 +5,11 @@ use std::time::Duration;
 /// `512K`, `256M`, `2G` or plain bytes.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
+    // Kubernetes quantities spell the same binary units `Ki`, `Mi`, `Gi`, `Ti`.
+    let s = match s.strip_suffix('i') {
+        Some(head) if head.ends_with(['K', 'M', 'G', 'T', 'k', 'm', 'g', 't']) => head,
+        _ => s,
+    };
     let (num, mult) = match s.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => {
             let m = match c.to_ascii_uppercase() {
@@ -47,4 +52,20 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         _ => return Err(bad()),
     };
     Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_our_suffixes_and_kubernetes_ones() {
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("256Mi"), Ok(256 << 20));
+        assert_eq!(parse_size("2Gi"), Ok(2 << 30));
+        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("10Xi").is_err());
+        assert!(parse_size("i").is_err());
+    }
 }
