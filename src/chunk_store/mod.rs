@@ -41,7 +41,8 @@ const MAX_PENDING_DISK_WRITES: usize = 8;
 /// How long a queued block waits for a writer before it is given up.
 const DISK_WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Lock order: `loading`, `writing` and the holds' lock are leaves, never nested.
+/// Lock order: `loading`, `writing`, `prefetched` and the holds' lock are leaves, never nested (the
+/// eviction listener and a hold's drop take the holds' lock, let it go, then `prefetched`'s).
 #[derive(Clone)]
 pub struct ChunkStore {
     mem: moka::future::Cache<(Arc<str>, u64), Bytes>,
