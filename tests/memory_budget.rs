@@ -19,36 +19,15 @@ const FILES: usize = 4;
 const SIZE: usize = 40 << 20;
 const LIMIT: &str = "96M";
 
+/// `local/{name}`, a model repo of `FILES` files `shard-N.bin`, uploaded through Xet; their bytes.
 async fn upload(ep: &str, name: &str) -> Vec<Vec<u8>> {
-    let cache = tempfile::tempdir().unwrap();
-    let c = hf_hub::HFClient::builder()
-        .endpoint(ep)
-        .token(DEFAULT_WRITE_TOKEN)
-        .cache_dir(cache.path())
-        .build()
-        .unwrap();
-    c.create_repository()
-        .repo_id(&format!("local/{name}"))
-        .repo_type(hf_hub::RepoTypeModel)
-        .send()
-        .await
-        .unwrap();
     let data: Vec<Vec<u8>> = (0..FILES).map(|i| common::bytes(SIZE, 7 + i as u64)).collect();
-    let ops = data
+    let files: Vec<_> = data
         .iter()
         .enumerate()
-        .map(|(i, d)| hf_hub::repository::CommitOperation::Add {
-            path_in_repo: format!("shard-{i}.bin"),
-            source: hf_hub::repository::AddSource::Bytes(d.clone().into()),
-        })
+        .map(|(i, d)| (format!("shard-{i}.bin"), d.clone()))
         .collect();
-    c.model("local", name)
-        .create_commit()
-        .operations(ops)
-        .commit_message("shards")
-        .send()
-        .await
-        .unwrap();
+    common::upload_xet_files(ep, &common::Repo::model(&format!("local/{name}")), &files).await;
     data
 }
 
