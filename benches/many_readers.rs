@@ -17,7 +17,8 @@
 //! (`NAME:OPTIONS;…`: mount options each row is also run with, e.g.
 //! `default:;limit256:--memory-limit 256M`; default: one variant with none). With
 //! `HUBFS_BENCH_CHECK=1` a variant whose options hold `--memory-limit SIZE` must also keep the
-//! mount's peak RSS within 1.1 × SIZE (and its byte ratio within `MAX_RATIO_BUDGET`).
+//! mount's peak RSS within 1.1 × SIZE (`HUBFS_BENCH_RSS_FACTOR` changes the factor) and its byte
+//! ratio within `MAX_RATIO_BUDGET`.
 
 mod common;
 
@@ -264,6 +265,12 @@ fn main() {
         })
         .collect();
     let check = std::env::var_os("HUBFS_BENCH_CHECK").is_some();
+    // The bound is 1.1 × the limit; a debug build under a small limit needs more headroom
+    // (HUBFS_BENCH_RSS_FACTOR, see ci/test.sh).
+    let rss_factor: f64 = std::env::var("HUBFS_BENCH_RSS_FACTOR")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1.1);
     let most = readers.iter().copied().max().unwrap_or(1);
     let mut bins = vec![("this".to_string(), env!("CARGO_BIN_EXE_hubfs").to_string())];
     for b in env_list("HUBFS_BENCH_BINS", "") {
@@ -336,8 +343,8 @@ fn main() {
                         );
                         if let Some(limit) = memory_limit_mib(&extra) {
                             assert!(
-                                r.peak_mib as f64 <= limit as f64 * 1.1,
-                                "{n} readers ({fname}, {mode}, {profile}, {variant}): peak RSS {} MiB over 1.1 × {limit} MiB",
+                                r.peak_mib as f64 <= limit as f64 * rss_factor,
+                                "{n} readers ({fname}, {mode}, {profile}, {variant}): peak RSS {} MiB over {rss_factor} × {limit} MiB",
                                 r.peak_mib
                             );
                         }
