@@ -135,7 +135,15 @@ pub struct Remote {
     /// Set once the CAS answered the batch route with 404/405/501 (an older server): small files
     /// are then read one by one, as before batches existed.
     no_batches: std::sync::atomic::AtomicBool,
+    /// Batch requests of many small files at once. A folder may start a thousand files in one go;
+    /// sent all at once, its batches would share the CAS and the link and each land late, while
+    /// a reader going through the folder wants the first ones first. A one-file batch (a reader
+    /// waiting on a miss) does not queue here.
+    batch_slots: tokio::sync::Semaphore,
 }
+
+/// See `Remote::batch_slots`.
+const BATCHES_AT_ONCE: usize = 2;
 
 /// Download budget on a fast link (48 MiB) and on a slow one (128 MiB), in KiB, unless the
 /// memory budget gives downloads less.
@@ -172,6 +180,7 @@ impl Remote {
             pool,
             latency: Latency::default(),
             no_batches: std::sync::atomic::AtomicBool::new(false),
+            batch_slots: tokio::sync::Semaphore::new(BATCHES_AT_ONCE),
         })
     }
 
@@ -288,6 +297,16 @@ impl Remote {
         if list.is_empty() {
             return Ok(HashMap::new());
         }
+        let _slot = if list.len() > 1 {
+            Some(
+                self.batch_slots
+                    .acquire()
+                    .await
+                    .map_err(|_| VfsError::Xet("batch slots closed".to_string()))?,
+            )
+        } else {
+            None
+        };
         let token = self.client.xet_read_token(&self.repo, commit).await?;
         let cas = xet::Cas {
             url: token.cas_url,

@@ -6,9 +6,11 @@
 //! goes through the folder, and files uploaded together sit side by side in a xorb, so fetching
 //! them together is nearly free.
 //!
-//! What a reader can cause is bounded: fetching starts at the second open, a folder may have at
-//! most `FIRST + PER_OPEN × (files opened)` files started, so reading three files of a 10,000-file
-//! folder fetches at most 640 small files, never the folder; at most `AHEAD_FILES` files and
+//! What a reader can cause is bounded: fetching starts at the second open, and a folder may have
+//! at most `FIRST × 2^(files opened − 1)` files started, so reading three files of a 10,000-file
+//! folder fetches at most 1,024 small files, never the folder. The allowance doubles with each file
+//! opened because a reader in shuffled order misses (and waits two round trips) on every open that
+//! the started files do not cover: doubling covers a folder of thousands within a handful of opens; at most `AHEAD_FILES` files and
 //! `AHEAD_BYTES` bytes fetched and not yet opened per folder; bytes in flight share the mount's
 //! download budget, and what lands goes to the chunk store, whose tiers are bounded. An open of a
 //! file no batch has started yet gets a batch of its own (the reader waits on a small request, not on
@@ -27,10 +29,9 @@ use super::remote::FileMeta;
 use super::{Node, VirtualFs};
 use crate::chunk_store::BLOCK_SIZE;
 
-/// Files a folder may have started once its second small file is opened.
+/// Files a folder may have started per distinct small file opened, once two are: the allowance
+/// doubles with each further open (see `allowance`).
 const FIRST: usize = 256;
-/// More files started per further distinct file opened.
-const PER_OPEN: usize = 128;
 /// Most files of one folder fetched and not yet opened.
 const AHEAD_FILES: usize = 4096;
 /// Most bytes of one folder fetched and not yet opened.
@@ -58,6 +59,9 @@ pub(super) struct Folder {
     ahead_bytes: u64,
     /// Where the next batch's search for unstarted files begins (wraps around).
     scan: usize,
+    /// A whole scan found nothing left to start: later opens skip the scan (a folder of
+    /// thousands of files would cost each open a walk over all of them).
+    exhausted: bool,
 }
 
 /// Content of a batch by content key (empty when it failed), shared by the files it holds.
@@ -162,6 +166,7 @@ fn pick(
     if f.started.len() != n {
         f.started = vec![false; n];
         f.scan = idx;
+        f.exhausted = false;
     }
     if !f.opened.insert(idx) {
         return Vec::new();
@@ -180,11 +185,15 @@ fn pick(
         f.started_n += 1;
         picks.push(meta.clone());
     }
-    let allowed = (FIRST + PER_OPEN * f.opened.len()).saturating_sub(f.started_n);
+    if f.exhausted {
+        return picks;
+    }
+    let allowed = allowance(f.opened.len()).saturating_sub(f.started_n);
     let room = allowed.min(AHEAD_FILES.saturating_sub(f.ahead_files));
     let mut chosen = Vec::new();
     let mut bytes = 0u64;
     let mut looked = 0;
+    let mut cut = false;
     while chosen.len() < room && looked < n {
         let i = f.scan % n;
         f.scan = (f.scan + 1) % n;
@@ -202,6 +211,7 @@ fn pick(
         if f.ahead_bytes + bytes + m.size > AHEAD_BYTES {
             // Leave it for a later open (the scan comes back to it).
             f.scan = i;
+            cut = true;
             break;
         }
         bytes += m.size;
@@ -215,6 +225,8 @@ fn pick(
         }
         return Vec::new();
     }
+    // Every entry was looked at and none is left unchosen: nothing can be started any more.
+    f.exhausted = looked >= n && !cut;
     for i in chosen {
         if let Node::File(m) = &listing.entries[i].1 {
             f.started[i] = true;
@@ -225,6 +237,12 @@ fn pick(
         }
     }
     picks
+}
+
+/// Files a folder may have started once `opened` distinct files were opened (two or more):
+/// 512, 1,024, 2,048, … The per-folder caps on files and bytes ahead bound it further.
+fn allowance(opened: usize) -> usize {
+    FIRST << opened.saturating_sub(1).min(20)
 }
 
 /// `files` cut into batch requests of at most `BATCH_FILES` files and `BATCH_BYTES` bytes.
@@ -289,7 +307,8 @@ mod tests {
             }
             started += p.len();
         }
-        assert!(started <= FIRST + 3 * PER_OPEN + 1, "{started} files started");
+        assert!(started <= allowance(3) + 1, "{started} files started");
+        assert_eq!(allowance(3), 1024);
         assert!(started >= FIRST, "{started} files started");
     }
 

@@ -354,6 +354,16 @@ impl VirtualFs {
         self.sync_handle(fh, self.close_mode()).await
     }
 
+    /// Whether a close of `fh` has nothing to do (not a write handle), so a frontend can answer it
+    /// at once.
+    pub fn flush_is_noop(&self, fh: u64) -> bool {
+        let handles = self.handles.lock();
+        !matches!(
+            handles.get(&fh).map(|h| h.as_ref()),
+            Some(Handle::Local { write: true, .. })
+        )
+    }
+
     /// fsync(): the file durable in the journal and its content uploaded (`--close upload` and
     /// `stage`: no commit is spent), or committed (`--close commit`).
     pub async fn fsync(&self, fh: u64) -> VfsResult<()> {
