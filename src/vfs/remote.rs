@@ -235,6 +235,9 @@ impl Remote {
             match &file.id {
                 ContentId::Xet(hash) if !http => self.xet_pieces(hash, commit, start, len).await,
                 ContentId::Xet(_) | ContentId::Lfs(_) | ContentId::Git(_) => {
+                    // The reply is a buffer of its own (an exact read under a full memory
+                    // budget, a part of an LFS block): it counts against the download budget.
+                    let _held = self.download_permit(len).await?;
                     let t = std::time::Instant::now();
                     let b = self
                         .client
@@ -312,17 +315,8 @@ impl Remote {
             url: token.cas_url,
             token: token.access_token,
         };
-        let (budget, cap) = if self.latency.window_scale() > 1 {
-            (&self.budget_slow, BUDGET_SLOW_KIB)
-        } else {
-            (&self.budget_fast, BUDGET_FAST_KIB)
-        };
         let total: u64 = list.iter().map(|(_, s)| s).sum();
-        let kib = total.div_ceil(1024).min(cap as u64) as u32;
-        let _held = budget
-            .acquire_many(kib)
-            .await
-            .map_err(|_| VfsError::Xet("download budget closed".to_string()))?;
+        let _held = self.download_permit(total).await?;
         let record = |d| self.latency.record(d);
         let work = self.xet.batch(&cas, &list, &record);
         let answer = tokio::time::timeout(self.timeout, work)
@@ -350,6 +344,21 @@ impl Remote {
         Ok(out)
     }
 
+    /// Room for `len` bytes of response bodies in the download budget (the larger one once the link
+    /// is known to be slow). At most the whole budget, so one large fetch never waits forever.
+    async fn download_permit(&self, len: u64) -> VfsResult<tokio::sync::SemaphorePermit<'_>> {
+        let (budget, cap) = if self.latency.window_scale() > 1 {
+            (&self.budget_slow, self.budget_kib.1)
+        } else {
+            (&self.budget_fast, self.budget_kib.0)
+        };
+        let kib = len.div_ceil(1024).clamp(1, cap as u64) as u32;
+        budget
+            .acquire_many(kib)
+            .await
+            .map_err(|_| VfsError::Xet("download budget closed".to_string()))
+    }
+
     /// `[start, start + len)` of a Xet file as one buffer: a reconstruction of exactly that range,
     /// its xorb ranges fetched in parts sized by the measured latency.
     async fn xet_pieces(&self, hash: &str, commit: &str, start: u64, len: u64) -> VfsResult<Vec<Bytes>> {
@@ -358,16 +367,7 @@ impl Remote {
             url: token.cas_url,
             token: token.access_token,
         };
-        let (budget, cap) = if self.latency.window_scale() > 1 {
-            (&self.budget_slow, self.budget_kib.1)
-        } else {
-            (&self.budget_fast, self.budget_kib.0)
-        };
-        let kib = len.div_ceil(1024).min(cap as u64) as u32;
-        let _held = budget
-            .acquire_many(kib)
-            .await
-            .map_err(|_| VfsError::Xet("download budget closed".to_string()))?;
+        let _held = self.download_permit(len).await?;
         let part = self.latency.part_size(len);
         self.xet
             .range(&cas, hash, start..start + len, part, len, &|d| self.latency.record(d))
