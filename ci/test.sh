@@ -18,6 +18,7 @@
 #      ci/bucket-smoke.sh (a bucket mounted with --daemon, shell tools and rsync -a, checked with huggingface_hub)
 #      ci/bench.sh --smoke (the fio suite's smoke profile over FUSE and NFS; builds fio's nfs engine)
 #      ci/bench-mmap.sh (a safetensors file loaded through a mount with mmap, beside dd)
+#      ci/bench-shards-py.sh (8 safetensors shards loaded by a Python thread pool and by one thread; Hub bytes, RSS)
 #      ci/bench-listing.sh (200 small files: listing order over a 30 ms Hub, prefetch on and off; cp -r, tar,
 #      rsync and shuffled readers, loopback and 30 ms, at most 0.1 Hub requests per Xet file)
 #      ci/bench-metrics.sh (what --metrics-addr costs: an idle mount scraped every second, a cold read scraped)
@@ -221,6 +222,10 @@ script_step "bench smoke (fio over FUSE and NFS)" bench 1 bash ci/bench.sh --smo
 # safetensors loaded through a read-only mount (mmap, in order and shuffled) beside dd, 128 MiB (about
 # a minute; every tensor's sha256 checked; the ratio is printed, checked only by --full's release run)
 script_step "bench: safetensors through mmap" bench-mmap 1 bash ci/bench-mmap.sh "$HUBFS_BIN" "$VENV_PY"
+# A sharded model (8 safetensors shards of 32 MiB) loaded by a Python thread pool, one worker per shard,
+# beside one thread, on loopback and 30 ms (about 2 minutes): every tensor's sha256, Hub bytes <= 1.02 x,
+# mount peak RSS within the budget are checked; speeds are printed
+script_step "bench: sharded safetensors from a Python thread pool" bench-shards-py 1 bash ci/bench-shards-py.sh "$HUBFS_BIN" "$VENV_PY"
 # Small files read in listing order over a 30 ms Hub, with and without the listing-order prefetch, then by
 # cp -r, tar, rsync and shuffled readers (about 2.5 min; the ratio is checked against issue 18's target and
 # Hub requests per Xet file against issue 30's; needs the venv's python to upload)
