@@ -15,6 +15,7 @@
 //! work and waits for it; `round` is one commit round, `schedule` decides when rounds run, and
 //! `status` is what `hubfs status` shows.
 
+mod aliases;
 mod bucket;
 mod budget;
 mod round;
