@@ -540,6 +540,12 @@ impl MetaStore {
         (specials, changed)
     }
 
+    /// Names in link groups of two or more (`hubfs status`).
+    pub fn linked_names(&self) -> usize {
+        let g = self.inner.lock();
+        g.groups.values().filter(|s| s.len() > 1).map(|s| s.len()).sum()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
