@@ -435,6 +435,26 @@ mod tests {
     }
 
     #[test]
+    fn a_link_group_keeps_its_first_names_number_and_no_path_takes_it() {
+        let t = InodeTable::new();
+        let a = t.ino_for("a", 1);
+        let nfs = t.remember("a");
+        assert_eq!(nfs, a);
+        t.make_group("a", a);
+        let key = link_key(a);
+        assert_eq!(link_id(&key), Some(a));
+        assert_eq!(t.ino_for(&key, 1), a, "the kernel's number for a is the group's");
+        assert_eq!(t.path(a).as_deref(), Some(key.as_str()), "it names the group now");
+        t.forget(a, 2);
+        assert_eq!(t.path(a).as_deref(), Some(key.as_str()), "NFS still holds it");
+        // A new file at "a" (the first name unlinked) gets a number of its own.
+        assert_ne!(t.ino_for("a", 1), a);
+        let t = InodeTable::new();
+        t.pin(hash_path("b"));
+        assert_ne!(t.ino_for("b", 1), hash_path("b"), "a pinned number is never a path's");
+    }
+
+    #[test]
     fn readdir_numbers_do_not_register() {
         let t = InodeTable::new();
         let n = t.ino_for("x", 0);

@@ -618,6 +618,40 @@ mod tests {
     }
 
     #[test]
+    fn link_groups_share_one_record_and_survive_replay_moves_and_removals() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = MetaStore::open(dir.path()).unwrap();
+            s.set("a", meta(0o600));
+            assert_eq!(s.link("a", "d/b", 77), Some(77));
+            assert_eq!(s.link("d/b", "c", 99), Some(77), "a group keeps its number");
+            assert_eq!(s.members(77), ["a", "c", "d/b"]);
+            // Every name's record changes together.
+            s.set("c", Meta { link: Some(77), ..meta(0o640) });
+            assert!(s.touch("a", |m| m.mtime = Stamp { s: 5, n: 0 }));
+            for p in ["a", "c", "d/b"] {
+                let m = s.get(p).unwrap();
+                assert_eq!((m.mode, m.mtime, m.link), (0o640, Stamp { s: 5, n: 0 }, Some(77)), "{p}");
+            }
+            s.rename("d", "e");
+            s.remove_tree("a");
+            s.sync().unwrap();
+        }
+        let s = MetaStore::open(dir.path()).unwrap();
+        assert_eq!(s.members(77), ["c", "e/b"]);
+        assert_eq!(s.link_count(77), 2);
+        assert_eq!(s.linked_names(), 2);
+        assert_eq!(s.get("e/b").unwrap().mtime, Stamp { s: 5, n: 0 });
+        // A new record at a name takes it out of its group; so does unlink_member.
+        s.set("c", meta(0o644));
+        assert_eq!(s.members(77), ["e/b"]);
+        s.unlink_member("e/b");
+        assert!(s.groups().is_empty());
+        assert_eq!(s.get("e/b").unwrap().mode, 0o640, "the record stays");
+        assert_eq!(s.link("nothing", "x", 1), None, "a name without a record cannot be linked");
+    }
+
+    #[test]
     fn a_torn_last_line_is_skipped_and_the_log_repaired() {
         let dir = tempfile::tempdir().unwrap();
         {
