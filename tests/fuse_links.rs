@@ -58,7 +58,10 @@ fn links_share_one_inode_and_reach_the_hub_under_every_name() {
 
     // A write through one name is seen through every other, before and after its commit.
     {
-        let mut f = std::fs::OpenOptions::new().append(true).open(root.join("d/b.bin")).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(root.join("d/b.bin"))
+            .unwrap();
         f.write_all(b"tail").unwrap();
     }
     let mut want = big.clone();

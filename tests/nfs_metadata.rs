@@ -516,8 +516,14 @@ fn setattr_symlink_readlink_mknod_and_link_as_the_vfs_shows_them() {
         assert_eq!(link(&mut alice, &file, &home, "hard").await, nfsstat3::NFS3_OK);
         let hard = lookup(&mut alice, &home, "hard").await.unwrap();
         let (a, b) = (getattr(&mut alice, &file).await, getattr(&mut alice, &hard).await);
-        assert_eq!((a.fileid, a.nlink, b.nlink, b.mode, b.size), (b.fileid, 2, 2, a.mode, a.size));
-        assert_eq!(read(&mut alice, &hard).await.unwrap(), read(&mut alice, &file).await.unwrap());
+        assert_eq!(
+            (a.fileid, a.nlink, b.nlink, b.mode, b.size),
+            (b.fileid, 2, 2, a.mode, a.size)
+        );
+        assert_eq!(
+            read(&mut alice, &hard).await.unwrap(),
+            read(&mut alice, &file).await.unwrap()
+        );
         assert_eq!(remove(&mut alice, &home, "hard").await, nfsstat3::NFS3_OK);
         assert_eq!(getattr(&mut alice, &file).await.nlink, 1);
         assert_eq!(link(&mut alice, &file, &home, "sub").await, nfsstat3::NFS3ERR_EXIST);

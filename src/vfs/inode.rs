@@ -123,9 +123,7 @@ fn free_number(g: &Tables, path: &str) -> Ino {
         return id;
     }
     let mut ino = hash_path(path);
-    while g.by_ino.contains_key(&ino)
-        || g.pinned.contains(&ino)
-        || g.remembered.peek(ino).is_some_and(|p| &**p != path)
+    while g.by_ino.contains_key(&ino) || g.pinned.contains(&ino) || g.remembered.peek(ino).is_some_and(|p| &**p != path)
     {
         ino = ino.wrapping_add(1).max(2) & 0x7fff_ffff_ffff_ffff;
     }

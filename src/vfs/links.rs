@@ -51,10 +51,7 @@ impl VirtualFs {
     /// A name (mount-relative) of the link group a table key names; `None`: it has none left.
     pub(super) fn link_path(&self, key: &str) -> Option<String> {
         let id = inode::link_id(key)?;
-        self.store()?
-            .members(id)
-            .into_iter()
-            .find_map(|p| self.mount_path(&p))
+        self.store()?.members(id).into_iter().find_map(|p| self.mount_path(&p))
     }
 
     /// The other names (mount-relative) of `path`'s link group.

@@ -9,6 +9,7 @@ mod attrs;
 mod commit;
 pub mod error;
 pub mod inode;
+mod links;
 mod listing_prefetch;
 mod meta;
 mod passthrough;
@@ -16,7 +17,6 @@ pub mod read;
 pub mod remote;
 mod rename;
 mod small_files;
-mod links;
 mod special;
 mod write;
 

@@ -384,7 +384,10 @@ impl MetaStore {
         }
         for p in paths {
             g.unsaved.remove(&p);
-            let line = Line::Set { p: p.clone(), m: m.clone() };
+            let line = Line::Set {
+                p: p.clone(),
+                m: m.clone(),
+            };
             g.put(p, m.clone());
             g.append(&line);
         }
@@ -398,7 +401,14 @@ impl MetaStore {
         f(m);
         let m = m.clone();
         let others: Vec<String> = match m.link {
-            Some(id) => g.groups.get(&id).into_iter().flatten().filter(|p| *p != path).cloned().collect(),
+            Some(id) => g
+                .groups
+                .get(&id)
+                .into_iter()
+                .flatten()
+                .filter(|p| *p != path)
+                .cloned()
+                .collect(),
             None => Vec::new(),
         };
         for p in others.into_iter().chain(std::iter::once(path.to_string())) {
@@ -438,7 +448,10 @@ impl MetaStore {
     /// The names (repo paths) of link group `id`, sorted.
     pub fn members(&self, id: u64) -> Vec<String> {
         let g = self.inner.lock();
-        g.groups.get(&id).map(|s| s.iter().cloned().collect()).unwrap_or_default()
+        g.groups
+            .get(&id)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// How many names link group `id` has.
@@ -627,11 +640,21 @@ mod tests {
             assert_eq!(s.link("d/b", "c", 99), Some(77), "a group keeps its number");
             assert_eq!(s.members(77), ["a", "c", "d/b"]);
             // Every name's record changes together.
-            s.set("c", Meta { link: Some(77), ..meta(0o640) });
+            s.set(
+                "c",
+                Meta {
+                    link: Some(77),
+                    ..meta(0o640)
+                },
+            );
             assert!(s.touch("a", |m| m.mtime = Stamp { s: 5, n: 0 }));
             for p in ["a", "c", "d/b"] {
                 let m = s.get(p).unwrap();
-                assert_eq!((m.mode, m.mtime, m.link), (0o640, Stamp { s: 5, n: 0 }, Some(77)), "{p}");
+                assert_eq!(
+                    (m.mode, m.mtime, m.link),
+                    (0o640, Stamp { s: 5, n: 0 }, Some(77)),
+                    "{p}"
+                );
             }
             s.rename("d", "e");
             s.remove_tree("a");
@@ -648,7 +671,11 @@ mod tests {
         s.unlink_member("e/b");
         assert!(s.groups().is_empty());
         assert_eq!(s.get("e/b").unwrap().mode, 0o640, "the record stays");
-        assert_eq!(s.link("nothing", "x", 1), None, "a name without a record cannot be linked");
+        assert_eq!(
+            s.link("nothing", "x", 1),
+            None,
+            "a name without a record cannot be linked"
+        );
     }
 
     #[test]

@@ -326,7 +326,10 @@ impl Model {
     /// Some name of link group `g`, if it has one left.
     fn name_of_group(&self, g: Option<u32>) -> Option<String> {
         let g = g?;
-        self.tree.iter().find(|(_, e)| e.link == Some(g)).map(|(p, _)| p.clone())
+        self.tree
+            .iter()
+            .find(|(_, e)| e.link == Some(g))
+            .map(|(p, _)| p.clone())
     }
 
     /// A file's content or size changed: mtime and ctime move (if it still has a name).

@@ -219,11 +219,8 @@ impl VirtualFs {
         let entries = w.overlay.lock().all();
         for (path, e) in entries {
             match e {
-                Entry::File(d) if self.is_alias(&path, &d) => {
-                    if !held.contains(&d.id()) && (d.writers() == 0 || requested.contains(&d.id()) || flush_all) {
-                        batch.aliases.push((path, d));
-                    }
-                }
+                // (Taken only when ready, like a staged file; never uploaded as one.)
+                Entry::File(d) if self.is_alias(&path, &d) => batch.aliases.push((path, d)),
                 Entry::File(d)
                     if d.is_dirty()
                         && !held.contains(&d.id())
@@ -237,6 +234,9 @@ impl VirtualFs {
                 _ => {}
             }
         }
+        batch
+            .aliases
+            .retain(|(_, d)| !held.contains(&d.id()) && (d.writers() == 0 || requested.contains(&d.id()) || flush_all));
         self.keep_ready_aliases(w, &mut batch);
         if batch.uploads.is_empty() && batch.moves.is_empty() && batch.gones.is_empty() && batch.aliases.is_empty() {
             return Ok(false);
