@@ -796,3 +796,23 @@ fn a_written_hub_file_keeps_the_time_of_the_write() {
         },
     ]);
 }
+
+/// Found by the model: a write opened through the first name of a hard link whose second name was
+/// not committed yet (a copy by reference, pending) took that name's pending commit with it: the
+/// second name never reached the Hub.
+#[test]
+fn a_hard_link_not_yet_committed_reaches_the_hub_after_a_write_through_the_other_name() {
+    replay(vec![
+        create(p("a")),
+        Op::Close { h: 0 },
+        Op::Link {
+            from: p("a"),
+            to: p("b"),
+        },
+        Op::OpenWrite {
+            path: p("b"),
+            truncate: false,
+        },
+        Op::Close { h: 0 },
+    ]);
+}

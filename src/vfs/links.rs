@@ -135,12 +135,23 @@ impl VirtualFs {
             return;
         }
         let mut o = w.overlay.lock();
+        let mut pending = false;
         for q in others {
             match o.get(&q) {
                 Some(Entry::File(x)) if Arc::ptr_eq(x, d) => {}
                 Some(Entry::Gone | Entry::Dir | Entry::Special { .. }) => {}
-                _ => o.set(&q, Entry::File(d.clone())),
+                // A name the Hub already has with this content (no overlay entry) needs nothing;
+                // one still waiting for its commit (a move, another staged copy) now waits for
+                // this copy's.
+                entry => {
+                    pending |= entry.is_some();
+                    o.set(&q, Entry::File(d.clone()));
+                }
             }
+        }
+        drop(o);
+        if pending && !d.is_dirty() {
+            d.mark_dirty();
         }
     }
 

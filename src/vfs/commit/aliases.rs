@@ -159,11 +159,14 @@ impl VirtualFs {
                 continue;
             }
             let at = |p: String| async move { self.node_at(commit, &p).await.ok().flatten() };
-            let (Some(Node::File(a)), Some(Node::File(b))) = (at(path.clone()).await, at(primary).await) else {
-                continue;
-            };
-            if a.id != b.id {
-                continue;
+            match (at(path.clone()).await, at(primary.clone()).await) {
+                (Some(Node::File(a)), Some(Node::File(b))) if a.id == b.id => {}
+                // The name it is staged under is no longer a file on the Hub (another client
+                // removed it): nothing to copy from; this name shows the Hub's again.
+                (_, None | Some(Node::Dir)) => {
+                    tracing::warn!(path = %path, staged_as = %primary, "a hard link's staged name left the Hub; the name shows the Hub's content");
+                }
+                _ => continue,
             }
             let mut o = w.overlay.lock();
             if matches!(o.get(path), Some(Entry::File(x)) if Arc::ptr_eq(x, d)) {
