@@ -3,13 +3,15 @@
 # --bucket, of a local-Hub bucket):
 #   bash ci/posix.sh HUBFS_BIN [--long] [--bucket]
 #
-#   pjdfstest 0.2.2  every test except those in ci/pjdfstest-skip.txt (hard links, which hubfs refuses;
-#                    docs/SEMANTICS.md says why), with the feature set tmpfs passes here. Prints
+#   pjdfstest 0.2.2  every test except those in ci/pjdfstest-skip.txt (none left: hard links work),
+#                    with the feature set tmpfs passes here. Prints
 #                    `pjdfstest: N passed, M failed, K skipped` and fails when M > 0 or N is below the
 #                    floor recorded in ci/pjdfstest-skip.txt.
 #   fsx 0.3.2        100,000 operations (1,000,000 with --long) on one file in the mount, ending
-#                    "A-OK"; then unmount (which drains the commits), remount, and compare the file the
-#                    Hub holds with fsx's final image (the same seeded run on local disk).
+#                    "A-OK"; the file is a hard link of a second name made first (fsx has no link
+#                    operation). Then unmount (which drains the commits), remount, and compare both
+#                    names, in the mount and on the Hub, with fsx's final image (the same seeded run
+#                    on local disk); the names must still be one inode with st_nlink 2.
 # Both tools are installed with `cargo install --locked` if missing. Ends with `posix: N passed, M failed`
 # (`posix-bucket: …` with --bucket).
 set -uo pipefail
@@ -70,13 +72,13 @@ start_local_hub
 export HF_ENDPOINT="$EP" HF_TOKEN=hf_local_write HF_HOME="$WORK/hf-home"
 if [ "$BUCKET" = 1 ]; then
   SOURCE=buckets/local/posix WRITE_ARGS=() # a bucket mounts writable by default
-  DOWNLOAD="$EP/buckets/local/posix/resolve/fsx/fsx.bin"
+  DOWNLOAD="$EP/buckets/local/posix/resolve/fsx"
   curl -sf -X POST "$EP/api/buckets/local/posix" -H "authorization: Bearer $HF_TOKEN" \
     -H 'content-type: application/json' -d '{}' >/dev/null
   check "bucket local/posix created" $?
 else
   SOURCE=datasets/local/posix WRITE_ARGS=(--write)
-  DOWNLOAD="$EP/datasets/local/posix/resolve/main/fsx/fsx.bin"
+  DOWNLOAD="$EP/datasets/local/posix/resolve/main/fsx"
   curl -sf -X POST "$EP/api/repos/create" -H "authorization: Bearer $HF_TOKEN" \
     -H 'content-type: application/json' -d '{"name":"posix","organization":"local","type":"dataset"}' >/dev/null
   check "dataset local/posix created" $?
@@ -171,6 +173,11 @@ copy_file_range = 0
 sendfile = 1
 EOF
 mkdir -p "$WORK/fsx-artifacts" "$MNT/fsx"
+# fsx opens its file with O_CREAT|O_TRUNC (the inode stays): a second name made now must follow
+# every operation.
+: >"$MNT/fsx/fsx.bin" && ln "$MNT/fsx/fsx.bin" "$MNT/fsx/fsx-link.bin" &&
+  [ "$(stat -c %h "$MNT/fsx/fsx-link.bin")" = 2 ]
+check "fsx.bin has a hard link, fsx-link.bin (st_nlink 2)" $?
 start=$(date +%s)
 fsx -f "$WORK/fsx.toml" -N "$OPS" -S 7 -P "$WORK/fsx-artifacts" "$MNT/fsx/fsx.bin" >"$WORK/fsx.log" 2>&1
 fsx_rc=$?
@@ -186,16 +193,23 @@ fsx -f "$WORK/fsx.toml" -N "$OPS" -S 7 -P "$WORK/ref" "$WORK/ref/fsx.bin" >"$WOR
   grep -q "A-OK" "$WORK/fsx-ref.log"
 check "fsx reference run on local disk" $?
 good="$WORK/ref/fsx.bin"
+[ -f "$good" ] && cmp "$good" "$MNT/fsx/fsx-link.bin"
+check "the hard link fsx-link.bin equals fsx's final image" $?
 
 # Unmount (drains every pending commit), mount again, and compare with fsx's final image.
 stop_mount
 check "unmount drains the commits" $?
 start_mount
 check "remount" $?
-[ -f "$good" ] && cmp "$good" "$MNT/fsx/fsx.bin"
-check "after a remount the Hub's fsx.bin equals fsx's final image ($(stat -c %s "$good" 2>/dev/null) bytes)" $?
-curl -sfL -H "authorization: Bearer $HF_TOKEN" "$DOWNLOAD" -o "$WORK/from-hub.bin" && cmp "$good" "$WORK/from-hub.bin"
-check "the file downloaded from the Hub equals fsx's final image" $?
+[ -f "$good" ] && cmp "$good" "$MNT/fsx/fsx.bin" && cmp "$good" "$MNT/fsx/fsx-link.bin"
+check "after a remount the Hub's fsx.bin and fsx-link.bin equal fsx's final image ($(stat -c %s "$good" 2>/dev/null) bytes)" $?
+[ "$(stat -c %h:%i "$MNT/fsx/fsx.bin")" = "$(stat -c %h:%i "$MNT/fsx/fsx-link.bin")" ] &&
+  [ "$(stat -c %h "$MNT/fsx/fsx.bin")" = 2 ]
+check "after a remount both names are one inode with st_nlink 2" $?
+curl -sfL -H "authorization: Bearer $HF_TOKEN" "$DOWNLOAD/fsx.bin" -o "$WORK/from-hub.bin" && cmp "$good" "$WORK/from-hub.bin" &&
+  curl -sfL -H "authorization: Bearer $HF_TOKEN" "$DOWNLOAD/fsx-link.bin" -o "$WORK/from-hub-link.bin" &&
+  cmp "$good" "$WORK/from-hub-link.bin"
+check "both names downloaded from the Hub equal fsx's final image" $?
 stop_mount
 
 finish

@@ -315,6 +315,54 @@ fn fuse_bucket_mount_writes_renames_deletes_and_keeps_mtimes() {
     again.unmount(&w);
 }
 
+/// Hard links on a bucket mount (the binary, as users run it): one inode, a write through one name
+/// read through the other, both names in the bucket with the same bytes, and the link kept across a
+/// remount with the same cache dir.
+#[test]
+fn fuse_bucket_mount_hard_links() {
+    use std::os::unix::fs::MetadataExt;
+    let w = World::new();
+    w.create_bucket("links");
+    let m = w.mount("buckets/local/links", "ml", WRITE, &[]);
+    let big = pseudo(2 << 20, 3);
+    std::fs::write(m.p("a.bin"), &big).unwrap();
+    std::fs::create_dir_all(m.p("d")).unwrap();
+    std::fs::hard_link(m.p("a.bin"), m.p("d/b.bin")).unwrap();
+    let (a, b) = (
+        std::fs::metadata(m.p("a.bin")).unwrap(),
+        std::fs::metadata(m.p("d/b.bin")).unwrap(),
+    );
+    assert_eq!((a.ino(), a.nlink()), (b.ino(), 2));
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(m.p("d/b.bin")).unwrap();
+        f.write_all(b"more").unwrap();
+    }
+    let mut want = big.clone();
+    want.extend_from_slice(b"more");
+    assert_eq!(std::fs::read(m.p("a.bin")).unwrap(), want);
+    m.sync(&w);
+    for name in ["a.bin", "d/b.bin"] {
+        assert_eq!(
+            common::sha256_hex(&w.bytes("links", name)),
+            common::sha256_hex(&want),
+            "{name} in the bucket"
+        );
+    }
+    m.unmount(&w);
+    let again = w.mount("buckets/local/links", "ml", WRITE, &[]);
+    let (a, b) = (
+        std::fs::metadata(again.p("a.bin")).unwrap(),
+        std::fs::metadata(again.p("d/b.bin")).unwrap(),
+    );
+    assert_eq!((a.ino(), a.nlink()), (b.ino(), 2), "after a remount");
+    std::fs::write(again.p("a.bin"), b"new").unwrap();
+    assert_eq!(std::fs::read(again.p("d/b.bin")).unwrap(), b"new");
+    again.sync(&w);
+    assert_eq!(w.bytes("links", "d/b.bin"), b"new");
+    again.unmount(&w);
+}
+
 #[test]
 fn bucket_prefix_mounts_and_tokens() {
     let w = World::new();

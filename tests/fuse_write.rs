@@ -197,11 +197,7 @@ fn edits_renames_and_deletes() {
         renameat2("renamed/moved.txt", "renamed/a.bin", libc::RENAME_EXCHANGE),
         Some(libc::EINVAL)
     );
-    // Hard links are refused (symlinks, modes and the rest: tests/fuse_metadata.rs).
-    assert_eq!(
-        errno_of(std::fs::hard_link(root.join("renamed/a.bin"), root.join("hard"))),
-        libc::EPERM
-    );
+    // Hard links: tests/fuse_links.rs (symlinks, modes and the rest: tests/fuse_metadata.rs).
     assert_eq!(
         errno_of(std::fs::File::create(root.join("x".repeat(256)))),
         libc::ENAMETOOLONG

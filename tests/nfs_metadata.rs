@@ -511,8 +511,21 @@ fn setattr_symlink_readlink_mknod_and_link_as_the_vfs_shows_them() {
         .unwrap();
         assert_eq!(a.mtime, time(981_173_106, 123_456_789));
 
-        // LINK: the usual checks, then NFS3ERR_PERM (no hard links).
-        assert_eq!(link(&mut alice, &file, &home, "hard").await, nfsstat3::NFS3ERR_PERM);
+        // LINK: a second name of the same file (one fileid, two links, one content); the usual
+        // checks first.
+        assert_eq!(link(&mut alice, &file, &home, "hard").await, nfsstat3::NFS3_OK);
+        let hard = lookup(&mut alice, &home, "hard").await.unwrap();
+        let (a, b) = (getattr(&mut alice, &file).await, getattr(&mut alice, &hard).await);
+        assert_eq!(
+            (a.fileid, a.nlink, b.nlink, b.mode, b.size),
+            (b.fileid, 2, 2, a.mode, a.size)
+        );
+        assert_eq!(
+            read(&mut alice, &hard).await.unwrap(),
+            read(&mut alice, &file).await.unwrap()
+        );
+        assert_eq!(remove(&mut alice, &home, "hard").await, nfsstat3::NFS3_OK);
+        assert_eq!(getattr(&mut alice, &file).await.nlink, 1);
         assert_eq!(link(&mut alice, &file, &home, "sub").await, nfsstat3::NFS3ERR_EXIST);
         assert_eq!(link(&mut alice, &file, &file, "hard").await, nfsstat3::NFS3ERR_NOTDIR);
         let (gone, _) = mkdir(&mut alice, &home, "gone", mode(0o755)).await.unwrap();

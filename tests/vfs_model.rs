@@ -118,6 +118,7 @@ fn random_sequences_agree_with_the_model() {
         ("readlink", 0),
         ("readlink", libc::EINVAL),
         ("readlink", libc::ENOENT),
+        ("link", 0),
         ("link", libc::EPERM),
         ("link", libc::EEXIST),
         ("link", libc::ENOENT),
@@ -684,9 +685,11 @@ fn special_files_moved_into_a_subdirectory_outlive_a_remount() {
     ]);
 }
 
-/// Hard links are refused with EPERM, after the checks Linux makes first.
+/// Hard links: the checks Linux makes first (ENOENT, EEXIST, ENOTDIR, EPERM for a directory), then
+/// a second name of one inode: writes, chmod, unlink and rename through either name, across a commit
+/// and a remount.
 #[test]
-fn link_is_eperm_after_the_usual_checks() {
+fn link_makes_a_second_name_after_the_usual_checks() {
     replay(vec![
         create(p("a")),
         Op::Close { h: 0 },
@@ -716,6 +719,54 @@ fn link_is_eperm_after_the_usual_checks() {
             to: p("c"),
         },
         Op::Readdir { path: p("b") },
+        Op::OpenWrite {
+            path: p("b/a"),
+            truncate: false,
+        },
+        Op::Write {
+            h: 0,
+            offset: 0,
+            len: 7,
+            seed: 3,
+        },
+        Op::Read {
+            target: Target::Path(p("a")),
+            offset: 0,
+            len: 100,
+        },
+        Op::Close { h: 0 },
+        Op::Chmod {
+            path: p("a"),
+            mode: 0o600,
+        },
+        Op::Stat { path: p("b/a") },
+        Op::Sync,
+        Op::Remount,
+        Op::Link {
+            from: p("b/a"),
+            to: p("c"),
+        },
+        Op::Rename {
+            from: p("c"),
+            to: p("a"),
+            noreplace: false,
+            exchange: false,
+        },
+        Op::Unlink { path: p("a") },
+        Op::OpenWrite {
+            path: p("c"),
+            truncate: true,
+        },
+        Op::Write {
+            h: 0,
+            offset: 0,
+            len: 3,
+            seed: 9,
+        },
+        Op::Close { h: 0 },
+        Op::Sync,
+        Op::Remount,
+        Op::Stat { path: p("b/a") },
     ]);
 }
 
@@ -743,5 +794,25 @@ fn a_written_hub_file_keeps_the_time_of_the_write() {
         Op::Stat {
             path: p(".gitattributes"),
         },
+    ]);
+}
+
+/// Found by the model: a write opened through the first name of a hard link whose second name was
+/// not committed yet (a copy by reference, pending) took that name's pending commit with it: the
+/// second name never reached the Hub.
+#[test]
+fn a_hard_link_not_yet_committed_reaches_the_hub_after_a_write_through_the_other_name() {
+    replay(vec![
+        create(p("a")),
+        Op::Close { h: 0 },
+        Op::Link {
+            from: p("a"),
+            to: p("b"),
+        },
+        Op::OpenWrite {
+            path: p("b"),
+            truncate: false,
+        },
+        Op::Close { h: 0 },
     ]);
 }

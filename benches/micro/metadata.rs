@@ -23,6 +23,7 @@ fn meta(mode: u32) -> Meta {
         mtime: Stamp { s: 2, n: 0 },
         ctime: Stamp { s: 3, n: 0 },
         special: None,
+        link: None,
     }
 }
 

@@ -182,6 +182,13 @@ fn print_writable(m: &StatusReport, verbose: bool) {
             if verbose { "" } else { " (--verbose lists them)" }
         );
     }
+    if m.hard_links > 0 {
+        println!(
+            "  {} name(s) are hard links, one file in this mount (each name is its own file on the Hub){}",
+            m.hard_links,
+            if verbose { "" } else { " (--verbose lists them)" }
+        );
+    }
     if verbose {
         print_local_only(m);
     }
@@ -196,7 +203,21 @@ fn print_local_only(m: &StatusReport) {
             return;
         }
     };
+    let mut groups: std::collections::BTreeMap<u64, Vec<&str>> = std::collections::BTreeMap::new();
     for (path, r) in &records {
+        if let Some(id) = r.link {
+            groups.entry(id).or_default().push(path);
+        }
+    }
+    for (path, r) in &records {
+        if let Some(names) = r.link.and_then(|id| groups.get(&id)).filter(|n| n.len() > 1) {
+            let others: Vec<&str> = names.iter().copied().filter(|n| n != path).collect();
+            println!(
+                "  local    {path}: hard link ({} names; also {})",
+                names.len(),
+                others.join(", ")
+            );
+        }
         let what = match &r.special {
             Some(Special::Symlink { target }) => format!("symlink -> {target}"),
             Some(Special::Fifo) => "fifo".into(),

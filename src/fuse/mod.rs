@@ -272,15 +272,15 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    /// Hard links are refused (EPERM; docs/SEMANTICS.md), after the checks that come first.
+    /// A second name for a file (docs/SEMANTICS.md, "Hard links").
     fn link(&self, _req: &Request, ino: INodeNo, new_parent: INodeNo, new_name: &OsStr, reply: ReplyEntry) {
         let Some(new_name) = name_of(new_name) else {
             return reply.error(bad_name());
         };
-        let vfs = self.vfs.clone();
+        let (vfs, ttl) = (self.vfs.clone(), self.ttl);
         self.rt.spawn(async move {
             match vfs.link(ino.0, new_parent.0, &new_name).await {
-                Ok(_) => reply.error(Errno::from_i32(libc::EPERM)),
+                Ok(a) => reply.entry(&ttl, &to_fuse(&a), Generation(0)),
                 Err(e) => reply.error(errno(&e)),
             }
         });

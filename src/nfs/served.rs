@@ -361,14 +361,14 @@ impl Served for NfsAdapter {
         Ok((ino, self.fattr(&a)))
     }
 
-    /// LINK: refused by the core with NFS3ERR_PERM (no hard links) once the usual checks pass.
+    /// LINK: a second name for a file (the client looks it up when it needs its handle).
     async fn link_by(&self, who: Who<'_>, id: fileid3, dirid: fileid3, name: &filename3) -> Result<(), nfsstat3> {
         self.writable()?;
         let user = self.user(who);
         let name = new_name(name)?;
         self.may_add(&user, dirid).await?;
         self.vfs
-            .link(id, dirid, name)
+            .link_as(id, dirid, name, Hold::Remembered)
             .await
             .map(|_| ())
             .map_err(|e| nfs_status(&e))

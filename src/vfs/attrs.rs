@@ -86,6 +86,9 @@ impl VirtualFs {
         a.atime = r.atime.into();
         a.mtime = r.mtime.into();
         a.ctime = r.ctime.into();
+        if let (Some(id), Some(s)) = (r.link, self.store()) {
+            a.nlink = s.link_count(id).max(1) as u32;
+        }
         if let (Found::Special, Some(s)) = (found, &r.special) {
             match s {
                 Special::Symlink { target } => {
@@ -122,6 +125,7 @@ impl VirtualFs {
             mtime: a.mtime.into(),
             ctime: a.ctime.into(),
             special: None,
+            link: None,
         }
     }
 
@@ -179,6 +183,7 @@ impl VirtualFs {
                 mtime: now,
                 ctime: now,
                 special: None,
+                link: None,
             };
             s.set(&key, m);
         }
@@ -221,6 +226,7 @@ impl VirtualFs {
             mtime: now,
             ctime: now,
             special,
+            link: None,
         };
         if let Some(s) = self.store() {
             s.set(&self.remote_path(path), m.clone());

@@ -33,6 +33,22 @@ struct Tables {
     by_ino: HashMap<Ino, Entry>,
     by_path: HashMap<String, Ino>,
     remembered: Remembered,
+    /// Numbers of hard-link groups: never handed to a path (see `link_key`).
+    pinned: std::collections::HashSet<Ino>,
+}
+
+/// The table key of hard-link group `id`: its names share the number `id` (the number the first
+/// name had when the link was made), whatever their paths hash to.
+pub fn link_key(id: Ino) -> String {
+    format!("{LINK_PREFIX}{id}")
+}
+
+/// Keys of link groups start with this (a NUL: no path does).
+pub const LINK_PREFIX: &str = "\0link/";
+
+/// The group a key names, if it is a link key.
+pub fn link_id(key: &str) -> Option<Ino> {
+    key.strip_prefix(LINK_PREFIX)?.parse().ok()
 }
 
 /// How many remembered (never forgotten) numbers are kept at most.
@@ -103,8 +119,12 @@ fn hash_path(path: &str) -> Ino {
 /// A number for `path` not taken by another counted or remembered path: its hash, probed upward
 /// on the rare collision.
 fn free_number(g: &Tables, path: &str) -> Ino {
+    if let Some(id) = link_id(path) {
+        return id;
+    }
     let mut ino = hash_path(path);
-    while g.by_ino.contains_key(&ino) || g.remembered.peek(ino).is_some_and(|p| &**p != path) {
+    while g.by_ino.contains_key(&ino) || g.pinned.contains(&ino) || g.remembered.peek(ino).is_some_and(|p| &**p != path)
+    {
         ino = ino.wrapping_add(1).max(2) & 0x7fff_ffff_ffff_ffff;
     }
     ino
@@ -281,6 +301,33 @@ impl InodeTable {
         }
     }
 
+    /// Keeps `id` (a hard-link group's number) from ever being given to a path.
+    pub fn pin(&self, id: Ino) {
+        self.inner.lock().pinned.insert(id);
+    }
+
+    /// `path` became the first name of hard-link group `id` (its own number): the entry the kernel
+    /// or an NFS client holds for it now stands for the group, so every name answers with it.
+    pub fn make_group(&self, path: &str, id: Ino) {
+        let key = link_key(id);
+        let mut g = self.inner.lock();
+        g.pinned.insert(id);
+        if let Some(ino) = g.by_path.remove(path) {
+            if let Some(e) = g.by_ino.get_mut(&ino) {
+                e.path = key.clone();
+            }
+            g.by_path.insert(key.clone(), ino);
+        }
+        let r = &mut g.remembered;
+        for map in [&mut r.current, &mut r.previous] {
+            for p in map.values_mut() {
+                if p.as_ref() == path {
+                    *p = Arc::from(key.as_str());
+                }
+            }
+        }
+    }
+
     /// Counted inodes (the kernel's references); remembered numbers are not included.
     pub fn len(&self) -> usize {
         self.inner.lock().by_ino.len()
@@ -383,6 +430,26 @@ mod tests {
             t.remember(&format!("g{i}"));
         }
         assert!(t.path(gone).is_none());
+    }
+
+    #[test]
+    fn a_link_group_keeps_its_first_names_number_and_no_path_takes_it() {
+        let t = InodeTable::new();
+        let a = t.ino_for("a", 1);
+        let nfs = t.remember("a");
+        assert_eq!(nfs, a);
+        t.make_group("a", a);
+        let key = link_key(a);
+        assert_eq!(link_id(&key), Some(a));
+        assert_eq!(t.ino_for(&key, 1), a, "the kernel's number for a is the group's");
+        assert_eq!(t.path(a).as_deref(), Some(key.as_str()), "it names the group now");
+        t.forget(a, 2);
+        assert_eq!(t.path(a).as_deref(), Some(key.as_str()), "NFS still holds it");
+        // A new file at "a" (the first name unlinked) gets a number of its own.
+        assert_ne!(t.ino_for("a", 1), a);
+        let t = InodeTable::new();
+        t.pin(hash_path("b"));
+        assert_ne!(t.ino_for("b", 1), hash_path("b"), "a pinned number is never a path's");
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod attrs;
 mod commit;
 pub mod error;
 pub mod inode;
+mod links;
 mod listing_prefetch;
 mod meta;
 mod passthrough;
@@ -319,6 +320,7 @@ impl VirtualFs {
             }
         }
         vfs.restore_local().await?;
+        vfs.restore_links().await?;
         Ok(vfs)
     }
 
@@ -357,6 +359,7 @@ impl VirtualFs {
     /// The path an inode names; a removed one (`InodeTable::detach`) names none: not found.
     fn path_of(&self, ino: Ino) -> VfsResult<String> {
         match self.inodes.path(ino) {
+            Some(p) if p.starts_with(inode::LINK_PREFIX) => self.link_path(&p).ok_or(VfsError::NotFound),
             Some(p) if p.starts_with('\0') => Err(VfsError::NotFound),
             Some(p) => Ok(p),
             None => Err(VfsError::BadHandle),
@@ -386,8 +389,8 @@ impl VirtualFs {
         let path = join(&parent_path, name);
         let found = self.find(&commit, &path).await?.ok_or(VfsError::NotFound)?;
         let ino = match hold {
-            Hold::Counted => self.inodes.ino_for(&path, 1),
-            Hold::Remembered => self.inodes.remember(&path),
+            Hold::Counted => self.ino_at(&path, 1),
+            Hold::Remembered => self.remember_at(&path),
         };
         let mut a = self.attr_at(ino, Some(&path), &found);
         if matches!(found, Found::Dir) {
@@ -471,7 +474,7 @@ impl VirtualFs {
         let merged = self.merged_listing(&commit, &path).await?;
         let parent_path = path.rsplit_once('/').map(|(p, _)| p).unwrap_or("");
         let parent_ino = match path.rsplit_once('/') {
-            Some((p, _)) => self.inodes.ino_for(p, 0),
+            Some((p, _)) => self.ino_at(p, 0),
             None => ROOT_INO,
         };
         let mut entries = Vec::with_capacity(merged.len() + 2);
@@ -485,7 +488,7 @@ impl VirtualFs {
         });
         for (name, found) in &merged {
             let child = join(&path, name);
-            let child_ino = self.inodes.ino_for(&child, 0);
+            let child_ino = self.ino_at(&child, 0);
             entries.push(DirEntry {
                 name: name.clone(),
                 attr: self.attr_at(child_ino, Some(&child), found),
@@ -545,12 +548,12 @@ impl VirtualFs {
 
     /// The number `name` in `dir` has now (not counted as a lookup).
     pub fn entry_ino(&self, dir: &str, name: &str) -> Ino {
-        self.inodes.ino_for(&join(dir, name), 0)
+        self.ino_at(&join(dir, name), 0)
     }
 
     /// A readdirplus entry was handed to the kernel: it now holds one reference to the child.
     pub fn note_entry_lookup(&self, parent_fh_path: &str, name: &str) {
-        self.inodes.ino_for(&join(parent_fh_path, name), 1);
+        self.ino_at(&join(parent_fh_path, name), 1);
     }
 
     /// A directory entry's handle was handed to an NFS client, which may use it at any time.
@@ -558,14 +561,14 @@ impl VirtualFs {
         match name {
             "." | ".." => {}
             _ => {
-                self.inodes.remember(&join(parent_path, name));
+                self.remember_at(&join(parent_path, name));
             }
         }
     }
 
     /// The number of a mount-relative path for a frontend that never forgets.
     pub fn remember_path(&self, path: &str) -> Ino {
-        self.inodes.remember(path)
+        self.remember_at(path)
     }
 
     /// The content a file has now (a stateless frontend reopens when it changed).
@@ -663,7 +666,7 @@ impl VirtualFs {
     /// cache, which all descriptors of the inode share, with the old ones. A handle whose file was
     /// unlinked or renamed over is on another inode by then and keeps what it had.
     fn follow_staged(&self, path: &str, file: &Arc<DirtyFile>) {
-        let ino = self.inodes.ino_for(path, 0);
+        let ino = self.ino_at(path, 0);
         let mut handles = self.handles.lock();
         for h in handles.values_mut() {
             let moved = match h.as_ref() {

@@ -65,6 +65,10 @@ impl VirtualFs {
         if dst.is_some() && flags.noreplace {
             return Err(VfsError::Exists);
         }
+        if dst.is_some() && self.group_of(&from).is_some_and(|g| self.group_of(&to) == Some(g)) {
+            // Two names of one file: POSIX says rename does nothing.
+            return Ok(());
+        }
         if from.starts_with(&format!("{to}/")) {
             // The target is an ancestor of the source, so not empty: Linux says so before any
             // check of the types (a file onto its own parent is ENOTEMPTY, not EISDIR).
@@ -83,8 +87,13 @@ impl VirtualFs {
             _ => {}
         }
         if let Some(Found::Local(old)) = &dst {
-            old.discard();
+            self.let_go(&to, old)?;
         }
+        // A name of a link group replaced here: the names it leaves see their ctime move.
+        let replaced_others = match &dst {
+            Some(Found::Dir) | None => Vec::new(),
+            Some(_) => self.other_names(&to),
+        };
         let moved = src.clone();
         match src {
             Found::Dir => self.rename_dir(&commit, &from, &to).await?,
@@ -94,7 +103,10 @@ impl VirtualFs {
                 self.hide(&commit, &from).await?;
             }
             Found::Local(d) => {
-                d.set_path(&self.remote_path(&to))?;
+                // (Staged under another name of its link group: it stays staged there.)
+                if d.repo_path() == self.remote_path(&from) {
+                    d.set_path(&self.remote_path(&to))?;
+                }
                 self.place(&to, Entry::File(d));
                 self.hide(&commit, &from).await?;
             }
@@ -137,6 +149,9 @@ impl VirtualFs {
         }
         self.inodes.rename(&from, &to);
         self.move_records(&from, &to, &moved);
+        if let Some(d) = &dst {
+            self.names_left(&replaced_others, d);
+        }
         self.dir_changed(&from_parent);
         if to_parent != from_parent {
             self.dir_changed(&to_parent);
@@ -242,7 +257,10 @@ impl VirtualFs {
             let new = join(to, rel);
             match e {
                 Entry::File(d) => {
-                    d.set_path(&self.remote_path(&new))?;
+                    // (An alias of a linked file staged under another name stays staged there.)
+                    if d.repo_path() == self.remote_path(old) {
+                        d.set_path(&self.remote_path(&new))?;
+                    }
                     sets.push((new, e.clone()));
                 }
                 Entry::Moved(_) | Entry::Dir => sets.push((new, e.clone())),

@@ -1,13 +1,10 @@
-//! Symlinks, FIFOs, sockets and device nodes on a writable mount, and hard links.
+//! Symlinks, FIFOs, sockets and device nodes on a writable mount.
 //!
 //! The Hub stores regular files only, so these exist in the mount alone: an overlay entry that the
 //! committer never uploads, with their details (target, device number) in the metadata store. They
 //! can be listed, read (`readlink`), renamed and removed like any entry, survive a remount through
 //! the metadata log, and are counted by `hubfs status` as local-only. `--posix strict` refuses them.
-//!
-//! Hard links are refused with EPERM, as file systems without them (vfat, many FUSE file systems)
-//! do: a second name for one file would reach the Hub as two independent copies, and writes through
-//! one name would silently stop showing through the other after a remount or a commit.
+//! Hard links (of these too) are in `links`.
 
 use super::attrs::NewNode;
 use super::error::{VfsError, VfsResult};
@@ -100,7 +97,7 @@ impl VirtualFs {
         self.dir_changed(&parent_path);
         // The committer deletes a Hub file this replaced, and `hubfs status` counts the entry.
         self.kick();
-        let ino = self.inodes.ino_for(&path, 1);
+        let ino = self.ino_at(&path, 1);
         Ok(self.attr_at(ino, Some(&path), &Found::Special))
     }
 
@@ -116,29 +113,6 @@ impl VirtualFs {
             Some(_) => Err(VfsError::Invalid("not a symlink")),
             None => Err(VfsError::NotFound),
         }
-    }
-
-    /// link(2): refused (see the module's note); EROFS on a read-only mount.
-    pub async fn link(&self, ino: Ino, new_parent: Ino, new_name: &str) -> VfsResult<Attr> {
-        if self.writer.is_none() {
-            return Err(VfsError::ReadOnly);
-        }
-        check_name(new_name)?;
-        let commit = self.commit().await?;
-        let path = self.path_of(ino)?;
-        let parent_path = self.path_of(new_parent)?;
-        match self.find(&commit, &parent_path).await? {
-            Some(Found::Dir) => {}
-            Some(_) => return Err(VfsError::NotDir),
-            None => return Err(VfsError::NotFound),
-        }
-        if self.find(&commit, &path).await?.is_none() {
-            return Err(VfsError::NotFound);
-        }
-        if self.find(&commit, &join(&parent_path, new_name)).await?.is_some() {
-            return Err(VfsError::Exists);
-        }
-        Err(VfsError::NotPermitted("hubfs has no hard links"))
     }
 }
 

@@ -158,7 +158,15 @@ impl VirtualFs {
     /// The staged file behind `path`, staging it first if it is still remote (its content is
     /// copied in unless `truncate`).
     async fn stage(&self, commit: &str, path: &str, truncate: bool) -> VfsResult<Arc<DirtyFile>> {
+        let linked = self.group_of(path).is_some();
+        if linked {
+            self.split_diverged(commit, path).await?;
+        }
         let d = self.stage_copy(commit, path, truncate).await?;
+        if linked {
+            // Every name of the file writes and reads this copy.
+            self.share_staged(path, &d);
+        }
         self.follow_staged(path, &d);
         Ok(d)
     }
@@ -223,7 +231,7 @@ impl VirtualFs {
     /// A staged copy of `path` that an open handle still holds after its commit took it out of the
     /// overlay: clean (it is what the Hub has there) and not discarded.
     fn open_staged_copy(&self, path: &str) -> Option<Arc<DirtyFile>> {
-        let ino = self.inodes.ino_for(path, 0);
+        let ino = self.ino_at(path, 0);
         let remote = self.remote_path(path);
         self.handles.lock().values().find_map(|h| match h.as_ref() {
             Handle::Local { ino: i, file, .. }
@@ -322,7 +330,7 @@ impl VirtualFs {
             }
         };
         self.writer_opened(&path, &file);
-        let ino = self.inodes.ino_for(&path, 1);
+        let ino = self.ino_at(&path, 1);
         self.inodes.opened(ino);
         let attr = self.attr_at(ino, Some(&path), &Found::Local(file.clone()));
         let fh = self.add_handle(Handle::Local { ino, file, write: true });
@@ -606,7 +614,7 @@ impl VirtualFs {
         self.drop_records(&path);
         self.new_record(&path, true, node, None);
         self.dir_changed(&parent_path);
-        let ino = self.inodes.ino_for(&path, 1);
+        let ino = self.ino_at(&path, 1);
         Ok(self.attr_at(ino, Some(&path), &Found::Dir))
     }
 
@@ -615,14 +623,18 @@ impl VirtualFs {
         let commit = self.commit().await?;
         let parent_path = self.path_of(parent)?;
         let path = join(&parent_path, name);
-        match self.find(&commit, &path).await? {
+        let found = match self.find(&commit, &path).await? {
             None => return Err(VfsError::NotFound),
             Some(Found::Dir) => return Err(VfsError::IsDir),
-            Some(Found::Local(d)) => d.discard(),
-            Some(Found::Remote(_) | Found::Special) => {}
+            Some(f) => f,
+        };
+        if let Found::Local(d) = &found {
+            self.let_go(&path, d)?;
         }
+        let others = self.other_names(&path);
         self.hide(&commit, &path).await?;
         self.drop_records(&path);
+        self.names_left(&others, &found);
         self.dir_changed(&parent_path);
         self.kick();
         self.inodes.detach(&path);

@@ -9,7 +9,7 @@
 //! mount calls where it makes staged content durable (close, fsync, unmount). A write's mtime is
 //! kept in memory and logged at the file's next seal, not once per write.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -91,6 +91,10 @@ pub struct Meta {
     pub ctime: Stamp,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub special: Option<Special>,
+    /// The hard-link group this name belongs to (its inode number in the mount): every name of a
+    /// group has the same record, kept equal by `MetaStore::set` and `touch`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<u64>,
 }
 
 /// One line of the log.
@@ -127,6 +131,8 @@ struct Inner {
     error: Option<String>,
     /// Bumped by every change that adds, removes or moves a record (not by a write's times).
     version: u64,
+    /// Hard-link group → the paths whose records name it (an index of `Meta::link`).
+    groups: HashMap<u64, BTreeSet<String>>,
 }
 
 /// Whether a regular file's or directory's record shows a mode or owner the Hub's defaults do not
@@ -175,20 +181,50 @@ impl Inner {
             lines: 0,
             error: None,
             version: 0,
+            groups: HashMap::new(),
+        }
+    }
+
+    /// Sets a record, keeping the link index.
+    fn put(&mut self, p: String, m: Meta) {
+        if let Some(g) = m.link {
+            self.groups.entry(g).or_default().insert(p.clone());
+        }
+        if let Some(old) = self.map.insert(p.clone(), m)
+            && let Some(g) = old.link
+            && self.map.get(&p).and_then(|m| m.link) != Some(g)
+        {
+            self.unindex(g, &p);
+        }
+    }
+
+    /// Removes a record, keeping the link index.
+    fn take(&mut self, p: &str) -> Option<Meta> {
+        let m = self.map.remove(p)?;
+        if let Some(g) = m.link {
+            self.unindex(g, p);
+        }
+        Some(m)
+    }
+
+    fn unindex(&mut self, g: u64, p: &str) {
+        if let Some(set) = self.groups.get_mut(&g) {
+            set.remove(p);
+            if set.is_empty() {
+                self.groups.remove(&g);
+            }
         }
     }
 
     fn apply(&mut self, line: Line) {
         match line {
-            Line::Set { p, m } => {
-                self.map.insert(p, m);
-            }
+            Line::Set { p, m } => self.put(p, m),
             Line::Del { p } => self.remove_tree(&p),
             Line::Mv { from, to } => {
                 self.remove_tree(&to);
                 for k in self.subtree_keys(&from) {
-                    if let Some(m) = self.map.remove(&k) {
-                        self.map.insert(moved(&k, &from, &to), m);
+                    if let Some(m) = self.take(&k) {
+                        self.put(moved(&k, &from, &to), m);
                     }
                     if self.unsaved.remove(&k) {
                         self.unsaved.insert(moved(&k, &from, &to));
@@ -213,7 +249,7 @@ impl Inner {
 
     fn remove_tree(&mut self, root: &str) {
         for k in self.subtree_keys(root) {
-            self.map.remove(&k);
+            self.take(&k);
             self.unsaved.remove(&k);
         }
     }
@@ -338,27 +374,116 @@ impl MetaStore {
     }
 
     /// Sets `path`'s record and logs it.
+    /// Sets `path`'s record and logs it. A record that names a link group is set on every name of
+    /// the group (one inode, one set of attributes).
     pub fn set(&self, path: &str, m: Meta) {
         let mut g = self.inner.lock();
-        g.unsaved.remove(path);
-        let line = Line::Set {
-            p: path.to_string(),
-            m: m.clone(),
-        };
-        g.map.insert(path.to_string(), m);
-        g.append(&line);
+        let mut paths = vec![path.to_string()];
+        if let Some(id) = m.link {
+            paths.extend(g.groups.get(&id).into_iter().flatten().filter(|p| *p != path).cloned());
+        }
+        for p in paths {
+            g.unsaved.remove(&p);
+            let line = Line::Set {
+                p: p.clone(),
+                m: m.clone(),
+            };
+            g.put(p, m.clone());
+            g.append(&line);
+        }
     }
 
     /// Changes `path`'s record in memory only (a write's times); logged by `save` or `sync`.
-    /// Returns false when `path` has no record.
+    /// Returns false when `path` has no record. The other names of its link group follow.
     pub fn touch(&self, path: &str, f: impl FnOnce(&mut Meta)) -> bool {
         let mut g = self.inner.lock();
         let Some(m) = g.map.get_mut(path) else { return false };
         f(m);
-        if !g.unsaved.contains(path) {
-            g.unsaved.insert(path.to_string());
+        let m = m.clone();
+        let others: Vec<String> = match m.link {
+            Some(id) => g
+                .groups
+                .get(&id)
+                .into_iter()
+                .flatten()
+                .filter(|p| *p != path)
+                .cloned()
+                .collect(),
+            None => Vec::new(),
+        };
+        for p in others.into_iter().chain(std::iter::once(path.to_string())) {
+            if let Some(r) = g.map.get_mut(&p) {
+                *r = m.clone();
+            }
+            if !g.unsaved.contains(&p) {
+                g.unsaved.insert(p);
+            }
         }
         true
+    }
+
+    /// Makes `new` a second name of `existing` (which must have a record): both records name link
+    /// group `id` (kept if `existing` is in one already). Returns the group.
+    pub fn link(&self, existing: &str, new: &str, id: u64) -> Option<u64> {
+        let mut g = self.inner.lock();
+        let mut m = g.map.get(existing)?.clone();
+        let id = *m.link.get_or_insert(id);
+        for p in [existing, new] {
+            g.unsaved.remove(p);
+            let line = Line::Set {
+                p: p.to_string(),
+                m: m.clone(),
+            };
+            g.put(p.to_string(), m.clone());
+            g.append(&line);
+        }
+        Some(id)
+    }
+
+    /// The link group `path` belongs to.
+    pub fn link_of(&self, path: &str) -> Option<u64> {
+        self.inner.lock().map.get(path).and_then(|m| m.link)
+    }
+
+    /// The names (repo paths) of link group `id`, sorted.
+    pub fn members(&self, id: u64) -> Vec<String> {
+        let g = self.inner.lock();
+        g.groups
+            .get(&id)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// How many names link group `id` has.
+    pub fn link_count(&self, id: u64) -> usize {
+        self.inner.lock().groups.get(&id).map_or(0, |s| s.len())
+    }
+
+    /// Every link group with its names.
+    pub fn groups(&self) -> Vec<(u64, Vec<String>)> {
+        let g = self.inner.lock();
+        let mut v: Vec<(u64, Vec<String>)> = g
+            .groups
+            .iter()
+            .map(|(id, s)| (*id, s.iter().cloned().collect()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Takes `path` out of its link group (its record stays, as a file of its own).
+    pub fn unlink_member(&self, path: &str) {
+        let mut g = self.inner.lock();
+        let Some(mut m) = g.map.get(path).cloned() else { return };
+        if m.link.take().is_none() {
+            return;
+        }
+        let line = Line::Set {
+            p: path.to_string(),
+            m: m.clone(),
+        };
+        g.put(path.to_string(), m);
+        g.append(&line);
     }
 
     /// Logs every record changed in memory only (times moved by writes and by entries coming and
@@ -428,6 +553,12 @@ impl MetaStore {
         (specials, changed)
     }
 
+    /// Names in link groups of two or more (`hubfs status`).
+    pub fn linked_names(&self) -> usize {
+        let g = self.inner.lock();
+        g.groups.values().filter(|s| s.len() > 1).map(|s| s.len()).sum()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -447,6 +578,7 @@ mod tests {
             mtime: Stamp { s: 20, n: 2 },
             ctime: Stamp { s: 30, n: 3 },
             special: None,
+            link: None,
         }
     }
 
@@ -495,6 +627,54 @@ mod tests {
         assert_eq!(
             s.get("b/l").unwrap().special,
             Some(Special::Symlink { target: "x".into() })
+        );
+    }
+
+    #[test]
+    fn link_groups_share_one_record_and_survive_replay_moves_and_removals() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = MetaStore::open(dir.path()).unwrap();
+            s.set("a", meta(0o600));
+            assert_eq!(s.link("a", "d/b", 77), Some(77));
+            assert_eq!(s.link("d/b", "c", 99), Some(77), "a group keeps its number");
+            assert_eq!(s.members(77), ["a", "c", "d/b"]);
+            // Every name's record changes together.
+            s.set(
+                "c",
+                Meta {
+                    link: Some(77),
+                    ..meta(0o640)
+                },
+            );
+            assert!(s.touch("a", |m| m.mtime = Stamp { s: 5, n: 0 }));
+            for p in ["a", "c", "d/b"] {
+                let m = s.get(p).unwrap();
+                assert_eq!(
+                    (m.mode, m.mtime, m.link),
+                    (0o640, Stamp { s: 5, n: 0 }, Some(77)),
+                    "{p}"
+                );
+            }
+            s.rename("d", "e");
+            s.remove_tree("a");
+            s.sync().unwrap();
+        }
+        let s = MetaStore::open(dir.path()).unwrap();
+        assert_eq!(s.members(77), ["c", "e/b"]);
+        assert_eq!(s.link_count(77), 2);
+        assert_eq!(s.linked_names(), 2);
+        assert_eq!(s.get("e/b").unwrap().mtime, Stamp { s: 5, n: 0 });
+        // A new record at a name takes it out of its group; so does unlink_member.
+        s.set("c", meta(0o644));
+        assert_eq!(s.members(77), ["e/b"]);
+        s.unlink_member("e/b");
+        assert!(s.groups().is_empty());
+        assert_eq!(s.get("e/b").unwrap().mode, 0o640, "the record stays");
+        assert_eq!(
+            s.link("nothing", "x", 1),
+            None,
+            "a name without a record cannot be linked"
         );
     }
 

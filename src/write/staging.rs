@@ -326,6 +326,12 @@ impl DirtyFile {
         s.committed = s.generation;
     }
 
+    /// The content must be committed again although it did not change (it becomes the content of
+    /// another name too: a hard link).
+    pub fn mark_dirty(&self) {
+        self.st.lock().generation += 1;
+    }
+
     /// The Hub has generation `g`. Returns whether the file is now clean.
     pub fn committed(&self, g: u64) -> bool {
         let mut s = self.st.lock();

@@ -98,6 +98,8 @@ impl Meta {
 pub struct Entry {
     pub node: Node,
     pub meta: Meta,
+    /// The hard-link group (inode) this name shares with others; its names have one `meta`.
+    pub link: Option<u32>,
 }
 
 pub fn join(dir: &str, name: &str) -> String {
@@ -127,6 +129,7 @@ pub struct Model {
     /// Open handles, by slot: the inode each one holds.
     pub handles: Vec<FileId>,
     next_id: FileId,
+    next_link: u32,
     /// When the operation being run started: the times it sets are no earlier.
     pub now: SystemTime,
 }
@@ -139,6 +142,7 @@ impl Default for Model {
             files: HashMap::new(),
             handles: Vec::new(),
             next_id: 0,
+            next_link: 0,
             now: UNIX_EPOCH,
         }
     }
@@ -189,6 +193,7 @@ impl Model {
             return Some(Entry {
                 node: Node::Dir,
                 meta: self.root.clone(),
+                link: None,
             });
         }
         self.tree.get(path).cloned()
@@ -242,6 +247,7 @@ impl Model {
             Entry {
                 node: Node::File(id),
                 meta: Meta::default_for(false),
+                link: None,
             },
         );
     }
@@ -284,7 +290,7 @@ impl Model {
 
     fn insert(&mut self, parent: &str, path: String, node: Node, mode: u32, who: Option<Who>) {
         let meta = self.new_meta(parent, node == Node::Dir, mode, who);
-        self.tree.insert(path, Entry { node, meta });
+        self.tree.insert(path, Entry { node, meta, link: None });
         self.dir_changed(parent);
     }
 
@@ -297,12 +303,33 @@ impl Model {
         }
     }
 
-    /// `path`'s inode changed (attributes, a rename): its ctime moves.
+    /// `path`'s inode changed (attributes, a rename): its ctime moves, for every name of it.
     fn changed(&mut self, path: &str) {
         let now = Time::After(self.now);
         if let Some(m) = self.meta_mut(path) {
             m.ctime = now;
         }
+        self.sync_links(path);
+    }
+
+    /// The other names of `path`'s link group take its metadata (one inode).
+    fn sync_links(&mut self, path: &str) {
+        let Some(e) = self.tree.get(path).cloned() else { return };
+        let Some(g) = e.link else { return };
+        for other in self.tree.values_mut() {
+            if other.link == Some(g) {
+                other.meta = e.meta.clone();
+            }
+        }
+    }
+
+    /// Some name of link group `g`, if it has one left.
+    fn name_of_group(&self, g: Option<u32>) -> Option<String> {
+        let g = g?;
+        self.tree
+            .iter()
+            .find(|(_, e)| e.link == Some(g))
+            .map(|(p, _)| p.clone())
     }
 
     /// A file's content or size changed: mtime and ctime move (if it still has a name).

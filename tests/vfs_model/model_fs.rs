@@ -127,7 +127,11 @@ impl Model {
             Some(Node::Dir) => return Err(libc::EISDIR),
             Some(_) => {}
         }
-        self.tree.remove(&at.path);
+        let gone = self.tree.remove(&at.path);
+        // The names left of its inode: one link fewer, ctime moved.
+        if let Some(other) = self.name_of_group(gone.and_then(|e| e.link)) {
+            self.changed(&other);
+        }
         self.dir_changed(&at.parent);
         self.collect();
         Ok(())
@@ -178,6 +182,11 @@ impl Model {
         if from == to {
             return Ok(());
         }
+        // Two names of one inode: rename does nothing (vfs_rename: source == target).
+        let group = |p: &str| self.tree.get(p).and_then(|e| e.link);
+        if dst.is_some() && group(from).is_some() && group(from) == group(to) {
+            return Ok(());
+        }
         match (&src, &dst) {
             (Node::Dir, Some(Node::Dir)) if !self.children(to).is_empty() => return Err(libc::ENOTEMPTY),
             (Node::Dir, Some(Node::Dir)) => {}
@@ -185,7 +194,7 @@ impl Model {
             (_, Some(Node::Dir)) => return Err(libc::EISDIR),
             _ => {}
         }
-        self.tree.remove(to);
+        let replaced = self.tree.remove(to);
         let prefix = format!("{from}/");
         let moved: Vec<(String, Entry)> = self
             .tree
@@ -198,6 +207,9 @@ impl Model {
             self.tree.insert(format!("{to}{}", &p[from.len()..]), e);
         }
         self.changed(to);
+        if let Some(other) = self.name_of_group(replaced.and_then(|e| e.link)) {
+            self.changed(&other);
+        }
         self.dir_changed(&from_parent);
         self.dir_changed(&to_parent);
         self.collect();

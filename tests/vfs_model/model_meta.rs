@@ -87,16 +87,36 @@ impl Model {
     }
 
     /// link(2) (linkat without AT_SYMLINK_FOLLOW): the source is walked, then the new name's
-    /// directory, which must not hold the name yet; then hubfs refuses with EPERM (as Linux does
-    /// itself for a directory source).
+    /// directory, which must not hold the name yet; a directory source is EPERM. The new name is
+    /// the same inode: one content, one metadata, ctime moved.
     pub fn link(&mut self, from: &str, to: &str) -> Res<()> {
-        if self.place(from, false)?.node.is_none() {
+        let src = self.place(from, false)?;
+        if src.node.is_none() {
             return Err(libc::ENOENT);
         }
-        if self.place(to, false)?.node.is_some() {
+        let at = self.place(to, false)?;
+        if at.node.is_some() {
             return Err(libc::EEXIST);
         }
-        Err(libc::EPERM)
+        if src.node == Some(Node::Dir) {
+            return Err(libc::EPERM);
+        }
+        let group = match self.tree.get(&src.path).and_then(|e| e.link) {
+            Some(g) => g,
+            None => {
+                self.next_link += 1;
+                self.next_link
+            }
+        };
+        let mut e = self.tree.get(&src.path).cloned().expect("exists");
+        e.link = Some(group);
+        if let Some(s) = self.tree.get_mut(&src.path) {
+            s.link = Some(group);
+        }
+        self.tree.insert(at.path.clone(), e);
+        self.changed(&src.path);
+        self.dir_changed(&at.parent);
+        Ok(())
     }
 }
 

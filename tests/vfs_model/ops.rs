@@ -345,7 +345,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         2 => (path(), node_type(), prop::sample::select(vec![0o644, 0o600, 0o666, 0o4755]), who())
             .prop_map(|(path, kind, mode, who)| Op::Mknod { path, kind, mode, who }),
         2 => path().prop_map(|path| Op::Readlink { path }),
-        1 => (path(), path()).prop_map(|(from, to)| Op::Link { from, to }),
+        2 => (path(), path()).prop_map(|(from, to)| Op::Link { from, to }),
         2 => Just(Op::Sync),
         1 => Just(Op::Remount),
     ]

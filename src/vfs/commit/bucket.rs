@@ -22,7 +22,7 @@ fn millis(t: SystemTime) -> u64 {
 impl VirtualFs {
     /// The mtime a bucket keeps for a file the mount writes: the one the mount shows (a record
     /// set by `touch -d`, `cp -p`, `rsync -a`), else the staged file's last write.
-    fn bucket_mtime(&self, path: &str, fallback: SystemTime) -> u64 {
+    pub(super) fn bucket_mtime(&self, path: &str, fallback: SystemTime) -> u64 {
         match self.record(path) {
             Some(m) => (m.mtime.s.max(0) as u64) * 1000 + u64::from(m.mtime.n) / 1_000_000,
             None => millis(fallback),
@@ -84,6 +84,7 @@ impl VirtualFs {
                 mtime_ms: self.bucket_mtime(path, shown),
             });
         }
+        self.alias_bucket_ops(base, batch, &mut ops).await?;
         Ok((ops, staged))
     }
 

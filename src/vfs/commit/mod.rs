@@ -15,6 +15,7 @@
 //! work and waits for it; `round` is one commit round, `schedule` decides when rounds run, and
 //! `status` is what `hubfs status` shows.
 
+mod aliases;
 mod bucket;
 mod budget;
 mod round;
@@ -143,6 +144,8 @@ pub(crate) struct Writer {
     pub(super) meta: MetaStore,
     /// The metadata version the status file last showed.
     status_meta_version: std::sync::atomic::AtomicU64,
+    /// The repo folder the mount shows ("" for the whole repo): overlay paths are below it.
+    subfolder: String,
 }
 
 /// `hubs/<endpoint>/kind/ns/name/branch`, each part made safe as one directory name: local state
@@ -298,6 +301,7 @@ impl Writer {
             meta,
             status_meta_version: std::sync::atomic::AtomicU64::new(u64::MAX),
             staging,
+            subfolder: subfolder.unwrap_or("").trim_matches('/').to_string(),
         };
         w.recover(subfolder.unwrap_or("").trim_matches('/'))?;
         Ok(w)
@@ -391,12 +395,36 @@ impl Writer {
     /// Whether a background round has something to do.
     fn has_ready_work(&self) -> bool {
         let held = self.held.lock().clone();
-        self.overlay.lock().all().iter().any(|(_, e)| match e {
+        let o = self.overlay.lock();
+        o.all().iter().any(|(path, e)| match e {
+            Entry::File(d) if d.writers() == 0 && !held.contains(&d.id()) && self.orphan_alias(&o, path, d) => true,
             Entry::File(d) => d.is_dirty() && d.writers() == 0 && !held.contains(&d.id()),
             Entry::Moved(_) | Entry::Gone => true,
             Entry::Special { hides } => *hides,
             Entry::Dir => false,
         })
+    }
+}
+
+impl Writer {
+    /// Whether `path`'s entry is a name of a hard link showing a clean copy staged under another
+    /// name that no longer holds it: the Hub may still need this name's commit (`aliases`).
+    fn orphan_alias(&self, o: &Overlay, path: &str, d: &Arc<DirtyFile>) -> bool {
+        let primary = d.repo_path();
+        let own = if self.subfolder.is_empty() {
+            path.to_string()
+        } else {
+            format!("{}/{path}", self.subfolder)
+        };
+        if d.is_dirty() || primary == own {
+            return false;
+        }
+        let at = if self.subfolder.is_empty() {
+            Some(primary.as_str())
+        } else {
+            primary.strip_prefix(&self.subfolder).and_then(|p| p.strip_prefix('/'))
+        };
+        !matches!(at.and_then(|p| o.get(p)), Some(Entry::File(x)) if Arc::ptr_eq(x, d))
     }
 }
 
@@ -579,9 +607,15 @@ impl VirtualFs {
         // the last handle goes, the staged copy and its journal entry) can go. The writer count is
         // read under the overlay lock: see `writer_opened`.
         if let Some(path) = self.mount_path(&file.repo_path()) {
+            let linked = self.group_of(&path).is_some();
             let mut o = w.overlay.lock();
             if file.writers() == 0 && matches!(o.get(&path), Some(Entry::File(d)) if Arc::ptr_eq(d, file)) {
                 o.remove(&path);
+                if linked {
+                    // The other names of a hard link showing this copy settle in a round
+                    // (`aliases`).
+                    w.kick.notify_one();
+                }
             }
         }
     }

@@ -80,6 +80,8 @@ pub(super) struct Batch {
     pub(super) uploads: Vec<(String, Arc<DirtyFile>)>,
     pub(super) moves: Vec<(String, crate::vfs::remote::FileMeta)>,
     pub(super) gones: Vec<String>,
+    /// Names of link groups whose staged copy is staged under another name (`aliases`).
+    pub(super) aliases: Vec<(String, Arc<DirtyFile>)>,
 }
 
 /// Changes one commit carries at most; the rest wait for the next round (which follows at once if
@@ -214,8 +216,11 @@ impl VirtualFs {
         let flush_all = waiters.iter().any(|wt| wt.file.is_none());
         let held = w.held.lock().clone();
         let mut batch = Batch::default();
-        for (path, e) in w.overlay.lock().all() {
+        let entries = w.overlay.lock().all();
+        for (path, e) in entries {
             match e {
+                // (Taken only when ready, like a staged file; never uploaded as one.)
+                Entry::File(d) if self.is_alias(&path, &d) => batch.aliases.push((path, d)),
                 Entry::File(d)
                     if d.is_dirty()
                         && !held.contains(&d.id())
@@ -229,7 +234,11 @@ impl VirtualFs {
                 _ => {}
             }
         }
-        if batch.uploads.is_empty() && batch.moves.is_empty() && batch.gones.is_empty() {
+        batch
+            .aliases
+            .retain(|(_, d)| !held.contains(&d.id()) && (d.writers() == 0 || requested.contains(&d.id()) || flush_all));
+        self.keep_ready_aliases(w, &mut batch);
+        if batch.uploads.is_empty() && batch.moves.is_empty() && batch.gones.is_empty() && batch.aliases.is_empty() {
             return Ok(false);
         }
         batch.limit(MAX_CHANGES_PER_COMMIT);
@@ -341,6 +350,7 @@ impl VirtualFs {
                 });
             }
         }
+        self.alias_ops(base, batch, &mut ops).await?;
         // The Hub applies operations in order: deletions first, so that a file may take the name
         // of a directory whose last file this commit deletes (and the other way round).
         ops.sort_by_key(|o| !matches!(o, CommitOp::DeleteFile { .. }));
@@ -458,22 +468,26 @@ impl VirtualFs {
                 stale_gones.push(path.clone());
             }
         }
+        {
+            let mut overlay = w.overlay.lock();
+            for (s, path) in staged {
+                if held.contains(&s.file.id()) {
+                    continue;
+                }
+                let clean = s.file.committed(s.snap.generation);
+                let same = matches!(overlay.get(path), Some(Entry::File(d)) if Arc::ptr_eq(d, &s.file));
+                if clean && s.file.writers() == 0 && same {
+                    overlay.remove(path);
+                }
+            }
+            for (path, meta) in &batch.moves {
+                if matches!(overlay.get(path), Some(Entry::Moved(m)) if m == meta) {
+                    overlay.remove(path);
+                }
+            }
+        }
+        self.settle_aliases(w, batch, commit).await;
         let mut overlay = w.overlay.lock();
-        for (s, path) in staged {
-            if held.contains(&s.file.id()) {
-                continue;
-            }
-            let clean = s.file.committed(s.snap.generation);
-            let same = matches!(overlay.get(path), Some(Entry::File(d)) if Arc::ptr_eq(d, &s.file));
-            if clean && s.file.writers() == 0 && same {
-                overlay.remove(path);
-            }
-        }
-        for (path, meta) in &batch.moves {
-            if matches!(overlay.get(path), Some(Entry::Moved(m)) if m == meta) {
-                overlay.remove(path);
-            }
-        }
         for path in stale_gones {
             match overlay.get(&path) {
                 Some(Entry::Gone) => {

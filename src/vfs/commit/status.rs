@@ -49,6 +49,10 @@ pub struct StatusReport {
     /// Files and directories whose mode or owner the mount keeps and the Hub never sees.
     #[serde(default)]
     pub metadata_changes: usize,
+    /// Names that are hard links of another (groups of two or more): one file in the mount, each
+    /// name its own file on the Hub.
+    #[serde(default)]
+    pub hard_links: usize,
     /// The ids entries show by default (what `metadata_changes` compares owners with).
     #[serde(default)]
     pub uid: u32,
@@ -115,9 +119,12 @@ impl VirtualFs {
             }
         }
         dirty.sort_by(|a, b| a.path.cmp(&b.path));
+        // The names of a link group share one staged copy: listed once, by the name it is staged as.
+        dirty.dedup_by(|a, b| a.path == b.path);
         // One statement per lock: a guard taken inside the struct literal below would live until
         // its end, and a second `lock()` there would deadlock.
         let (local_only_entries, metadata_changes) = w.meta.summary(self.opts.uid, self.opts.gid);
+        let hard_links = w.meta.linked_names();
         let (commit_budget, commits_in_window) = match w.budget.lock().as_mut() {
             Some(b) => (Some(b.spec().to_string()), Some(b.used(tokio::time::Instant::now()))),
             None => (None, None),
@@ -150,6 +157,7 @@ impl VirtualFs {
                 .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
             local_only_entries,
             metadata_changes,
+            hard_links,
             uid: self.opts.uid,
             gid: self.opts.gid,
         }
