@@ -20,7 +20,10 @@
 # shuffled order makes no more requests with the prefetch than without it; every reader of the Xet folder
 # makes at most 0.1 Hub requests per file (issue 30). Ends with `bench-listing: N passed, M failed`.
 # HUBFS_BENCH_LISTING_PARTS (default "baseline xet git") picks parts: `baseline` is issue 18's prefetch
-# on/off runs, `xet` and `git` the readers over each folder; HUBFS_BENCH_LISTING_N overrides N.
+# on/off runs, `xet` and `git` the readers over each folder; HUBFS_BENCH_LISTING_N overrides N. With
+# HUBFS_BENCH_PEER=PATH to hf-mount-fuse (built by ../shared/tools/build-peer.sh; not in CI), part `peer`
+# runs `cp -r` of the Xet folder through hf-mount on loopback, twice, alternated with hubfs, and prints
+# the ratio (issue 30: hubfs >= 3x).
 set -uo pipefail
 
 BIN="${1:?usage: ci/bench-listing.sh HUBFS_BIN PYTHON [--full]}"
@@ -148,6 +151,35 @@ for ms in 0 30; do
     for reader in cat cat-shuf cp tar rsync py-shuf; do run "$reader" t "$ms" 16; done
   fi
 done
+
+# cp -r through the closest peer, alternated with hubfs (loopback).
+if has peer && [ -n "${HUBFS_BENCH_PEER:-}" ]; then
+  PMNT="$WORK/peer-mnt"
+  mkdir -p "$PMNT"
+  declare -A P=()
+  for pass in 1 2; do
+    profile 0
+    "$HUBFS_BENCH_PEER" --hub-endpoint "$EP" --hf-token "$HF_TOKEN" --cache-dir "$WORK/peer-cache-$pass" \
+      repo datasets/local/shards "$PMNT" >"$WORK/peer.log" 2>&1 &
+    pp=$!
+    PIDS+=("$pp")
+    for _ in $(seq 100); do mountpoint -q "$PMNT" && break; sleep 0.1; done
+    d0=$(requests); t0=$(date +%s%N)
+    rm -rf "$WORK/out"; mkdir -p "$WORK/out"
+    cp -r "$PMNT/d" "$WORK/out/d"
+    t1=$(date +%s%N); d1=$(requests)
+    umount -l "$PMNT"; kill "$pp"; wait "$pp" 2>/dev/null
+    (cd "$WORK/out/d" && sha256sum -- *) | sort -k2 | diff -q - <(sort -k2 "$WORK/want-d.sums") >/dev/null
+    check "hf-mount cp -r, d/, pass $pass: every file has the source's sha256" $?
+    P[peer.$pass]=$(awk -v n="$N" -v ns=$((t1 - t0)) 'BEGIN { printf "%.1f", n / (ns / 1e9) }')
+    echo "  figure: hf-mount cp -r, d/ (Xet), 0 ms: ${P[peer.$pass]} files/s, $(awk -v n="$N" -v r=$((d1 - d0)) 'BEGIN { printf "%.3f", r / n }') Hub requests per file"
+    run cp d 0 16; P[hubfs.$pass]=$RATE
+  done
+  pr=$(awk -v a="${P[hubfs.1]}" -v b="${P[hubfs.2]}" -v c="${P[peer.1]}" -v d="${P[peer.2]}" 'BEGIN { printf "%.1f", (a + b) / (c + d) }')
+  echo "  figure: cp -r of $N Xet files on loopback: hubfs ${P[hubfs.1]} and ${P[hubfs.2]} files/s, hf-mount ${P[peer.1]} and ${P[peer.2]}: ${pr}x"
+  awk -v r="$pr" 'BEGIN { exit !(r >= 3) }'
+  check "cp -r on loopback: hubfs at least 3x hf-mount (${pr}x)" $?
+fi
 
 if has baseline; then
   ratio=$(awk -v a="${R[16.1]}" -v b="${R[16.2]}" -v c="${R[0.1]}" -v d="${R[0.2]}" \

@@ -57,12 +57,27 @@ pub struct Plan {
     pub memory_tier: u64,
 }
 
+/// Bytes of download bodies in flight for a budget of `limit`: an eighth of a small budget, and
+/// above 256 MiB three eighths of every further byte, up to 128 MiB. A distant Hub needs many
+/// bytes on the way to keep its connections busy (8 readers at 30 ms: 210 MB/s with 64 MiB in
+/// flight, 294 with 128, in one run), while a small budget needs its room for the blocks readers
+/// hold.
+fn downloads_for(limit: u64) -> u64 {
+    const KNEE: u64 = 256 << 20;
+    let d = if limit <= KNEE {
+        limit / 8
+    } else {
+        KNEE / 8 + (limit - KNEE) / 8 * 3
+    };
+    d.clamp(16 << 20, 128 << 20)
+}
+
 impl Plan {
     /// The split of `limit` (at least [`MIN_LIMIT`]) for a memory tier of at most `memory_tier`.
     pub fn new(limit: u64, memory_tier: u64) -> Plan {
         let limit = limit.max(MIN_LIMIT);
         let fixed = FIXED_OVERHEAD;
-        let downloads = (limit / 8).clamp(16 << 20, 128 << 20);
+        let downloads = downloads_for(limit);
         let idle_buffers = ((limit / 16) / BLOCK_SIZE).clamp(1, 4) as usize;
         let blocks = limit - fixed - downloads - idle_buffers as u64 * BLOCK_SIZE;
         // A quarter at most for blocks nobody holds, so windows keep most of the room.
@@ -435,6 +450,13 @@ mod tests {
             p.blocks / 4,
             "the tier is cut to a quarter of the blocks"
         );
+        assert_eq!(
+            Plan::new(512 * MIB, 0).downloads,
+            128 * MIB,
+            "the default: 128 MiB in flight"
+        );
+        assert_eq!(Plan::new(384 * MIB, 0).downloads, 80 * MIB);
+        assert_eq!(Plan::new(128 * MIB, 0).downloads, 16 * MIB);
         let p = Plan::new(4 << 30, 64 * MIB);
         assert_eq!((p.downloads, p.idle_buffers, p.memory_tier), (128 * MIB, 4, 64 * MIB));
         assert_eq!(Plan::new(1, 0).limit, MIN_LIMIT, "too small a limit is raised");
