@@ -110,9 +110,7 @@ impl SharedTier {
         let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
         let key = object_store::aws::AmazonS3ConfigKey::Endpoint;
         // A local store (MinIO, SeaweedFS, Ceph on the cluster network) is often plain http.
-        if b.get_config_value(&key).is_some_and(|e| e.starts_with("http://")) {
-            b = b.with_allow_http(true);
-        }
+        let http = b.get_config_value(&key).is_some_and(|e| e.starts_with("http://"));
         let region_set = [
             object_store::aws::AmazonS3ConfigKey::Region,
             object_store::aws::AmazonS3ConfigKey::DefaultRegion,
@@ -130,7 +128,8 @@ impl SharedTier {
         };
         let client = object_store::ClientOptions::new()
             .with_connect_timeout(Duration::from_secs(2))
-            .with_timeout(UPLOAD_DEADLINE);
+            .with_timeout(UPLOAD_DEADLINE)
+            .with_allow_http(http);
         let store = b
             .with_retry(retry)
             .with_client_options(client)
