@@ -138,17 +138,22 @@ impl SharedTier {
                 url: url.to_string(),
                 source,
             })?;
+        Ok(SharedTier::with_store(url, Arc::new(store), &prefix))
+    }
+
+    /// The tier over `store`, its blocks under `prefix`; `url` names it in logs.
+    pub fn with_store(url: &str, store: Arc<dyn ObjectStore>, prefix: &str) -> SharedTier {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        Ok(SharedTier(Arc::new(Inner {
-            store: Arc::new(store),
-            prefix,
+        SharedTier(Arc::new(Inner {
+            store,
+            prefix: prefix.trim_matches('/').to_string(),
             url: url.to_string(),
             paused_until: parking_lot::Mutex::new(None),
             pending: AtomicUsize::new(0),
             uploaders: tokio::sync::Semaphore::new(UPLOADERS),
             no_claims: AtomicBool::new(false),
             node: format!("{}:{}", host.trim(), std::process::id()),
-        })))
+        }))
     }
 
     /// The URL the tier was opened with (no credentials).
@@ -326,3 +331,6 @@ impl SharedTier {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
