@@ -70,7 +70,10 @@ impl Weed {
             .unwrap();
         self.child = Some(child);
         // Up when the bucket answers a signed listing.
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         let t = Instant::now();
         loop {
             let ok = rt.block_on(async {
@@ -90,7 +93,9 @@ impl Weed {
     fn kill(&mut self) {
         let needle = format!("-dir={}", self.dir.display());
         for e in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
             let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
             if cmd.split(|b| *b == 0).any(|a| a == needle.as_bytes()) {
                 // SAFETY: kill(2) on a process of the weed instance this test started.
@@ -193,7 +198,10 @@ fn hub_bytes(hub: &LocalHub) -> u64 {
 
 /// `hubfs cache shared URL --json`.
 fn tier_size(cli: &common::isolated::Isolated, url: &str) -> serde_json::Value {
-    let o = shared_env(cli.command(None)).args(["cache", "shared", url, "--json"]).output().unwrap();
+    let o = shared_env(cli.command(None))
+        .args(["cache", "shared", url, "--json"])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&o.stdout).unwrap()
 }
@@ -206,13 +214,20 @@ fn wait_blocks(cli: &common::isolated::Isolated, url: &str, blocks: u64) {
         if v["blocks"].as_u64() == Some(blocks) {
             return;
         }
-        assert!(t.elapsed() < Duration::from_secs(60), "tier never held {blocks} blocks: {v}");
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "tier never held {blocks} blocks: {v}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }
 
 fn mib(b: u64, d: Duration) -> String {
-    format!("{:.2} s ({:.0} MiB/s)", d.as_secs_f64(), b as f64 / (1 << 20) as f64 / d.as_secs_f64())
+    format!(
+        "{:.2} s ({:.0} MiB/s)",
+        d.as_secs_f64(),
+        b as f64 / (1 << 20) as f64 / d.as_secs_f64()
+    )
 }
 
 #[test]
@@ -251,7 +266,9 @@ fn a_fleet_reads_from_the_hub_once_and_the_tier_never_fails_a_read() {
 
     // 1. Four nodes one after another.
     let url = format!("s3://{BUCKET}/seq-{run}");
-    let nodes: Vec<Node> = (0..4).map(|i| Node::mount(&cli, &format!("seq{i}"), &url, &[])).collect();
+    let nodes: Vec<Node> = (0..4)
+        .map(|i| Node::mount(&cli, &format!("seq{i}"), &url, &[]))
+        .collect();
     hub.reset_stats();
     let (sha, first) = nodes[0].read(|_| {});
     assert_eq!(sha, want, "node 0");
@@ -275,7 +292,9 @@ fn a_fleet_reads_from_the_hub_once_and_the_tier_never_fails_a_read() {
 
     // 2. Four fresh nodes at once, over an empty prefix.
     let url = format!("s3://{BUCKET}/fleet-{run}");
-    let nodes: Vec<Node> = (0..4).map(|i| Node::mount(&cli, &format!("fleet{i}"), &url, &[])).collect();
+    let nodes: Vec<Node> = (0..4)
+        .map(|i| Node::mount(&cli, &format!("fleet{i}"), &url, &[]))
+        .collect();
     hub.reset_stats();
     let t = Instant::now();
     std::thread::scope(|s| {
@@ -301,7 +320,12 @@ fn a_fleet_reads_from_the_hub_once_and_the_tier_never_fails_a_read() {
     assert_eq!(filler.read(|_| {}).0, want);
     wait_blocks(&cli, &url, blocks);
     drop(filler);
-    let reader = Node::mount(&cli, "kill-reader", &url, &["--cache-size", "0", "--memory-cache-size", "8M"]);
+    let reader = Node::mount(
+        &cli,
+        "kill-reader",
+        &url,
+        &["--cache-size", "0", "--memory-cache-size", "8M"],
+    );
     // Killed after the first 4 MiB: the blocks after the first few are not fetched yet (the
     // prefetch window grows with the run), some are in flight.
     let mut killed = false;
@@ -312,7 +336,10 @@ fn a_fleet_reads_from_the_hub_once_and_the_tier_never_fails_a_read() {
         }
     });
     assert!(killed);
-    assert_eq!(sha, want, "every read succeeded with the Hub's bytes while the store was down");
+    assert_eq!(
+        sha, want,
+        "every read succeeded with the Hub's bytes while the store was down"
+    );
     weed.run();
     // Past the pause the tier is asked again: a second pass is served by it, not the Hub.
     std::thread::sleep(hubfs::chunk_store::shared::PAUSE + Duration::from_secs(1));
@@ -348,7 +375,8 @@ fn a_fleet_reads_from_the_hub_once_and_the_tier_never_fails_a_read() {
     let mut bad = obj.to_vec();
     let at = bad.len() - 1000;
     bad[at] ^= 0xff;
-    rt.block_on(s.put(&victim.location, bytes::Bytes::from(bad).into())).unwrap();
+    rt.block_on(s.put(&victim.location, bytes::Bytes::from(bad).into()))
+        .unwrap();
     let checker = Node::mount(&cli, "corrupt", &url, &[]);
     hub.reset_stats();
     assert_eq!(checker.read(|_| {}).0, want, "the damaged block is not served");
@@ -359,6 +387,18 @@ fn a_fleet_reads_from_the_hub_once_and_the_tier_never_fails_a_read() {
     );
     let log = std::fs::read_to_string(&checker.log).unwrap();
     assert!(log.contains("failed verification"), "{log}");
+    // `hubfs status` says so too, and names the store by its URL only.
+    let o = shared_env(cli.command(None))
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(!text.contains(SECRET), "{text}");
+    let all: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let tier = &all[0]["memory"]["shared"];
+    assert_eq!(tier["url"].as_str(), Some(url.as_str()), "{tier}");
+    assert!(tier["invalid"].as_u64() >= Some(1), "{tier}");
+    assert!(tier["hits"].as_u64() >= Some(blocks - 1), "{tier}");
     let t = Instant::now();
     loop {
         let obj = rt.block_on(async { s.get(&victim.location).await.unwrap().bytes().await.unwrap() });
@@ -366,7 +406,10 @@ fn a_fleet_reads_from_the_hub_once_and_the_tier_never_fails_a_read() {
         if format::decode(&obj, &key, 1, len).is_ok() {
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(30), "the damaged object was never replaced");
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the damaged object was never replaced"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     drop(checker);

@@ -195,6 +195,7 @@ impl ChunkStore {
         r.held = self.holds.bytes();
         r.memory_tier = self.mem.weighted_size();
         r.idle_buffers = self.pool.stats().free as u64 * (self.pool.buf_size() + buffer_pool::ALIGN) as u64;
+        r.shared = self.shared.as_ref().map(SharedTier::report);
         r
     }
 

@@ -62,7 +62,10 @@ async fn shared(url: &str, trim_to: Option<u64>, json: bool) -> anyhow::Result<(
             if total <= limit {
                 break;
             }
-            store.delete(&m.location).await.with_context(|| format!("deleting from {url}"))?;
+            store
+                .delete(&m.location)
+                .await
+                .with_context(|| format!("deleting from {url}"))?;
             total -= m.size;
             freed += m.size;
             deleted += 1;
@@ -71,7 +74,10 @@ async fn shared(url: &str, trim_to: Option<u64>, json: bool) -> anyhow::Result<(
         for c in &claims {
             let age = now.signed_duration_since(c.last_modified).to_std().unwrap_or_default();
             if age > crate::chunk_store::shared::CLAIM_STALE * 10 {
-                store.delete(&c.location).await.with_context(|| format!("deleting from {url}"))?;
+                store
+                    .delete(&c.location)
+                    .await
+                    .with_context(|| format!("deleting from {url}"))?;
                 stale += 1;
             }
         }
@@ -107,5 +113,9 @@ fn human(bytes: u64) -> String {
         v /= 1024.0;
         u += 1;
     }
-    if u == 0 { format!("{bytes} B") } else { format!("{v:.1} {}", units[u]) }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
 }

@@ -318,7 +318,11 @@ pub fn parse(
         settings.shared_cache = Some(match v.to_ascii_lowercase().as_str() {
             "" | "none" | "off" | "false" => String::new(),
             _ if v.starts_with("s3://") || v.starts_with("s3a://") => v,
-            _ => return Err(format!("volume attribute sharedCache: {v:?} is not an s3:// URL (or none)")),
+            _ => {
+                return Err(format!(
+                    "volume attribute sharedCache: {v:?} is not an s3:// URL (or none)"
+                ));
+            }
         });
     }
     if let Some(v) = take(&["cacheSize", "cache-size"]) {
@@ -528,11 +532,21 @@ mod tests {
             )
         };
         let plain = parse(&attrs(&[("sourceId", "a/b")]), Some(&cap(1, "")), false).unwrap();
-        assert_eq!(shared_cache(plain.settings.shared_cache.clone(), Some("s3://p/x")).as_deref(), Some("s3://p/x"));
+        assert_eq!(
+            shared_cache(plain.settings.shared_cache.clone(), Some("s3://p/x")).as_deref(),
+            Some("s3://p/x")
+        );
         assert_eq!(shared_cache(plain.settings.shared_cache.clone(), None), None);
         let own = with("s3://fleet/models").unwrap();
-        assert_eq!(shared_cache(own.settings.shared_cache.clone(), Some("s3://p/x")).as_deref(), Some("s3://fleet/models"));
-        assert_ne!(plain.canonical(), own.canonical(), "another tier is another source mount");
+        assert_eq!(
+            shared_cache(own.settings.shared_cache.clone(), Some("s3://p/x")).as_deref(),
+            Some("s3://fleet/models")
+        );
+        assert_ne!(
+            plain.canonical(),
+            own.canonical(),
+            "another tier is another source mount"
+        );
         let off = with("none").unwrap();
         assert_eq!(shared_cache(off.settings.shared_cache, Some("s3://p/x")), None);
         let e = with("http://x/y").unwrap_err();

@@ -81,7 +81,7 @@ impl SharedTier {
         let put = self.0.store.put_opts(&path, body.into(), opts);
         match tokio::time::timeout(CLAIM_DEADLINE, put).await {
             Ok(Ok(_)) => {
-                crate::metrics::shared("claimed");
+                self.event("claimed");
                 Outcome::Ours(Claim {
                     tier: self.clone(),
                     path: Some(path),
@@ -111,7 +111,7 @@ impl SharedTier {
             Ok(Ok(meta)) => {
                 let age = chrono::Utc::now().signed_duration_since(meta.last_modified);
                 if age.to_std().is_ok_and(|a| a > CLAIM_STALE) {
-                    crate::metrics::shared("stale_claim");
+                    self.event("stale_claim");
                     let _ = tokio::time::timeout(CLAIM_DEADLINE, self.0.store.delete(path)).await;
                     Outcome::None
                 } else {
@@ -134,7 +134,7 @@ impl SharedTier {
             polls += 1;
             match self.get(key, block, expected_len).await {
                 Lookup::Hit(b) => {
-                    crate::metrics::shared("waited_hit");
+                    self.event("waited_hit");
                     return Some(b);
                 }
                 Lookup::Bad => return None,
@@ -144,7 +144,7 @@ impl SharedTier {
                 return None;
             }
             if Instant::now() >= deadline {
-                crate::metrics::shared("wait_expired");
+                self.event("wait_expired");
                 tracing::debug!(key = %key, block, "shared cache: claimed block did not come; fetching it");
                 return None;
             }
@@ -154,7 +154,7 @@ impl SharedTier {
                     // The claimer gave up (or wrote it just now: one more look).
                     return match self.get(key, block, expected_len).await {
                         Lookup::Hit(b) => {
-                            crate::metrics::shared("waited_hit");
+                            self.event("waited_hit");
                             Some(b)
                         }
                         _ => None,

@@ -111,7 +111,10 @@ mod tests {
         let last = flipped.len() - 1;
         flipped[last] ^= 1;
         assert_eq!(decode(&Bytes::from(flipped), "xet:abc", 3, 1000), Err(Invalid::Hash));
-        assert_eq!(decode(&Bytes::from_static(b"junk"), "xet:abc", 3, 4), Err(Invalid::Header));
+        assert_eq!(
+            decode(&Bytes::from_static(b"junk"), "xet:abc", 3, 4),
+            Err(Invalid::Header)
+        );
     }
 
     #[test]

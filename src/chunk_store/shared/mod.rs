@@ -80,8 +80,26 @@ struct Inner {
     uploaders: tokio::sync::Semaphore,
     /// Set once the store refused a conditional create as unsupported: no claims from then on.
     no_claims: AtomicBool,
+    /// Counts for `hubfs status`: hits, misses, invalid, written, dropped.
+    counts: [std::sync::atomic::AtomicU64; 5],
     /// This process in claim objects (host and pid), for whoever looks at the bucket.
     node: String,
+}
+
+/// The tier as `hubfs status` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SharedReport {
+    pub url: String,
+    pub paused: bool,
+    pub pending_uploads: u64,
+    /// Blocks served by the tier (after a wait for another node's claim too).
+    pub hits: u64,
+    /// Blocks this node fetched from the Hub after missing the tier.
+    pub misses: u64,
+    /// Objects that failed verification (refetched and replaced).
+    pub invalid: u64,
+    pub written: u64,
+    pub dropped: u64,
 }
 
 /// What a lookup found.
@@ -152,8 +170,38 @@ impl SharedTier {
             pending: AtomicUsize::new(0),
             uploaders: tokio::sync::Semaphore::new(UPLOADERS),
             no_claims: AtomicBool::new(false),
+            counts: Default::default(),
             node: format!("{}:{}", host.trim(), std::process::id()),
         }))
+    }
+
+    /// Records an event in the metrics and the status counts.
+    fn event(&self, outcome: &'static str) {
+        crate::metrics::shared(outcome);
+        let i = match outcome {
+            "hit" => 0,
+            "miss" => 1,
+            "invalid" => 2,
+            "written" => 3,
+            "dropped" => 4,
+            _ => return,
+        };
+        self.0.counts[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The tier now (`hubfs status`).
+    pub fn report(&self) -> SharedReport {
+        let c = |i: usize| self.0.counts[i].load(Ordering::Relaxed);
+        SharedReport {
+            url: self.0.url.clone(),
+            paused: self.paused(),
+            pending_uploads: self.pending_uploads() as u64,
+            hits: c(0),
+            misses: c(1),
+            invalid: c(2),
+            written: c(3),
+            dropped: c(4),
+        }
     }
 
     /// The URL the tier was opened with (no credentials).
@@ -188,7 +236,7 @@ impl SharedTier {
         *p = Some(Instant::now() + PAUSE);
         drop(p);
         if first {
-            crate::metrics::shared("paused");
+            self.event("paused");
             tracing::warn!(url = %self.0.url, what, error = %err, pause_s = PAUSE.as_secs(),
                 "shared cache unavailable: reads go to the Hub, tier paused");
         }
@@ -204,10 +252,7 @@ impl SharedTier {
             return Lookup::Miss;
         }
         let path = self.block_path(key, block);
-        let got = tokio::time::timeout(LOOKUP_DEADLINE, async {
-            self.0.store.get(&path).await?.bytes().await
-        })
-        .await;
+        let got = tokio::time::timeout(LOOKUP_DEADLINE, async { self.0.store.get(&path).await?.bytes().await }).await;
         let obj = match got {
             Ok(Ok(obj)) => obj,
             Ok(Err(object_store::Error::NotFound { .. })) => return Lookup::Miss,
@@ -224,11 +269,11 @@ impl SharedTier {
         let checked = tokio::task::spawn_blocking(move || format::decode(&obj, &k, block, expected_len)).await;
         match checked {
             Ok(Ok(b)) => {
-                crate::metrics::shared("hit");
+                self.event("hit");
                 Lookup::Hit(b)
             }
             Ok(Err(why)) => {
-                crate::metrics::shared("invalid");
+                self.event("invalid");
                 tracing::warn!(url = %self.0.url, key = %key, block, error = %why,
                     "shared cache object failed verification: refetching from the Hub to replace it");
                 Lookup::Bad
@@ -248,7 +293,7 @@ impl SharedTier {
         }
         if self.0.pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_UPLOADS {
             self.0.pending.fetch_sub(1, Ordering::AcqRel);
-            crate::metrics::shared("dropped");
+            self.event("dropped");
             tracing::trace!(block, "shared cache upload queue full; block not written");
             if let Some(c) = claim {
                 c.release();
@@ -263,14 +308,14 @@ impl SharedTier {
                 Some(this.0.store.put(&this.block_path(&key, block), payload).await)
             };
             match tokio::time::timeout(UPLOAD_DEADLINE, put).await {
-                Ok(Some(Ok(_))) => crate::metrics::shared("written"),
+                Ok(Some(Ok(_))) => this.event("written"),
                 Ok(Some(Err(e))) => {
-                    crate::metrics::shared("upload_failed");
+                    this.event("upload_failed");
                     this.pause("upload", &e);
                 }
                 Ok(None) => {}
                 Err(_) => {
-                    crate::metrics::shared("upload_failed");
+                    this.event("upload_failed");
                     this.pause("upload", &format!("not written within {UPLOAD_DEADLINE:?}"));
                 }
             }
@@ -305,7 +350,7 @@ impl SharedTier {
             Lookup::Bad => {}
             Lookup::Miss if self.paused() => {}
             Lookup::Miss => {
-                crate::metrics::shared("miss");
+                self.event("miss");
                 match self.claim(key, block).await {
                     claim::Outcome::Ours(c) => claim = Some(c),
                     claim::Outcome::Theirs => {

@@ -39,10 +39,17 @@ async fn a_block_fetched_by_one_node_is_served_to_the_next_and_damage_is_replace
     assert_eq!((&got[..], shared), (&b"eight by"[..], false));
     settled(&a).await;
     let (got, shared) = b.load(&key(), 2, 8, fetch()).await.unwrap();
-    assert_eq!((&got[..], shared), (&b"eight by"[..], true), "the second node's from the tier");
+    assert_eq!(
+        (&got[..], shared),
+        (&b"eight by"[..], true),
+        "the second node's from the tier"
+    );
     assert_eq!(fetches.load(Ordering::SeqCst), 1);
     let claim = format::object_path("p", "claims", &key(), 2);
-    assert!(store.head(&claim).await.is_err(), "the claim is gone once the block is written");
+    assert!(
+        store.head(&claim).await.is_err(),
+        "the claim is gone once the block is written"
+    );
 
     // Damage the object: the next node refetches from the Hub and puts a good one back.
     let path = format::object_path("p", "blocks", &key(), 2);
@@ -55,7 +62,11 @@ async fn a_block_fetched_by_one_node_is_served_to_the_next_and_damage_is_replace
     assert_eq!((&got[..], shared), (&b"eight by"[..], false), "not served: refetched");
     settled(&c).await;
     let obj = store.get(&path).await.unwrap().bytes().await.unwrap();
-    assert_eq!(&format::decode(&obj, &key(), 2, 8).unwrap()[..], b"eight by", "replaced");
+    assert_eq!(
+        &format::decode(&obj, &key(), 2, 8).unwrap()[..],
+        b"eight by",
+        "replaced"
+    );
 }
 
 #[tokio::test]
@@ -92,7 +103,10 @@ async fn a_node_waits_for_a_block_another_claimed_and_a_dead_claim_is_waited_on_
         .unwrap();
     assert_eq!((&got[..], shared), (&b"mine"[..], false));
     let waited = t.elapsed();
-    assert!(waited >= CLAIM_WAIT && waited < CLAIM_WAIT + Duration::from_secs(3), "{waited:?}");
+    assert!(
+        waited >= CLAIM_WAIT && waited < CLAIM_WAIT + Duration::from_secs(3),
+        "{waited:?}"
+    );
 }
 
 #[tokio::test]
