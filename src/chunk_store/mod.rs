@@ -161,6 +161,9 @@ impl ChunkStore {
 
     /// This store above the shared tier `tier` (below memory and disk, above the Hub).
     pub fn add_shared(mut self, tier: SharedTier) -> Self {
+        if let Some(disk) = &self.disk {
+            tier.set_disk(disk.clone(), self.pool.clone());
+        }
         self.shared = Some(tier);
         self
     }

@@ -49,6 +49,18 @@ const MAX_PENDING_UPLOADS: usize = 16;
 /// Uploads at once.
 const UPLOADERS: usize = 4;
 
+/// Blocks deferred at most while the queue is full (keys only, read back from the disk tier):
+/// 8 GiB of content. Beyond it a block is dropped.
+const MAX_BACKLOG: usize = 1024;
+
+/// A block waiting for an uploader, to be read back from the disk tier.
+struct Deferred {
+    key: Arc<str>,
+    block: u64,
+    len: u64,
+    claim: Option<Claim>,
+}
+
 /// Why the tier cannot be opened (a configuration error, reported at mount start).
 #[derive(Debug, thiserror::Error)]
 pub enum SharedError {
@@ -68,7 +80,7 @@ pub enum SharedError {
 #[derive(Clone)]
 pub struct SharedTier(Arc<Inner>);
 
-/// Lock order: `paused_until` is a leaf.
+/// Lock order: `paused_until` and `backlog` are leaves, never held together.
 struct Inner {
     store: Arc<dyn ObjectStore>,
     /// Object path prefix inside the bucket (no leading or trailing `/`).
@@ -77,6 +89,10 @@ struct Inner {
     url: String,
     paused_until: parking_lot::Mutex<Option<Instant>>,
     pending: AtomicUsize,
+    /// Blocks deferred while the upload queue was full.
+    backlog: parking_lot::Mutex<std::collections::VecDeque<Deferred>>,
+    /// The disk tier deferred blocks are read back from (set when the store has one).
+    disk: std::sync::OnceLock<(super::DiskTier, super::BufferPool)>,
     uploaders: tokio::sync::Semaphore,
     /// Set once the store refused a conditional create as unsupported: no claims from then on.
     no_claims: AtomicBool,
@@ -168,6 +184,8 @@ impl SharedTier {
             url: url.to_string(),
             paused_until: parking_lot::Mutex::new(None),
             pending: AtomicUsize::new(0),
+            backlog: Default::default(),
+            disk: std::sync::OnceLock::new(),
             uploaders: tokio::sync::Semaphore::new(UPLOADERS),
             no_claims: AtomicBool::new(false),
             counts: Default::default(),
@@ -282,53 +300,106 @@ impl SharedTier {
         }
     }
 
-    /// Queues `data` for upload as the block's object, unless the queue is full (then it is
-    /// dropped); `claim` is released once the object is there or given up.
+    /// Queues `data` for upload as the block's object; `claim` is released once the object is
+    /// there or given up. With the queue full, the block is deferred (its key only: the uploaders
+    /// read it back from the disk tier when they get to it) or, without a disk tier or with the
+    /// backlog full too, dropped.
     pub fn write_behind(&self, key: &Arc<str>, block: u64, data: &Bytes, claim: Option<Claim>) {
         if self.paused() {
-            if let Some(c) = claim {
-                c.release();
-            }
+            drop(claim);
             return;
         }
         if self.0.pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_UPLOADS {
             self.0.pending.fetch_sub(1, Ordering::AcqRel);
+            let mut backlog = self.0.backlog.lock();
+            if self.0.disk.get().is_some() && backlog.len() < MAX_BACKLOG {
+                backlog.push_back(Deferred {
+                    key: key.clone(),
+                    block,
+                    len: data.len() as u64,
+                    claim,
+                });
+                return;
+            }
+            drop(backlog);
             self.event("dropped");
             tracing::trace!(block, "shared cache upload queue full; block not written");
-            if let Some(c) = claim {
-                c.release();
-            }
             return;
         }
         let (this, key, data) = (self.clone(), key.clone(), data.clone());
         tokio::spawn(async move {
-            let put = async {
-                let _permit = this.0.uploaders.acquire().await.ok()?;
-                let payload: PutPayload = format::encode(&key, block, &data).into_iter().collect();
-                Some(this.0.store.put(&this.block_path(&key, block), payload).await)
-            };
-            match tokio::time::timeout(UPLOAD_DEADLINE, put).await {
-                Ok(Some(Ok(_))) => this.event("written"),
-                Ok(Some(Err(e))) => {
-                    this.event("upload_failed");
-                    this.pause("upload", &e);
+            this.upload(&key, block, data).await;
+            drop(claim);
+            loop {
+                this.drain_backlog().await;
+                this.0.pending.fetch_sub(1, Ordering::AcqRel);
+                // A block deferred after the drain and before the line above would wait for the
+                // next upload: take it up again unless other uploads are at it.
+                if this.0.backlog.lock().is_empty() {
+                    return;
                 }
-                Ok(None) => {}
-                Err(_) => {
-                    this.event("upload_failed");
-                    this.pause("upload", &format!("not written within {UPLOAD_DEADLINE:?}"));
+                if this.0.pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_UPLOADS {
+                    this.0.pending.fetch_sub(1, Ordering::AcqRel);
+                    return;
                 }
             }
-            if let Some(c) = claim {
-                c.release();
-            }
-            this.0.pending.fetch_sub(1, Ordering::AcqRel);
         });
     }
 
-    /// Uploads queued or in flight (metrics; tests wait for 0).
+    /// Uploads deferred blocks, read back from the disk tier, until none is left.
+    async fn drain_backlog(&self) {
+        loop {
+            let Some(d) = self.0.backlog.lock().pop_front() else {
+                return;
+            };
+            if self.paused() {
+                continue;
+            }
+            let Some((disk, pool)) = self.0.disk.get().cloned() else {
+                return;
+            };
+            let k = (d.key.clone(), d.block);
+            let data = tokio::task::spawn_blocking(move || disk.read(&k, d.len, &pool))
+                .await
+                .ok()
+                .flatten();
+            match data {
+                Some(data) => self.upload(&d.key, d.block, data).await,
+                None => self.event("dropped"),
+            }
+            drop(d.claim);
+        }
+    }
+
+    /// Uploads one block (within [`UPLOAD_DEADLINE`]); a failure pauses the tier.
+    async fn upload(&self, key: &str, block: u64, data: Bytes) {
+        let put = async {
+            let _permit = self.0.uploaders.acquire().await.ok()?;
+            let payload: PutPayload = format::encode(key, block, &data).into_iter().collect();
+            Some(self.0.store.put(&self.block_path(key, block), payload).await)
+        };
+        match tokio::time::timeout(UPLOAD_DEADLINE, put).await {
+            Ok(Some(Ok(_))) => self.event("written"),
+            Ok(Some(Err(e))) => {
+                self.event("upload_failed");
+                self.pause("upload", &e);
+            }
+            Ok(None) => {}
+            Err(_) => {
+                self.event("upload_failed");
+                self.pause("upload", &format!("not written within {UPLOAD_DEADLINE:?}"));
+            }
+        }
+    }
+
+    /// Lets deferred uploads read their blocks back from `disk` (see `write_behind`).
+    pub fn set_disk(&self, disk: super::DiskTier, pool: super::BufferPool) {
+        let _ = self.0.disk.set((disk, pool));
+    }
+
+    /// Uploads queued, in flight or deferred (status; tests wait for 0).
     pub fn pending_uploads(&self) -> usize {
-        self.0.pending.load(Ordering::Acquire)
+        self.0.pending.load(Ordering::Acquire) + self.0.backlog.lock().len()
     }
 
     /// The block from the tier, or from `fetch` (the Hub) after a miss, and whether it came from
