@@ -49,6 +49,9 @@ const MAX_PENDING_UPLOADS: usize = 16;
 /// Uploads at once.
 const UPLOADERS: usize = 4;
 
+/// Claimed blocks uploading or waiting for an uploader at most (see `upload_claimed`).
+const MAX_PENDING_CLAIMED: usize = 16;
+
 /// Blocks deferred at most while the queue is full (keys only, read back from the disk tier):
 /// 8 GiB of content. Beyond it a block is dropped.
 const MAX_BACKLOG: usize = 1024;
@@ -58,7 +61,6 @@ struct Deferred {
     key: Arc<str>,
     block: u64,
     len: u64,
-    claim: Option<Claim>,
 }
 
 /// Why the tier cannot be opened (a configuration error, reported at mount start).
@@ -94,6 +96,8 @@ struct Inner {
     /// The disk tier deferred blocks are read back from (set when the store has one).
     disk: std::sync::OnceLock<(super::DiskTier, super::BufferPool)>,
     uploaders: tokio::sync::Semaphore,
+    claimed_pending: AtomicUsize,
+    claimed_uploaders: tokio::sync::Semaphore,
     /// Set once the store refused a conditional create as unsupported: no claims from then on.
     no_claims: AtomicBool,
     /// Counts for `hubfs status`: hits, misses, invalid, written, dropped.
@@ -187,6 +191,8 @@ impl SharedTier {
             backlog: Default::default(),
             disk: std::sync::OnceLock::new(),
             uploaders: tokio::sync::Semaphore::new(UPLOADERS),
+            claimed_pending: AtomicUsize::new(0),
+            claimed_uploaders: tokio::sync::Semaphore::new(UPLOADERS),
             no_claims: AtomicBool::new(false),
             counts: Default::default(),
             node: format!("{}:{}", host.trim(), std::process::id()),
@@ -309,6 +315,10 @@ impl SharedTier {
             drop(claim);
             return;
         }
+        if let Some(claim) = claim {
+            self.upload_claimed(key, block, data, claim);
+            return;
+        }
         if self.0.pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_UPLOADS {
             self.0.pending.fetch_sub(1, Ordering::AcqRel);
             let mut backlog = self.0.backlog.lock();
@@ -317,7 +327,6 @@ impl SharedTier {
                     key: key.clone(),
                     block,
                     len: data.len() as u64,
-                    claim,
                 });
                 return;
             }
@@ -328,8 +337,7 @@ impl SharedTier {
         }
         let (this, key, data) = (self.clone(), key.clone(), data.clone());
         tokio::spawn(async move {
-            this.upload(&key, block, data).await;
-            drop(claim);
+            this.upload(&this.0.uploaders, &key, block, data).await;
             loop {
                 this.drain_backlog().await;
                 this.0.pending.fetch_sub(1, Ordering::AcqRel);
@@ -343,6 +351,23 @@ impl SharedTier {
                     return;
                 }
             }
+        });
+    }
+
+    /// Uploads a block other nodes may be waiting for, at once and on uploaders of its own (a
+    /// deferred one would outlast their wait and they would fetch it from the Hub too); with
+    /// [`MAX_PENDING_CLAIMED`] already going, it is dropped and its claim released.
+    fn upload_claimed(&self, key: &Arc<str>, block: u64, data: &Bytes, claim: Claim) {
+        if self.0.claimed_pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_CLAIMED {
+            self.0.claimed_pending.fetch_sub(1, Ordering::AcqRel);
+            self.event("dropped");
+            return;
+        }
+        let (this, key, data) = (self.clone(), key.clone(), data.clone());
+        tokio::spawn(async move {
+            this.upload(&this.0.claimed_uploaders, &key, block, data).await;
+            drop(claim);
+            this.0.claimed_pending.fetch_sub(1, Ordering::AcqRel);
         });
     }
 
@@ -364,17 +389,16 @@ impl SharedTier {
                 .ok()
                 .flatten();
             match data {
-                Some(data) => self.upload(&d.key, d.block, data).await,
+                Some(data) => self.upload(&self.0.uploaders, &d.key, d.block, data).await,
                 None => self.event("dropped"),
             }
-            drop(d.claim);
         }
     }
 
     /// Uploads one block (within [`UPLOAD_DEADLINE`]); a failure pauses the tier.
-    async fn upload(&self, key: &str, block: u64, data: Bytes) {
+    async fn upload(&self, uploaders: &tokio::sync::Semaphore, key: &str, block: u64, data: Bytes) {
         let put = async {
-            let _permit = self.0.uploaders.acquire().await.ok()?;
+            let _permit = uploaders.acquire().await.ok()?;
             let payload: PutPayload = format::encode(key, block, &data).into_iter().collect();
             Some(self.0.store.put(&self.block_path(key, block), payload).await)
         };
@@ -399,7 +423,9 @@ impl SharedTier {
 
     /// Uploads queued, in flight or deferred (status; tests wait for 0).
     pub fn pending_uploads(&self) -> usize {
-        self.0.pending.load(Ordering::Acquire) + self.0.backlog.lock().len()
+        self.0.pending.load(Ordering::Acquire)
+            + self.0.claimed_pending.load(Ordering::Acquire)
+            + self.0.backlog.lock().len()
     }
 
     /// The block from the tier, or from `fetch` (the Hub) after a miss, and whether it came from
