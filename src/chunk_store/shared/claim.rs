@@ -94,12 +94,16 @@ impl SharedTier {
                     "shared cache: the store has no conditional create; nodes starting together may each fetch a block");
                 Outcome::None
             }
+            // Stores answer a create racing another node's with other errors than a failed
+            // precondition (a conflict, a 5xx): see whether a claim is there rather than pause.
             Ok(Err(e)) => {
-                self.pause("claim", &e);
-                Outcome::None
+                tracing::debug!(error = %e, "shared cache: claim refused; looking at the claim");
+                self.fresh_or_take_over(&path).await
             }
+            // A slow claim is not a reason to pause: lookups and uploads judge the store (a store
+            // that hangs fails the lookup before this).
             Err(_) => {
-                self.pause("claim", &format!("no answer within {CLAIM_DEADLINE:?}"));
+                tracing::debug!("shared cache: no answer to a claim within {CLAIM_DEADLINE:?}; fetching");
                 Outcome::None
             }
         }
@@ -118,7 +122,8 @@ impl SharedTier {
                     Outcome::Theirs
                 }
             }
-            // Released between our create and this look: the block is most likely there now.
+            // Released between our create and this look: the block is most likely there now
+            // (`wait_for` sees the claim gone and looks once).
             Ok(Err(object_store::Error::NotFound { .. })) => Outcome::Theirs,
             _ => Outcome::None,
         }

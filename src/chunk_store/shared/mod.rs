@@ -32,7 +32,7 @@ pub use claim::{CLAIM_STALE, Claim};
 pub const LOOKUP_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Deadline of a claim request (create, head, delete).
-pub const CLAIM_DEADLINE: Duration = Duration::from_secs(2);
+pub const CLAIM_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Deadline of one block upload.
 const UPLOAD_DEADLINE: Duration = Duration::from_secs(30);
