@@ -356,11 +356,14 @@ impl SharedTier {
 
     /// Uploads a block other nodes may be waiting for, at once and on uploaders of its own (a
     /// deferred one would outlast their wait and they would fetch it from the Hub too); with
-    /// [`MAX_PENDING_CLAIMED`] already going, it is dropped and its claim released.
+    /// [`MAX_PENDING_CLAIMED`] already going, its claim is released and it is queued (or deferred)
+    /// like an unclaimed block.
     fn upload_claimed(&self, key: &Arc<str>, block: u64, data: &Bytes, claim: Claim) {
         if self.0.claimed_pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_CLAIMED {
             self.0.claimed_pending.fetch_sub(1, Ordering::AcqRel);
-            self.event("dropped");
+            // Others stop waiting for it (they fetch it themselves); it goes the common way.
+            drop(claim);
+            self.write_behind(key, block, data, None);
             return;
         }
         let (this, key, data) = (self.clone(), key.clone(), data.clone());
