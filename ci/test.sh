@@ -4,7 +4,8 @@
 #   1. system packages (fuse3, python3-venv, pkg-config, libnfs-utils, curl) if missing
 #   2. rustfmt / clippy components if missing
 #   3. CARGO_TARGET_DIR outside the clone (default /var/cache/hubfs-target), reused between runs
-#   4. cargo fmt --check, cargo clippy -D warnings, cargo build, cargo test (unit and integration tests,
+#   4. cargo fmt --check, cargo clippy -D warnings, cargo build, SeaweedFS built once (ci/weed.sh, for the
+#      shared cache test), cargo test (unit and integration tests,
 #      the VirtualFs model test, the fault matrix and the stress test in their short profiles, the
 #      module layering check), then the benches' smoke runs (micro, disk tier and passthrough, many readers)
 #   5. ci/nfs-smoke.sh (libnfs's nfs-ls / nfs-cat against `hubfs serve-nfs`)
@@ -136,6 +137,14 @@ run_step "cargo fmt --check" cargo fmt --all -- --check
 run_step "cargo clippy" cargo clippy --all-targets -- -D warnings
 BUILD_OK=0
 run_step "cargo build" cargo build && BUILD_OK=1
+
+# SeaweedFS (`weed mini`), the real S3-compatible server tests/shared_cache.rs starts for the shared
+# cache tier (issue 32): built once from the Go module proxy into /var/cache/hubfs-weed (about 5 minutes
+# on 2 cores the first time, nothing after). The test then runs inside `cargo test` at 64 MiB (about
+# 40 s): 4 nodes one after another and at once, the store killed mid-read, a corrupted object.
+# HUBFS_REQUIRE_WEED makes it fail instead of skip if the binary is missing.
+run_step "SeaweedFS for the shared-cache test (ci/weed.sh build)" bash ci/weed.sh build
+export HUBFS_REQUIRE_WEED=1
 
 say "cargo test"
 cargo test 2>&1 | tee "$LOGDIR/cargo-test.log"

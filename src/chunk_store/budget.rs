@@ -127,6 +127,9 @@ pub struct MemoryReport {
     /// The process's resident memory now and at its peak (Linux `VmRSS`, `VmHWM`).
     pub rss: u64,
     pub peak_rss: u64,
+    /// The shared cache tier, if the mount has one.
+    #[serde(default)]
+    pub shared: Option<super::shared::SharedReport>,
 }
 
 /// Bytes of pooled buffers on loan and a wake-up for readers waiting for room. Shared by the pool

@@ -10,6 +10,7 @@ pub mod buffer_pool;
 mod direct;
 mod disk;
 mod hold;
+pub mod shared;
 mod whole;
 
 use std::future::Future;
@@ -21,6 +22,7 @@ use bytes::Bytes;
 pub use budget::{Admission, MemoryBudget, MemoryReport, Plan, Reading};
 pub use disk::DiskTier;
 pub use hold::BlockHold;
+pub use shared::SharedTier;
 
 use crate::chunk_store::buffer_pool::BufferPool;
 use crate::vfs::error::{VfsError, VfsResult};
@@ -47,6 +49,8 @@ const DISK_WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 pub struct ChunkStore {
     mem: moka::future::Cache<(Arc<str>, u64), Bytes>,
     disk: Option<DiskTier>,
+    /// The tier between disk and the Hub (`--shared-cache`).
+    shared: Option<SharedTier>,
     pool: BufferPool,
     pending_writes: Arc<std::sync::atomic::AtomicUsize>,
     disk_writers: Arc<tokio::sync::Semaphore>,
@@ -132,6 +136,7 @@ impl ChunkStore {
         ChunkStore {
             mem,
             disk: None,
+            shared: None,
             pool,
             budget,
             pending_writes: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
@@ -152,6 +157,19 @@ impl ChunkStore {
     pub fn add_disk(mut self, dir: &Path, disk_bytes: u64) -> std::io::Result<Self> {
         self.disk = Some(DiskTier::open(dir, disk_bytes)?);
         Ok(self)
+    }
+
+    /// This store above the shared tier `tier` (below memory and disk, above the Hub).
+    pub fn add_shared(mut self, tier: SharedTier) -> Self {
+        if let Some(disk) = &self.disk {
+            tier.set_disk(disk.clone(), self.pool.clone());
+        }
+        self.shared = Some(tier);
+        self
+    }
+
+    pub fn shared(&self) -> Option<&SharedTier> {
+        self.shared.as_ref()
     }
 
     pub fn budget(&self) -> &MemoryBudget {
@@ -180,6 +198,7 @@ impl ChunkStore {
         r.held = self.holds.bytes();
         r.memory_tier = self.mem.weighted_size();
         r.idle_buffers = self.pool.stats().free as u64 * (self.pool.buf_size() + buffer_pool::ALIGN) as u64;
+        r.shared = self.shared.as_ref().map(SharedTier::report);
         r
     }
 
@@ -386,7 +405,7 @@ impl ChunkStore {
         self.loading.lock().contains(&(key.clone(), block))
     }
 
-    /// The block, from a hold, memory, disk, or `fetch` on a miss of all; one load per block however
+    /// The block, from a hold, memory, disk, the shared tier, or `fetch` on a miss of all; one load per block however
     /// many callers wait. Fetched blocks are written to disk in the background, and kept for the
     /// holds on them.
     pub async fn get_or_fetch<F>(&self, key: &Arc<str>, block: u64, expected_len: u64, fetch: F) -> VfsResult<Bytes>
@@ -432,9 +451,17 @@ impl ChunkStore {
                 crate::metrics::block(crate::metrics::BlockSource::Disk, b.len());
                 return Ok(b);
             }
-            tracing::debug!(key = %key, block, "fetching a block from the Hub");
-            let b = fetch.await?;
-            crate::metrics::block(crate::metrics::BlockSource::Hub, b.len());
+            let (b, source) = match &self.shared {
+                Some(shared) => match shared.load(key, block, expected_len, fetch).await? {
+                    (b, true) => (b, crate::metrics::BlockSource::Shared),
+                    (b, false) => (b, crate::metrics::BlockSource::Hub),
+                },
+                None => {
+                    tracing::debug!(key = %key, block, "fetching a block from the Hub");
+                    (fetch.await?, crate::metrics::BlockSource::Hub)
+                }
+            };
+            crate::metrics::block(source, b.len());
             self.write_behind(key, block, &b);
             Ok(b)
         };

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+mod cache;
 mod commit;
 pub mod demo;
 pub mod local_hub;
@@ -79,6 +80,9 @@ pub enum Command {
         #[arg(long, short)]
         verbose: bool,
     },
+    /// The caches: `hubfs cache shared URL` shows (and trims) the shared cache tier.
+    #[command(subcommand)]
+    Cache(cache::CacheCommand),
     /// Start a local Hub with demo repos, mount demo/tiny-model under DIR and show around.
     Demo {
         /// Where to mount (created if missing).
@@ -110,6 +114,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             json,
             verbose,
         } => status::run(cache_dir.as_deref(), json, verbose),
+        Command::Cache(cmd) => cache::run(cmd),
         Command::Demo { dir, exit } => demo::run(&dir, exit),
         Command::CsiNode(args) => crate::csi::run(args),
         Command::CsiServe => crate::csi::run_serve(),

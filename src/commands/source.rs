@@ -103,6 +103,13 @@ pub struct SourceArgs {
     /// buckets (random reads of a mapping pay it per fault).
     #[arg(long, value_name = "KIB", value_parser = clap::value_parser!(u64).range(128..=65536))]
     pub readahead_kib: Option<u64>,
+    /// Shared cache tier on an S3-compatible object store, e.g. s3://bucket/prefix: blocks missing
+    /// from memory and disk are looked up there before the Hub, and blocks fetched from the Hub are
+    /// written there, so a fleet of nodes fetches them from the Hub about once. Credentials,
+    /// region and endpoint from the AWS environment (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, …); a
+    /// store that fails only slows reads down (docs/CONFIGURATION.md).
+    #[arg(long, value_name = "URL", env = "HUBFS_SHARED_CACHE")]
+    pub shared_cache: Option<String>,
     /// Serve Prometheus metrics at http://HOST:PORT/metrics (docs/METRICS.md).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<std::net::SocketAddr>,
@@ -153,6 +160,7 @@ impl SourceArgs {
             prefetch_files: self.prefetch_files,
             passthrough: self.passthrough == "auto",
             readahead: self.readahead_kib.map(|k| k << 10),
+            shared_cache: self.shared_cache.clone(),
             ..VfsOptions::default()
         };
         let mut vfs = vfs;

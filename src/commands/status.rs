@@ -129,6 +129,19 @@ fn print_memory(m: &crate::chunk_store::MemoryReport) {
         mib(p.fixed),
         mib(p.downloads)
     );
+    if let Some(s) = &m.shared {
+        println!(
+            "    shared tier {}{}: {} blocks served, {} fetched from the Hub after a miss, {} failed verification, {} written, {} dropped, {} uploads queued",
+            s.url,
+            if s.paused { " (paused)" } else { "" },
+            s.hits,
+            s.misses,
+            s.invalid,
+            s.written,
+            s.dropped,
+            s.pending_uploads
+        );
+    }
     if m.prefetches_refused + m.waits + m.overruns > 0 {
         println!(
             "    under pressure: {} prefetches not started, {} reads waited for room, {} went past the budget",

@@ -56,12 +56,19 @@ pub struct CsiNodeArgs {
     /// Serve Prometheus metrics, the plugin's and its source mounts', at http://HOST:PORT/metrics.
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Shared cache tier of volumes that set no `sharedCache` attribute, e.g. s3://bucket/prefix
+    /// (credentials and endpoint from the plugin's AWS environment, which its source mounts
+    /// inherit; see docs/KUBERNETES.md).
+    #[arg(long, value_name = "URL")]
+    pub shared_cache: Option<String>,
 }
 
 /// What the RPC handlers share.
 pub struct Plugin {
     pub node_id: String,
     pub default_endpoint: String,
+    /// `--shared-cache`: the shared tier of volumes that name none.
+    pub default_shared_cache: Option<String>,
     pub sources: sources::Sources,
 }
 
@@ -119,6 +126,7 @@ pub fn run(args: CsiNodeArgs) -> anyhow::Result<()> {
     let plugin = Arc::new(Plugin {
         node_id: args.node_id.clone(),
         default_endpoint,
+        default_shared_cache: args.shared_cache.clone(),
         sources: sources::Sources::new(state, cache)?,
     });
     // Before serving: kubelet's first calls after a restart find the old mounts known.

@@ -48,8 +48,10 @@ pub async fn publish(p: Arc<Plugin>, req: NodePublishVolumeRequest) -> Result<No
     if req.volume_capability.is_none() {
         return Err(Status::invalid_argument("volume_capability is required"));
     }
-    let spec = super::volume::parse(&req.volume_context, req.volume_capability.as_ref(), req.readonly)
+    let mut spec = super::volume::parse(&req.volume_context, req.volume_capability.as_ref(), req.readonly)
         .map_err(Status::invalid_argument)?;
+    spec.settings.shared_cache =
+        super::volume::shared_cache(spec.settings.shared_cache.take(), p.default_shared_cache.as_deref());
     let token = super::volume::token(&spec, &req.secrets).map_err(Status::invalid_argument)?;
     tracing::info!(volume = %req.volume_id, target = %target.display(), source = %spec.display(),
         read_only = spec.read_only, "NodePublishVolume");

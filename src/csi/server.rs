@@ -40,6 +40,9 @@ pub struct ServeConfig {
     pub commit_every_ms: Option<u64>,
     pub drain_ms: u64,
     pub commit_message: String,
+    /// The shared cache tier's URL; `None`: none.
+    #[serde(default)]
+    pub shared_cache: Option<String>,
     /// The server's log: rotated at [`LOG_MAX`], one old file kept.
     pub log_file: PathBuf,
 }
@@ -69,6 +72,7 @@ fn settings(cfg: &ServeConfig, token: Option<String>) -> (HubClientConfig, VfsOp
         disk_cache_bytes: cfg.cache_size,
         prefetch_files: cfg.prefetch_files,
         passthrough: true,
+        shared_cache: cfg.shared_cache.clone(),
         ..VfsOptions::default()
     };
     if !cfg.read_only {

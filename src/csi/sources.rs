@@ -391,6 +391,7 @@ impl Sources {
             commit_every_ms: s.commit_every.map(|d| d.as_millis() as u64),
             drain_ms: s.drain_timeout.as_millis() as u64,
             commit_message: s.commit_message.clone(),
+            shared_cache: s.shared_cache.clone(),
             log_file: self.state.source_dir(key).join("server.log"),
         };
         let (ours, theirs) = UnixStream::pair().map_err(|e| fail(None, internal("socket pair", e)))?;

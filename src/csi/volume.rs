@@ -29,6 +29,9 @@ pub struct MountSettings {
     pub commit_every: Option<Duration>,
     pub drain_timeout: Duration,
     pub commit_message: String,
+    /// The shared cache tier's URL (`sharedCache`, else the plugin's `--shared-cache`); `Some("")`
+    /// until the plugin's default is applied: the volume turned it off (`sharedCache: none`).
+    pub shared_cache: Option<String>,
 }
 
 impl Default for MountSettings {
@@ -42,6 +45,7 @@ impl Default for MountSettings {
             commit_every: None,
             drain_timeout: Duration::from_secs(60),
             commit_message: "hubfs (kubernetes): {summary}".to_string(),
+            shared_cache: None,
         }
     }
 }
@@ -106,7 +110,7 @@ impl VolumeSpec {
     pub fn canonical(&self) -> String {
         let s = &self.settings;
         format!(
-            "{:?}|{}|{:?}|{:?}|ro={}|{}:{}|mem={}|limit={:?}|disk={}|ttl={:?}|pf={}|every={:?}|drain={:?}|msg={}",
+            "{:?}|{}|{:?}|{:?}|ro={}|{}:{}|mem={}|limit={:?}|disk={}|ttl={:?}|pf={}|every={:?}|drain={:?}|msg={}|shared={:?}",
             self.kind,
             self.id,
             self.subfolder,
@@ -121,8 +125,19 @@ impl VolumeSpec {
             s.prefetch_files,
             s.commit_every,
             s.drain_timeout,
-            s.commit_message
+            s.commit_message,
+            s.shared_cache
         )
+    }
+}
+
+/// The shared tier a volume gets: its own `sharedCache` (`Some("")`: turned off), else the
+/// plugin's `--shared-cache`.
+pub fn shared_cache(attribute: Option<String>, plugin: Option<&str>) -> Option<String> {
+    match attribute {
+        Some(url) if url.is_empty() => None,
+        Some(url) => Some(url),
+        None => plugin.map(str::to_string),
     }
 }
 
@@ -297,6 +312,18 @@ pub fn parse(
             return Err(format!("volume attribute memoryLimit: at least {}Mi", min >> 20));
         }
         settings.memory_limit = Some(limit);
+    }
+    if let Some(v) = take(&["sharedCache"]) {
+        let v = v.trim().to_string();
+        settings.shared_cache = Some(match v.to_ascii_lowercase().as_str() {
+            "" | "none" | "off" | "false" => String::new(),
+            _ if v.starts_with("s3://") || v.starts_with("s3a://") => v,
+            _ => {
+                return Err(format!(
+                    "volume attribute sharedCache: {v:?} is not an s3:// URL (or none)"
+                ));
+            }
+        });
     }
     if let Some(v) = take(&["cacheSize", "cache-size"]) {
         settings.cache_size = size("cacheSize", v)?;
@@ -493,6 +520,37 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("memoryLimit: at least 96Mi"), "{e}");
+    }
+
+    #[test]
+    fn shared_cache_comes_from_the_attribute_else_the_plugin_and_none_turns_it_off() {
+        let with = |v: &str| {
+            parse(
+                &attrs(&[("sourceId", "a/b"), ("sharedCache", v)]),
+                Some(&cap(1, "")),
+                false,
+            )
+        };
+        let plain = parse(&attrs(&[("sourceId", "a/b")]), Some(&cap(1, "")), false).unwrap();
+        assert_eq!(
+            shared_cache(plain.settings.shared_cache.clone(), Some("s3://p/x")).as_deref(),
+            Some("s3://p/x")
+        );
+        assert_eq!(shared_cache(plain.settings.shared_cache.clone(), None), None);
+        let own = with("s3://fleet/models").unwrap();
+        assert_eq!(
+            shared_cache(own.settings.shared_cache.clone(), Some("s3://p/x")).as_deref(),
+            Some("s3://fleet/models")
+        );
+        assert_ne!(
+            plain.canonical(),
+            own.canonical(),
+            "another tier is another source mount"
+        );
+        let off = with("none").unwrap();
+        assert_eq!(shared_cache(off.settings.shared_cache, Some("s3://p/x")), None);
+        let e = with("http://x/y").unwrap_err();
+        assert!(e.contains("sharedCache"), "{e}");
     }
 
     #[test]

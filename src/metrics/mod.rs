@@ -84,6 +84,8 @@ pub enum BlockSource {
     /// A block a reader's prefetch window holds after the memory tier let it go.
     Held,
     Disk,
+    /// The shared cache tier (`--shared-cache`).
+    Shared,
     Hub,
 }
 
@@ -93,6 +95,7 @@ impl BlockSource {
             BlockSource::Memory => "memory",
             BlockSource::Held => "held",
             BlockSource::Disk => "disk",
+            BlockSource::Shared => "shared",
             BlockSource::Hub => "hub",
         }
     }
@@ -200,6 +203,7 @@ pub struct Metrics {
     pub memory_in_use: Family<PartLabel, Gauge>,
     pub memory_prefetches_refused: Counter,
     pub prefetch_bytes: Family<OutcomeLabel, Counter>,
+    pub shared_tier: Family<OutcomeLabel, Counter>,
     pub memory_waits: Counter,
     pub memory_overruns: Counter,
     pub staged_files: Gauge,
@@ -245,6 +249,7 @@ impl Metrics {
             memory_in_use: Family::default(),
             memory_prefetches_refused: Counter::default(),
             prefetch_bytes: Family::default(),
+            shared_tier: Family::default(),
             memory_waits: Counter::default(),
             memory_overruns: Counter::default(),
             staged_files: Gauge::default(),
@@ -405,6 +410,11 @@ impl Metrics {
             "Bytes of blocks fetched ahead of readers (from the Hub or the disk tier), by outcome: fetched, used (a read was served from them), evicted_unused (let go before any read used them)",
             Unit::Bytes,
             self.prefetch_bytes.clone(),
+        );
+        r.register(
+            "shared_tier_events",
+            "Shared cache tier events by outcome: hit, miss, invalid (failed verification, refetched and replaced), claimed, waited_hit, wait_expired, stale_claim, written, dropped (upload queue full), upload_failed, paused",
+            self.shared_tier.clone(),
         );
         r.register(
             "memory_waits",
@@ -606,7 +616,7 @@ pub fn block(source: BlockSource, bytes: usize) {
         source: source.as_str(),
     };
     m.block_lookups.get_or_create(&l).inc();
-    if matches!(source, BlockSource::Disk | BlockSource::Hub) {
+    if matches!(source, BlockSource::Disk | BlockSource::Shared | BlockSource::Hub) {
         m.block_bytes.get_or_create(&l).inc_by(bytes as u64);
     }
 }
@@ -707,6 +717,11 @@ pub fn prefetch(outcome: &'static str, bytes: usize) {
         .prefetch_bytes
         .get_or_create(&OutcomeLabel { outcome })
         .inc_by(bytes as u64);
+}
+
+/// One shared-tier event (`chunk_store::shared`).
+pub fn shared(outcome: &'static str) {
+    get().shared_tier.get_or_create(&OutcomeLabel { outcome }).inc();
 }
 
 /// Raises `counter` to `total` (a monotonic total kept elsewhere, read at scrape time).

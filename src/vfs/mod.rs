@@ -69,6 +69,8 @@ pub struct VfsOptions {
     /// Kernel readahead of the mount in bytes, which the read path's sequential detection follows;
     /// `None`: by repo kind (`mount::default_readahead`).
     pub readahead: Option<u64>,
+    /// The shared cache tier's URL (`--shared-cache s3://bucket/prefix`); `None`: no shared tier.
+    pub shared_cache: Option<String>,
 }
 
 impl Default for VfsOptions {
@@ -86,6 +88,7 @@ impl Default for VfsOptions {
             prefetch_files: 16,
             passthrough: false,
             readahead: None,
+            shared_cache: None,
         }
     }
 }
@@ -263,6 +266,14 @@ impl VirtualFs {
                 ))
             })?,
             _ => store,
+        };
+        let store = match &opts.shared_cache {
+            Some(url) => {
+                let tier = crate::chunk_store::SharedTier::open(url).map_err(|e| VfsError::Cache(e.to_string()))?;
+                tracing::info!(url = %tier.url(), "shared cache tier");
+                store.add_shared(tier)
+            }
+            None => store,
         };
         let writer = match &opts.write {
             Some(w) => Some(Writer::open(&client, &repo, revision, &info, subfolder, w).await?),

@@ -1,0 +1,481 @@
+//! The shared cache tier (`--shared-cache s3://bucket/prefix`): blocks in an S3-compatible object
+//! store every node of a fleet reads, between the disk tier and the Hub (memory → disk → shared →
+//! Hub), so a fleet starting on the same weights fetches them from the Hub about once.
+//!
+//! - Lookup: a miss of memory and disk asks the store for the block's object (`format`), keyed by
+//!   the content key the node resolved through the Hub with its own token (nothing else is ever
+//!   looked up), and verifies it; a bad object is refetched from the Hub and replaced.
+//! - Claims (`claim`): before a Hub fetch the node creates a claim object if none exists
+//!   (`If-None-Match: *`); a node that finds a fresh claim waits up to [`CLAIM_WAIT`] for the
+//!   block, then fetches it itself.
+//! - Write-behind: a block fetched from the Hub is uploaded in the background through a bounded
+//!   queue; a full queue drops it (and its claim), a read never waits for an upload.
+//! - Failure is a slowdown: every store request has a deadline; an error or an expired deadline
+//!   pauses the tier for [`PAUSE`] (reads go straight to the Hub), then it is tried again.
+//!
+//! The store's credentials come from the AWS environment (`AmazonS3Builder::from_env`) and are
+//! never logged: logs and metrics name the tier by its URL, which holds none.
+
+mod claim;
+pub mod format;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+pub use claim::{CLAIM_STALE, Claim};
+
+/// Deadline of a block lookup (the GET and its body): past it the read goes to the Hub.
+pub const LOOKUP_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Deadline of a claim request (create, head, delete).
+pub const CLAIM_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Deadline of one block upload.
+const UPLOAD_DEADLINE: Duration = Duration::from_secs(30);
+
+/// How long the tier is left alone after a failure (reads go to the Hub meanwhile).
+pub const PAUSE: Duration = Duration::from_secs(10);
+
+/// How long a node waits for a block another node has claimed before fetching it itself.
+pub const CLAIM_WAIT: Duration = Duration::from_secs(10);
+
+/// Blocks queued for upload at most (uploading or waiting); beyond it a fetched block is dropped.
+const MAX_PENDING_UPLOADS: usize = 16;
+
+/// Uploads at once.
+const UPLOADERS: usize = 4;
+
+/// Claimed blocks uploading or waiting for an uploader at most (see `upload_claimed`).
+const MAX_PENDING_CLAIMED: usize = 16;
+
+/// Blocks deferred at most while the queue is full (keys only, read back from the disk tier):
+/// 8 GiB of content. Beyond it a block is dropped.
+const MAX_BACKLOG: usize = 1024;
+
+/// A block waiting for an uploader, to be read back from the disk tier.
+struct Deferred {
+    key: Arc<str>,
+    block: u64,
+    len: u64,
+}
+
+/// Why the tier cannot be opened (a configuration error, reported at mount start).
+#[derive(Debug, thiserror::Error)]
+pub enum SharedError {
+    #[error("--shared-cache {0}: not a URL")]
+    Url(String),
+    #[error("--shared-cache {0}: only s3:// URLs are supported")]
+    Scheme(String),
+    #[error("--shared-cache {url}: {source}")]
+    Store {
+        url: String,
+        #[source]
+        source: object_store::Error,
+    },
+}
+
+/// The shared tier of one process; cheap to clone.
+#[derive(Clone)]
+pub struct SharedTier(Arc<Inner>);
+
+/// Lock order: `paused_until` and `backlog` are leaves, never held together.
+struct Inner {
+    store: Arc<dyn ObjectStore>,
+    /// Object path prefix inside the bucket (no leading or trailing `/`).
+    prefix: String,
+    /// `s3://bucket/prefix` as given: what logs and status show (credentials are never in it).
+    url: String,
+    paused_until: parking_lot::Mutex<Option<Instant>>,
+    pending: AtomicUsize,
+    /// Blocks deferred while the upload queue was full.
+    backlog: parking_lot::Mutex<std::collections::VecDeque<Deferred>>,
+    /// The disk tier deferred blocks are read back from (set when the store has one).
+    disk: std::sync::OnceLock<(super::DiskTier, super::BufferPool)>,
+    uploaders: tokio::sync::Semaphore,
+    claimed_pending: AtomicUsize,
+    claimed_uploaders: tokio::sync::Semaphore,
+    /// Set once the store refused a conditional create as unsupported: no claims from then on.
+    no_claims: AtomicBool,
+    /// Counts for `hubfs status`: hits, misses, invalid, written, dropped.
+    counts: [std::sync::atomic::AtomicU64; 5],
+    /// This process in claim objects (host and pid), for whoever looks at the bucket.
+    node: String,
+}
+
+/// The tier as `hubfs status` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SharedReport {
+    pub url: String,
+    pub paused: bool,
+    pub pending_uploads: u64,
+    /// Blocks served by the tier (after a wait for another node's claim too).
+    pub hits: u64,
+    /// Blocks this node fetched from the Hub after missing the tier.
+    pub misses: u64,
+    /// Objects that failed verification (refetched and replaced).
+    pub invalid: u64,
+    pub written: u64,
+    pub dropped: u64,
+}
+
+/// What a lookup found.
+pub enum Lookup {
+    Hit(Bytes),
+    Miss,
+    /// An object that is not the block (torn, of another block, damaged): fetch and replace it.
+    Bad,
+}
+
+impl SharedTier {
+    /// The tier at `url` (`s3://bucket/prefix`), with credentials, region and endpoint from the
+    /// AWS environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
+    /// `AWS_REGION`, `AWS_ENDPOINT_URL`, web identity and container credentials, else the instance
+    /// metadata service). Nothing is contacted here: a store that is down only pauses the tier.
+    pub fn open(url: &str) -> Result<SharedTier, SharedError> {
+        let parsed = url::Url::parse(url).map_err(|_| SharedError::Url(url.to_string()))?;
+        if !matches!(parsed.scheme(), "s3" | "s3a") {
+            return Err(SharedError::Scheme(url.to_string()));
+        }
+        let bucket = parsed
+            .host_str()
+            .filter(|b| !b.is_empty())
+            .ok_or_else(|| SharedError::Url(url.to_string()))?;
+        let prefix = parsed.path().trim_matches('/').to_string();
+        let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+        let key = object_store::aws::AmazonS3ConfigKey::Endpoint;
+        // A local store (MinIO, SeaweedFS, Ceph on the cluster network) is often plain http.
+        let http = b.get_config_value(&key).is_some_and(|e| e.starts_with("http://"));
+        let region_set = [
+            object_store::aws::AmazonS3ConfigKey::Region,
+            object_store::aws::AmazonS3ConfigKey::DefaultRegion,
+        ]
+        .iter()
+        .any(|k| b.get_config_value(k).is_some());
+        if !region_set {
+            b = b.with_region("us-east-1");
+        }
+        // Our own deadlines bound every request; the client's retries must not outlast them.
+        let retry = object_store::RetryConfig {
+            max_retries: 1,
+            retry_timeout: Duration::from_secs(5),
+            ..Default::default()
+        };
+        let client = object_store::ClientOptions::new()
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_timeout(UPLOAD_DEADLINE)
+            .with_allow_http(http);
+        let store = b
+            .with_retry(retry)
+            .with_client_options(client)
+            .build()
+            .map_err(|source| SharedError::Store {
+                url: url.to_string(),
+                source,
+            })?;
+        Ok(SharedTier::with_store(url, Arc::new(store), &prefix))
+    }
+
+    /// The tier over `store`, its blocks under `prefix`; `url` names it in logs.
+    pub fn with_store(url: &str, store: Arc<dyn ObjectStore>, prefix: &str) -> SharedTier {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        SharedTier(Arc::new(Inner {
+            store,
+            prefix: prefix.trim_matches('/').to_string(),
+            url: url.to_string(),
+            paused_until: parking_lot::Mutex::new(None),
+            pending: AtomicUsize::new(0),
+            backlog: Default::default(),
+            disk: std::sync::OnceLock::new(),
+            uploaders: tokio::sync::Semaphore::new(UPLOADERS),
+            claimed_pending: AtomicUsize::new(0),
+            claimed_uploaders: tokio::sync::Semaphore::new(UPLOADERS),
+            no_claims: AtomicBool::new(false),
+            counts: Default::default(),
+            node: format!("{}:{}", host.trim(), std::process::id()),
+        }))
+    }
+
+    /// Records an event in the metrics and the status counts.
+    fn event(&self, outcome: &'static str) {
+        crate::metrics::shared(outcome);
+        let i = match outcome {
+            "hit" => 0,
+            "miss" => 1,
+            "invalid" => 2,
+            "written" => 3,
+            "dropped" => 4,
+            _ => return,
+        };
+        self.0.counts[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The tier now (`hubfs status`).
+    pub fn report(&self) -> SharedReport {
+        let c = |i: usize| self.0.counts[i].load(Ordering::Relaxed);
+        SharedReport {
+            url: self.0.url.clone(),
+            paused: self.paused(),
+            pending_uploads: self.pending_uploads() as u64,
+            hits: c(0),
+            misses: c(1),
+            invalid: c(2),
+            written: c(3),
+            dropped: c(4),
+        }
+    }
+
+    /// The URL the tier was opened with (no credentials).
+    pub fn url(&self) -> &str {
+        &self.0.url
+    }
+
+    /// The store and the prefix (for `hubfs cache shared`).
+    pub fn store(&self) -> (&Arc<dyn ObjectStore>, &str) {
+        (&self.0.store, &self.0.prefix)
+    }
+
+    /// Whether the tier is paused after a failure (reads skip it until the pause ends).
+    pub fn paused(&self) -> bool {
+        let mut p = self.0.paused_until.lock();
+        match *p {
+            Some(t) if Instant::now() < t => true,
+            Some(_) => {
+                *p = None;
+                drop(p);
+                tracing::info!(url = %self.0.url, "shared cache: pause over, trying it again");
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Pauses the tier after `what` failed.
+    fn pause(&self, what: &str, err: &dyn std::fmt::Display) {
+        let mut p = self.0.paused_until.lock();
+        let first = p.is_none_or(|t| Instant::now() >= t);
+        *p = Some(Instant::now() + PAUSE);
+        drop(p);
+        if first {
+            self.event("paused");
+            tracing::warn!(url = %self.0.url, what, error = %err, pause_s = PAUSE.as_secs(),
+                "shared cache unavailable: reads go to the Hub, tier paused");
+        }
+    }
+
+    fn block_path(&self, key: &str, block: u64) -> object_store::path::Path {
+        format::object_path(&self.0.prefix, "blocks", key, block)
+    }
+
+    /// Looks the block up (within [`LOOKUP_DEADLINE`]) and verifies what it finds.
+    pub async fn get(&self, key: &Arc<str>, block: u64, expected_len: u64) -> Lookup {
+        if self.paused() {
+            return Lookup::Miss;
+        }
+        let path = self.block_path(key, block);
+        let got = tokio::time::timeout(LOOKUP_DEADLINE, async { self.0.store.get(&path).await?.bytes().await }).await;
+        let obj = match got {
+            Ok(Ok(obj)) => obj,
+            Ok(Err(object_store::Error::NotFound { .. })) => return Lookup::Miss,
+            Ok(Err(e)) => {
+                self.pause("lookup", &e);
+                return Lookup::Miss;
+            }
+            Err(_) => {
+                self.pause("lookup", &format!("no answer within {LOOKUP_DEADLINE:?}"));
+                return Lookup::Miss;
+            }
+        };
+        let k = key.clone();
+        let checked = tokio::task::spawn_blocking(move || format::decode(&obj, &k, block, expected_len)).await;
+        match checked {
+            Ok(Ok(b)) => {
+                self.event("hit");
+                Lookup::Hit(b)
+            }
+            Ok(Err(why)) => {
+                self.event("invalid");
+                tracing::warn!(url = %self.0.url, key = %key, block, error = %why,
+                    "shared cache object failed verification: refetching from the Hub to replace it");
+                Lookup::Bad
+            }
+            Err(_) => Lookup::Miss,
+        }
+    }
+
+    /// Queues `data` for upload as the block's object; `claim` is released once the object is
+    /// there or given up. With the queue full, the block is deferred (its key only: the uploaders
+    /// read it back from the disk tier when they get to it) or, without a disk tier or with the
+    /// backlog full too, dropped.
+    pub fn write_behind(&self, key: &Arc<str>, block: u64, data: &Bytes, claim: Option<Claim>) {
+        if self.paused() {
+            drop(claim);
+            return;
+        }
+        if let Some(claim) = claim {
+            self.upload_claimed(key, block, data, claim);
+            return;
+        }
+        if self.0.pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_UPLOADS {
+            self.0.pending.fetch_sub(1, Ordering::AcqRel);
+            let mut backlog = self.0.backlog.lock();
+            if self.0.disk.get().is_some() && backlog.len() < MAX_BACKLOG {
+                backlog.push_back(Deferred {
+                    key: key.clone(),
+                    block,
+                    len: data.len() as u64,
+                });
+                return;
+            }
+            drop(backlog);
+            self.event("dropped");
+            tracing::trace!(block, "shared cache upload queue full; block not written");
+            return;
+        }
+        let (this, key, data) = (self.clone(), key.clone(), data.clone());
+        tokio::spawn(async move {
+            this.upload(&this.0.uploaders, &key, block, data).await;
+            loop {
+                this.drain_backlog().await;
+                this.0.pending.fetch_sub(1, Ordering::AcqRel);
+                // A block deferred after the drain and before the line above would wait for the
+                // next upload: take it up again unless other uploads are at it.
+                if this.0.backlog.lock().is_empty() {
+                    return;
+                }
+                if this.0.pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_UPLOADS {
+                    this.0.pending.fetch_sub(1, Ordering::AcqRel);
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Uploads a block other nodes may be waiting for, at once and on uploaders of its own (a
+    /// deferred one would outlast their wait and they would fetch it from the Hub too); with
+    /// [`MAX_PENDING_CLAIMED`] already going, its claim is released and it is queued (or deferred)
+    /// like an unclaimed block.
+    fn upload_claimed(&self, key: &Arc<str>, block: u64, data: &Bytes, claim: Claim) {
+        if self.0.claimed_pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_CLAIMED {
+            self.0.claimed_pending.fetch_sub(1, Ordering::AcqRel);
+            // Others stop waiting for it (they fetch it themselves); it goes the common way.
+            drop(claim);
+            self.write_behind(key, block, data, None);
+            return;
+        }
+        let (this, key, data) = (self.clone(), key.clone(), data.clone());
+        tokio::spawn(async move {
+            this.upload(&this.0.claimed_uploaders, &key, block, data).await;
+            drop(claim);
+            this.0.claimed_pending.fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+
+    /// Uploads deferred blocks, read back from the disk tier, until none is left.
+    async fn drain_backlog(&self) {
+        loop {
+            let Some(d) = self.0.backlog.lock().pop_front() else {
+                return;
+            };
+            if self.paused() {
+                continue;
+            }
+            let Some((disk, pool)) = self.0.disk.get().cloned() else {
+                return;
+            };
+            let k = (d.key.clone(), d.block);
+            let data = tokio::task::spawn_blocking(move || disk.read(&k, d.len, &pool))
+                .await
+                .ok()
+                .flatten();
+            match data {
+                Some(data) => self.upload(&self.0.uploaders, &d.key, d.block, data).await,
+                None => self.event("dropped"),
+            }
+        }
+    }
+
+    /// Uploads one block (within [`UPLOAD_DEADLINE`]); a failure pauses the tier.
+    async fn upload(&self, uploaders: &tokio::sync::Semaphore, key: &str, block: u64, data: Bytes) {
+        let put = async {
+            let _permit = uploaders.acquire().await.ok()?;
+            let payload: PutPayload = format::encode(key, block, &data).into_iter().collect();
+            Some(self.0.store.put(&self.block_path(key, block), payload).await)
+        };
+        match tokio::time::timeout(UPLOAD_DEADLINE, put).await {
+            Ok(Some(Ok(_))) => self.event("written"),
+            Ok(Some(Err(e))) => {
+                self.event("upload_failed");
+                self.pause("upload", &e);
+            }
+            Ok(None) => {}
+            Err(_) => {
+                self.event("upload_failed");
+                self.pause("upload", &format!("not written within {UPLOAD_DEADLINE:?}"));
+            }
+        }
+    }
+
+    /// Lets deferred uploads read their blocks back from `disk` (see `write_behind`).
+    pub fn set_disk(&self, disk: super::DiskTier, pool: super::BufferPool) {
+        let _ = self.0.disk.set((disk, pool));
+    }
+
+    /// Uploads queued, in flight or deferred (status; tests wait for 0).
+    pub fn pending_uploads(&self) -> usize {
+        self.0.pending.load(Ordering::Acquire)
+            + self.0.claimed_pending.load(Ordering::Acquire)
+            + self.0.backlog.lock().len()
+    }
+
+    /// The block from the tier, or from `fetch` (the Hub) after a miss, and whether it came from
+    /// the tier. A block fetched here is written behind to the tier; a claim keeps other nodes
+    /// from fetching it from the Hub at the same time. Only `fetch`'s own error is returned.
+    pub async fn load<F>(
+        &self,
+        key: &Arc<str>,
+        block: u64,
+        expected_len: u64,
+        fetch: F,
+    ) -> crate::vfs::error::VfsResult<(Bytes, bool)>
+    where
+        F: std::future::Future<Output = crate::vfs::error::VfsResult<Bytes>>,
+    {
+        let mut claim = None;
+        match self.get(key, block, expected_len).await {
+            Lookup::Hit(b) => return Ok((b, true)),
+            Lookup::Bad => {}
+            Lookup::Miss if self.paused() => {}
+            Lookup::Miss => {
+                self.event("miss");
+                match self.claim(key, block).await {
+                    claim::Outcome::Ours(c) => claim = Some(c),
+                    claim::Outcome::Theirs => {
+                        if let Some(b) = self.wait_for(key, block, expected_len).await {
+                            return Ok((b, true));
+                        }
+                    }
+                    claim::Outcome::None => {}
+                }
+            }
+        }
+        match fetch.await {
+            Ok(b) => {
+                self.write_behind(key, block, &b, claim);
+                Ok((b, false))
+            }
+            Err(e) => {
+                if let Some(c) = claim {
+                    c.release();
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,140 @@
+//! The tier's logic over an in-memory store (conditional create included) and over a store that
+//! is not there; tests/shared_cache.rs runs it against a real S3 server.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use object_store::ObjectStoreExt;
+use object_store::memory::InMemory;
+
+use super::*;
+use crate::vfs::error::VfsError;
+
+fn key() -> Arc<str> {
+    Arc::from("xet:00aa")
+}
+
+/// Waits until `tier`'s uploads are done.
+async fn settled(tier: &SharedTier) {
+    while tier.pending_uploads() > 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_block_fetched_by_one_node_is_served_to_the_next_and_damage_is_replaced() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let (a, b) = (
+        SharedTier::with_store("mem://", store.clone(), "p"),
+        SharedTier::with_store("mem://", store.clone(), "p"),
+    );
+    let fetches = AtomicUsize::new(0);
+    let fetch = || async {
+        fetches.fetch_add(1, Ordering::SeqCst);
+        Ok(Bytes::from_static(b"eight by"))
+    };
+    let (got, shared) = a.load(&key(), 2, 8, fetch()).await.unwrap();
+    assert_eq!((&got[..], shared), (&b"eight by"[..], false));
+    settled(&a).await;
+    let (got, shared) = b.load(&key(), 2, 8, fetch()).await.unwrap();
+    assert_eq!(
+        (&got[..], shared),
+        (&b"eight by"[..], true),
+        "the second node's from the tier"
+    );
+    assert_eq!(fetches.load(Ordering::SeqCst), 1);
+    let claim = format::object_path("p", "claims", &key(), 2);
+    assert!(
+        store.head(&claim).await.is_err(),
+        "the claim is gone once the block is written"
+    );
+
+    // Damage the object: the next node refetches from the Hub and puts a good one back.
+    let path = format::object_path("p", "blocks", &key(), 2);
+    let mut obj = store.get(&path).await.unwrap().bytes().await.unwrap().to_vec();
+    let last = obj.len() - 1;
+    obj[last] ^= 1;
+    store.put(&path, Bytes::from(obj).into()).await.unwrap();
+    let c = SharedTier::with_store("mem://", store.clone(), "p");
+    let (got, shared) = c.load(&key(), 2, 8, fetch()).await.unwrap();
+    assert_eq!((&got[..], shared), (&b"eight by"[..], false), "not served: refetched");
+    settled(&c).await;
+    let obj = store.get(&path).await.unwrap().bytes().await.unwrap();
+    assert_eq!(
+        &format::decode(&obj, &key(), 2, 8).unwrap()[..],
+        b"eight by",
+        "replaced"
+    );
+}
+
+#[tokio::test]
+async fn a_node_waits_for_a_block_another_claimed_and_a_dead_claim_is_waited_on_for_a_bounded_time() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let (a, b) = (
+        SharedTier::with_store("mem://", store.clone(), ""),
+        SharedTier::with_store("mem://", store.clone(), ""),
+    );
+    // A claims and takes 300 ms to fetch; B finds the claim and gets A's block without fetching.
+    let (ka, kb) = (key(), key());
+    let slow = tokio::spawn(async move {
+        a.load(&ka, 0, 4, async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok(Bytes::from_static(b"once"))
+        })
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (got, shared) = b
+        .load(&kb, 0, 4, async { Err(VfsError::Invalid("B must not fetch")) })
+        .await
+        .unwrap();
+    assert_eq!((&got[..], shared), (&b"once"[..], true));
+    assert_eq!(&slow.await.unwrap().unwrap().0[..], b"once");
+
+    // A claim whose node died (never released, never written): B fetches after at most CLAIM_WAIT.
+    let claim = format::object_path("", "claims", "xet:dead", 0);
+    store.put(&claim, Bytes::from_static(b"gone:1").into()).await.unwrap();
+    let t = Instant::now();
+    let (got, shared) = b
+        .load(&Arc::from("xet:dead"), 0, 4, async { Ok(Bytes::from_static(b"mine")) })
+        .await
+        .unwrap();
+    assert_eq!((&got[..], shared), (&b"mine"[..], false));
+    let waited = t.elapsed();
+    assert!(
+        waited >= CLAIM_WAIT && waited < CLAIM_WAIT + Duration::from_secs(3),
+        "{waited:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_store_that_is_not_there_pauses_the_tier_and_reads_go_to_the_hub() {
+    // Nothing listens on port 9 here: connections are refused.
+    let s3 = object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name("b")
+        .with_endpoint("http://127.0.0.1:9")
+        .with_region("us-east-1")
+        .with_access_key_id("k")
+        .with_secret_access_key("s")
+        .with_retry(object_store::RetryConfig {
+            max_retries: 0,
+            ..Default::default()
+        })
+        .with_client_options(object_store::ClientOptions::new().with_allow_http(true))
+        .build()
+        .unwrap();
+    let tier = SharedTier::with_store("s3://b/p", Arc::new(s3), "p");
+    let t = Instant::now();
+    let (got, shared) = tier
+        .load(&key(), 0, 2, async { Ok(Bytes::from_static(b"ok")) })
+        .await
+        .unwrap();
+    assert_eq!((&got[..], shared), (&b"ok"[..], false));
+    assert!(t.elapsed() < LOOKUP_DEADLINE, "a refused store fails fast");
+    assert!(tier.paused(), "and pauses the tier");
+    // Paused: no request at all, the fetch's own error is the only one a load returns.
+    let r = tier.load(&key(), 1, 2, async { Err(VfsError::NotFound) }).await;
+    assert_eq!(r.unwrap_err().errno(), libc::ENOENT);
+}
