@@ -59,9 +59,8 @@ pub struct Plan {
 
 /// Bytes of download bodies in flight for a budget of `limit`: an eighth of a small budget, and
 /// above 256 MiB three eighths of every further byte, up to 128 MiB. A distant Hub needs many
-/// bytes on the way to keep its connections busy (8 readers at 30 ms: 210 MB/s with 64 MiB in
-/// flight, 294 with 128, in one run), while a small budget needs its room for the blocks readers
-/// hold.
+/// bytes on the way to keep its connections busy (one reader at 30 ms: 197 MB/s with 64 MiB in
+/// flight, 210–261 with 128), while a small budget needs its room for the blocks readers hold.
 fn downloads_for(limit: u64) -> u64 {
     const KNEE: u64 = 256 << 20;
     let d = if limit <= KNEE {

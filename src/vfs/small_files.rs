@@ -8,14 +8,16 @@
 //!
 //! What a reader can cause is bounded: fetching starts at the second open, and a folder may have
 //! at most `FIRST × 2^(files opened − 1)` files started, so reading three files of a 10,000-file
-//! folder fetches at most 1,024 small files, never the folder. The allowance doubles with each file
-//! opened because a reader in shuffled order misses (and waits two round trips) on every open that
-//! the started files do not cover: doubling covers a folder of thousands within a handful of opens; at most `AHEAD_FILES` files and
-//! `AHEAD_BYTES` bytes fetched and not yet opened per folder; bytes in flight share the mount's
-//! download budget, and what lands goes to the chunk store, whose tiers are bounded. An open of a
-//! file no batch has started yet gets a batch of its own (the reader waits on a small request, not on
-//! a batch of hundreds), and the files the open earned go in the batches after it. Git-stored and plain-LFS files are not batched; they
-//! keep the listing-order prefetch (`listing_prefetch`).
+//! folder fetches at most 1,024 small files, never the folder. The allowance doubles with each
+//! file opened because a reader in shuffled order misses (and waits two round trips) on every
+//! open that the started files do not cover: doubling covers a folder of thousands within a
+//! handful of opens. At most `AHEAD_FILES` files and `AHEAD_BYTES` bytes are fetched and not yet
+//! opened per folder; bytes in flight share the mount's download budget, at most two batch
+//! requests of a mount are in flight (`Remote::batch_slots`), and what lands goes to the chunk
+//! store, whose tiers are bounded. An open of a file no batch has started yet gets a batch of its
+//! own (the reader waits on a small request, not on a batch of hundreds), and the files the open
+//! earned go in the batches after it. Git-stored and plain-LFS files are not batched; they keep
+//! the listing-order prefetch (`listing_prefetch`).
 
 use std::collections::HashMap;
 use std::sync::Arc;

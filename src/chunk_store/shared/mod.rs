@@ -9,7 +9,9 @@
 //!   (`If-None-Match: *`); a node that finds a fresh claim waits up to [`CLAIM_WAIT`] for the
 //!   block, then fetches it itself.
 //! - Write-behind: a block fetched from the Hub is uploaded in the background through a bounded
-//!   queue; a full queue drops it (and its claim), a read never waits for an upload.
+//!   queue; past it the block is deferred by key and read back from the disk tier when an
+//!   uploader is free (dropped, with its claim, without a disk tier or past the backlog); a read
+//!   never waits for an upload. Queued blocks are pooled buffers, so the memory budget counts them.
 //! - Failure is a slowdown: every store request has a deadline; an error or an expired deadline
 //!   pauses the tier for [`PAUSE`] (reads go straight to the Hub), then it is tried again.
 //!
