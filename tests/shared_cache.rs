@@ -142,13 +142,22 @@ struct Node {
 
 impl Node {
     fn mount(cli: &common::isolated::Isolated, name: &str, url: &str, extra: &[&str]) -> Node {
+        Node::start(cli, name, &[&["--shared-cache", url], extra].concat())
+    }
+
+    /// A node without the tier: what a cold read costs from the Hub alone.
+    fn mount_hub_only(cli: &common::isolated::Isolated, name: &str) -> Node {
+        Node::start(cli, name, &[])
+    }
+
+    fn start(cli: &common::isolated::Isolated, name: &str, args: &[&str]) -> Node {
         let dir = cli.path(name);
         std::fs::create_dir_all(&dir).unwrap();
         let cache = cli.path(&format!("{name}-cache"));
         let o = shared_env(cli.command(Some(DEFAULT_WRITE_TOKEN)))
             .args(["mount", "local/shared", dir.to_str().unwrap(), "--daemon"])
-            .args(["--cache-dir", cache.to_str().unwrap(), "--shared-cache", url])
-            .args(extra)
+            .args(["--cache-dir", cache.to_str().unwrap()])
+            .args(args)
             .output()
             .unwrap();
         let (pid, log) = common::isolated::daemon_started(&o);
@@ -270,6 +279,12 @@ fn a_fleet_reads_from_the_hub_once_and_the_tier_never_fails_a_read() {
     let mut weed = Weed::start(&bin, &cli.path("weed"));
     let run = std::process::id();
 
+    // 0. The same cold read from the Hub alone (no tier), to print beside the tier's figures.
+    let plain = Node::mount_hub_only(&cli, "plain");
+    let (sha, hub_only) = plain.read(|_| {});
+    assert_eq!(sha, want, "the node without a tier");
+    drop(plain);
+
     // 1. Four nodes one after another.
     let url = format!("s3://{BUCKET}/seq-{run}");
     let nodes: Vec<Node> = (0..4)
@@ -287,8 +302,9 @@ fn a_fleet_reads_from_the_hub_once_and_the_tier_never_fails_a_read() {
     }
     let served = hub_bytes(&hub);
     eprintln!(
-        "one after another, {} MiB: node 0 (Hub) {}; nodes 1-3 (shared tier) {}; Hub served {:.3}× the file",
+        "one after another, {} MiB: a node without the tier (Hub only) {}; node 0 (Hub, tier on) {}; nodes 1-3 (shared tier) {}; Hub served {:.3}× the file",
         size >> 20,
+        mib(size, hub_only),
         mib(size, first),
         later.iter().map(|t| mib(size, *t)).collect::<Vec<_>>().join(", "),
         served as f64 / size as f64
