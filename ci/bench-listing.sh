@@ -15,10 +15,10 @@
 # on both; the git folder gets them on loopback (and on the 30 ms profile with --full: one round trip per
 # file makes those runs long). `cat` in listing order also runs with --prefetch-files 0 at 30 ms, twice,
 # alternated with the default, for issue 18's ratio.
-# Prints files/s and the Hub's content requests (resolve + CAS) per file for each run. Checks: every file
-# read has the source's sha256; listing order with the prefetch at least 5x the files/s without it; the
-# shuffled order makes no more requests with the prefetch than without it; every reader of the Xet folder
-# makes at most 0.1 Hub requests per file (issue 30). Ends with `bench-listing: N passed, M failed`.
+# Prints files/s, the Hub's content requests (resolve + CAS) per file and the mount's peak RSS for each
+# run. Checks: every file read has the source's sha256; listing order with the prefetch at least 5x the
+# files/s without it; the shuffled order makes no more requests with the prefetch than without it; every
+# reader of the Xet folder makes at most 0.1 Hub requests per file (issue 30). Ends with `bench-listing: N passed, M failed`.
 # HUBFS_BENCH_LISTING_PARTS (default "baseline xet git") picks parts: `baseline` is issue 18's prefetch
 # on/off runs, `xet` and `git` the readers over each folder; HUBFS_BENCH_LISTING_N overrides N. With
 # HUBFS_BENCH_PEER=PATH to hf-mount-fuse (built by ../shared/tools/build-peer.sh; not in CI), part `peer`
@@ -35,18 +35,9 @@ N="${HUBFS_BENCH_LISTING_N:-$N}"
 PARTS=" ${HUBFS_BENCH_LISTING_PARTS:-baseline xet git} "
 has() { [[ "$PARTS" == *" $1 "* ]]; }
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/hubfs-bench-listing.XXXXXX")"
-MNT="$WORK/mnt"
-PIDS=()
-cleanup() {
-  umount -l "$MNT" 2>/dev/null
-  for p in "${PIDS[@]+"${PIDS[@]}"}"; do kill "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
 # shellcheck source=ci/lib.sh
 . "$ROOT/ci/lib.sh"
+scratch_dir bench-listing
 
 mkdir -p "$MNT" "$WORK/src/d" "$WORK/src/t"
 for i in $(seq -w 1 "$N"); do
@@ -107,7 +98,7 @@ EOF
 }
 
 # run READER DIR PROFILE_MS PREFETCH: a fresh mount and cache, READER over DIR; sets RATE (files/s) and REQS
-# (Hub content requests per file); checks the bytes.
+# (Hub content requests per file) and RSS (the mount's peak, MiB); checks the bytes.
 run() {
   local reader="$1" dir="$2" ms="$3" prefetch="$4" t0 t1 d0 d1
   profile "$ms"
@@ -121,12 +112,13 @@ run() {
   read_all "$reader" "$dir"
   t1=$(date +%s%N)
   d1=$(requests)
+  RSS=$(awk '/^VmHWM:/ { printf "%.0f", $2 / 1024 }' "/proc/$mp/status")
   kill "$mp"; wait "$mp" 2>/dev/null
   sort -k2 "$WORK/got.sums" | diff -q - <(sort -k2 "$WORK/want-$dir.sums") >/dev/null
   check "$reader, $dir/, ${ms} ms, prefetch $prefetch: every file has the source's sha256" $?
   RATE=$(awk -v n="$N" -v ns=$((t1 - t0)) 'BEGIN { printf "%.1f", n / (ns / 1e9) }')
   REQS=$(awk -v n="$N" -v r=$((d1 - d0)) 'BEGIN { printf "%.3f", r / n }')
-  echo "  figure: $reader, $dir/ ($([ "$dir" = d ] && echo Xet || echo git)), ${ms} ms, prefetch $prefetch: $RATE files/s, $REQS Hub requests per file"
+  echo "  figure: $reader, $dir/ ($([ "$dir" = d ] && echo Xet || echo git)), ${ms} ms, prefetch $prefetch: $RATE files/s, $REQS Hub requests per file, mount peak RSS $RSS MiB"
 }
 
 declare -A R Q
@@ -168,11 +160,12 @@ if has peer && [ -n "${HUBFS_BENCH_PEER:-}" ]; then
     rm -rf "$WORK/out"; mkdir -p "$WORK/out"
     cp -r "$PMNT/d" "$WORK/out/d"
     t1=$(date +%s%N); d1=$(requests)
+    prss=$(awk '/^VmHWM:/ { printf "%.0f", $2 / 1024 }' "/proc/$pp/status")
     umount -l "$PMNT"; kill "$pp"; wait "$pp" 2>/dev/null
     (cd "$WORK/out/d" && sha256sum -- *) | sort -k2 | diff -q - <(sort -k2 "$WORK/want-d.sums") >/dev/null
     check "hf-mount cp -r, d/, pass $pass: every file has the source's sha256" $?
     P[peer.$pass]=$(awk -v n="$N" -v ns=$((t1 - t0)) 'BEGIN { printf "%.1f", n / (ns / 1e9) }')
-    echo "  figure: hf-mount cp -r, d/ (Xet), 0 ms: ${P[peer.$pass]} files/s, $(awk -v n="$N" -v r=$((d1 - d0)) 'BEGIN { printf "%.3f", r / n }') Hub requests per file"
+    echo "  figure: hf-mount cp -r, d/ (Xet), 0 ms: ${P[peer.$pass]} files/s, $(awk -v n="$N" -v r=$((d1 - d0)) 'BEGIN { printf "%.3f", r / n }') Hub requests per file, peak RSS $prss MiB"
     run cp d 0 16; P[hubfs.$pass]=$RATE
   done
   pr=$(awk -v a="${P[hubfs.1]}" -v b="${P[hubfs.2]}" -v c="${P[peer.1]}" -v d="${P[peer.2]}" 'BEGIN { printf "%.1f", (a + b) / (c + d) }')

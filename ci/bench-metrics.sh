@@ -12,18 +12,9 @@ set -uo pipefail
 BIN="${1:?usage: ci/bench-metrics.sh HUBFS_BIN [IDLE_SECS]}"
 IDLE="${2:-30}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/hubfs-bench-metrics.XXXXXX")"
-MNT="$WORK/mnt"
-PIDS=()
-cleanup() {
-  umount -l "$MNT" 2>/dev/null
-  for p in "${PIDS[@]+"${PIDS[@]}"}"; do kill "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
 # shellcheck source=ci/lib.sh
 . "$ROOT/ci/lib.sh"
+scratch_dir bench-metrics
 PASSED=0
 FAILED=0
 mkdir -p "$MNT"

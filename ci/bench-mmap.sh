@@ -30,18 +30,9 @@ MIB=128
 [ "$FULL" = 1 ] && MIB=512
 PASSES=2
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-WORK="$(mktemp -d "${TMPDIR:-/var/tmp}/hubfs-bench-mmap.XXXXXX")"
-MNT="$WORK/mnt"
-PIDS=()
-cleanup() {
-  umount -l "$MNT" 2>/dev/null
-  for p in "${PIDS[@]+"${PIDS[@]}"}"; do kill "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
 # shellcheck source=ci/lib.sh
 . "$ROOT/ci/lib.sh"
+scratch_dir bench-mmap "${TMPDIR:-/var/tmp}"
 
 mkdir -p "$MNT" "$WORK/src"
 "$PY" - "$WORK/src/model.safetensors" "$MIB" "$WORK/want.json" <<'EOF'

@@ -28,18 +28,9 @@ MIB=32
 MIB="${HUBFS_BENCH_SHARD_MIB:-$MIB}"
 PROFILES="${HUBFS_BENCH_PROFILES:-loopback 30ms}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-WORK="$(mktemp -d "${TMPDIR:-/var/tmp}/hubfs-bench-shards.XXXXXX")"
-MNT="$WORK/mnt"
-PIDS=()
-cleanup() {
-  umount -l "$MNT" 2>/dev/null
-  for p in "${PIDS[@]+"${PIDS[@]}"}"; do kill "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
 # shellcheck source=ci/lib.sh
 . "$ROOT/ci/lib.sh"
+scratch_dir bench-shards "${TMPDIR:-/var/tmp}"
 
 mkdir -p "$MNT" "$WORK/src"
 "$PY" - "$WORK/src" "$SHARDS" "$MIB" "$WORK/want.json" <<'EOF'

@@ -1,5 +1,21 @@
 # Helpers shared by the CI scripts that drive the real binary (sourced, not run).
-# Callers set WORK (a scratch dir), BIN (the hubfs binary) and a PIDS array that their cleanup kills.
+# Callers set WORK (a scratch dir), BIN (the hubfs binary) and a PIDS array that their cleanup kills
+# (or call scratch_dir, which sets all three but BIN and installs that cleanup).
+
+# scratch_dir NAME [BASE]: a fresh WORK under BASE (default $TMPDIR or /tmp) with MNT=$WORK/mnt and an
+# empty PIDS; on exit MNT is unmounted, every PID killed and WORK removed.
+scratch_dir() {
+  WORK="$(mktemp -d "${2:-${TMPDIR:-/tmp}}/hubfs-$1.XXXXXX")"
+  MNT="$WORK/mnt"
+  PIDS=()
+  trap scratch_cleanup EXIT
+}
+scratch_cleanup() {
+  umount -l "$MNT" 2>/dev/null
+  for p in "${PIDS[@]+"${PIDS[@]}"}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$WORK"
+}
 
 PASSED=0
 FAILED=0
