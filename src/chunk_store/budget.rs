@@ -60,7 +60,8 @@ pub struct Plan {
 /// Bytes of download bodies in flight for a budget of `limit`: an eighth of a small budget, and
 /// above 256 MiB three eighths of every further byte, up to 128 MiB. A distant Hub needs many
 /// bytes on the way to keep its connections busy (one reader at 30 ms: 197 MB/s with 64 MiB in
-/// flight, 210–261 with 128), while a small budget needs its room for the blocks readers hold.
+/// flight in an earlier run, 210–261 with 128 in four later ones; 8 readers did not gain), while a
+/// small budget needs its room for the blocks readers hold.
 fn downloads_for(limit: u64) -> u64 {
     const KNEE: u64 = 256 << 20;
     let d = if limit <= KNEE {
