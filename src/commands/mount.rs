@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::serve::{absolute, announce, control, record, setup_process, tune_malloc};
+use super::serve::{absolute, announce, control, record, setup_process};
 use super::source::{DaemonArgs, SourceArgs};
 use crate::process::registry::Frontend;
 use crate::process::session::{MountRequest, wait_until_unmounted};
@@ -57,7 +57,7 @@ pub fn run(mut args: MountArgs) -> anyhow::Result<()> {
         let kernel_dir = (!args.serve_only).then(|| args.mountpoint.clone());
         return super::serve_nfs::run_nfs(args.source, args.nfs_addr, Some(args.mountpoint), kernel_dir, setup);
     }
-    tune_malloc();
+    crate::process::allocator::tune();
     let (client, mut vfs) = args.source.to_settings();
     if let Some(w) = vfs.write.as_mut() {
         w.close = match args.close.as_str() {

@@ -8,7 +8,6 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::Context;
 
@@ -144,34 +143,4 @@ pub(super) fn announce(line: String, setup: &ProcessSetup) -> anyhow::Result<()>
 
 pub(super) fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
-}
-
-/// Keeps the mount's resident memory close to what its caches hold (measured in
-/// docs/BENCHMARKS.md). glibc gives threads their own malloc arenas (up to 8 per core) and keeps
-/// freed space of multi-MiB download buffers resident inside them. Two arenas, and a thread that
-/// hands free arena pages back to the kernel once a second, bound that; a fixed low mmap threshold
-/// would do it too but costs a page fault per page of every large buffer (a third of the cold read
-/// throughput here). Must run before the runtime starts its threads.
-pub(super) fn tune_malloc() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: mallopt only adjusts allocator tuning; called before any other thread exists.
-        unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, 2);
-        }
-        let trim = std::thread::Builder::new()
-            .name("hubfs-malloc-trim".to_string())
-            .spawn(|| {
-                loop {
-                    std::thread::sleep(Duration::from_secs(1));
-                    // SAFETY: malloc_trim is thread-safe and has no preconditions.
-                    unsafe {
-                        libc::malloc_trim(0);
-                    }
-                }
-            });
-        if let Err(e) = trim {
-            tracing::debug!(error = %e, "no malloc trim thread");
-        }
-    }
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::serve::{ProcessSetup, absolute, announce, control, record, tune_malloc};
+use super::serve::{ProcessSetup, absolute, announce, control, record};
 use super::source::SourceArgs;
 use crate::process::registry::Frontend;
 use crate::process::signals::{StopSignals, runtime};
@@ -57,7 +57,7 @@ pub(super) fn run_nfs(
             );
         }
     }
-    tune_malloc();
+    crate::process::allocator::tune();
     let (client, vfs) = source.to_settings();
     let ttl = vfs.metadata_ttl;
     let drain = source.drain_timeout;

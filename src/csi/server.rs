@@ -123,6 +123,7 @@ pub fn run() -> anyhow::Result<()> {
         .map(|t| t.trim().to_string())
         .filter(|t| !t.is_empty());
     let (client, vfs_opts) = settings(&cfg, token);
+    crate::process::allocator::tune();
     let rt = runtime()?;
     let mut signals = {
         let _g = rt.enter();

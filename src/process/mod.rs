@@ -3,6 +3,7 @@
 //! session that opens a repo and serves it over FUSE. Imports the frontends, the core, the Hub
 //! client and util; never a command.
 
+pub mod allocator;
 pub mod control;
 pub mod daemon;
 pub mod logging;

@@ -48,8 +48,9 @@ struct Held {
     key: Option<Arc<str>>,
     blocks: std::collections::BTreeMap<u64, BlockHold>,
     /// Blocks this reader started reading range by range because the memory budget was full: it
-    /// goes on that way in them, since loading one whole now would fetch again what it read.
-    exact: Option<(u64, u64)>,
+    /// goes on that way in them, even after a seek (a page fault's read-around is one), since
+    /// loading one whole later would fetch again what it read. At most one entry per block.
+    exact: std::collections::BTreeSet<u64>,
     /// Counted as a sequential reader in the memory budget while in a run.
     reading: Option<Reading>,
 }
@@ -207,7 +208,10 @@ impl Reader {
                 (first..=last).for_each(|idx| self.store.used(&key, idx));
                 return Ok(b);
             }
-            let wanted = |idx| self.store.is_loading(&key, idx) || self.store.is_held(&key, idx);
+            // Not a block this reader is reading range by range (the budget was full): its hold
+            // waits for no load, and loading it whole would fetch again what was read of it.
+            let exact = |idx| state.lock().held.exact.contains(&idx);
+            let wanted = |idx| self.store.is_loading(&key, idx) || (self.store.is_held(&key, idx) && !exact(idx));
             if (first..=last).all(wanted) {
                 let blocks = try_join_all((first..=last).map(|idx| self.block(file, commit, &key, idx))).await?;
                 return Ok(assemble(&blocks, first * BLOCK_SIZE, offset, end));
@@ -222,14 +226,13 @@ impl Reader {
         self.prefetch(file, commit, &key, prefetch);
         // Room for the blocks not loaded yet; with the memory budget full of blocks other readers
         // hold, this read takes just its bytes instead of waiting for room (see `budget`).
-        let exact = state.lock().held.exact;
         let mut rooms = Vec::with_capacity((last - first + 1) as usize);
         for idx in first..=last {
             if self.store.is_loaded(&key, idx) || self.store.is_loading(&key, idx) {
                 rooms.push(None);
                 continue;
             }
-            let started_exact = exact.is_some_and(|(a, b)| (a..=b).contains(&idx)) || idx < front;
+            let started_exact = idx < front || state.lock().held.exact.contains(&idx);
             let room = match started_exact {
                 true => None,
                 false => {
@@ -242,11 +245,7 @@ impl Reader {
                 Some(room) => rooms.push(Some(room)),
                 None => {
                     drop(rooms);
-                    state.lock().held.exact = Some(match exact {
-                        // Adjacent to the blocks already read this way: one run of them.
-                        Some((a, b)) if first <= b + 1 && last + 1 >= a => (a.min(first), b.max(last)),
-                        _ => (first, last),
-                    });
+                    state.lock().held.exact.extend(first..=last);
                     tracing::trace!(key = %key, offset, "memory budget full: exact range from the Hub");
                     return self.exact_parts(file, commit, &key, offset, end).await;
                 }
@@ -328,7 +327,6 @@ impl Reader {
         let Some(window) = class else {
             // A new run starts wherever this seek goes.
             st.held.reading = None;
-            st.held.exact = None;
             return (class, Vec::new(), st.release_before(u64::MAX));
         };
         if st.held.reading.is_none() {
@@ -336,6 +334,7 @@ impl Reader {
         }
         let released = if st.held.key.as_ref() != Some(key) {
             st.held.key = Some(key.clone());
+            st.held.exact.clear();
             st.release_before(u64::MAX)
         } else {
             // Reads up to the slack behind the run's end are still this run (out of order), and
@@ -352,7 +351,10 @@ impl Reader {
         };
         st.hold(&self.store, key, first..last + 1);
         let count = window * self.remote.window_scale();
-        let prefetch = st.hold_window(&self.store, key, file.size, prefetch_blocks(file.size, last + 1, count));
+        let mut prefetch = st.hold_window(&self.store, key, file.size, prefetch_blocks(file.size, last + 1, count));
+        // A block the kernel's readahead already reads range by range (the budget was full) is
+        // not loaded whole as well; its room goes back.
+        prefetch.retain(|(idx, _)| !st.held.exact.contains(idx));
         (class, prefetch, released)
     }
 

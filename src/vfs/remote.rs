@@ -196,6 +196,7 @@ impl Remote {
         if len == 0 {
             return Ok(Bytes::new());
         }
+        tracing::trace!(key = %file.id.key(), start, len, "fetching an exact range from the Hub");
         // Not for a bucket: its `/resolve/` serves whatever the path holds now, while the Xet hash
         // names exactly the content this file was listed with.
         let http = len <= XET_HTTP_RANGE_MAX && !self.repo.is_bucket();
