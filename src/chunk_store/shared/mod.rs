@@ -106,7 +106,12 @@ struct Inner {
     counts: [std::sync::atomic::AtomicU64; 5],
     /// This process in claim objects (host and pid), for whoever looks at the bucket.
     node: String,
+    /// Files whose last lookup missed (see `load`); bounded by [`MISS_RUNS`].
+    missing: parking_lot::Mutex<std::collections::HashSet<Arc<str>>>,
 }
+
+/// Files remembered as being in a run of misses at most; past it the set starts over.
+const MISS_RUNS: usize = 4096;
 
 /// The tier as `hubfs status` shows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -160,6 +165,13 @@ impl SharedTier {
         if !region_set {
             b = b.with_region("us-east-1");
         }
+        // Every object is verified against its own hash when read, so the SigV4 payload hash
+        // (a sha256 of each 8 MiB upload on the node's CPU, beside the reads) buys nothing here;
+        // `AWS_UNSIGNED_PAYLOAD=false` turns signing back on for stores that require it.
+        let unsigned = object_store::aws::AmazonS3ConfigKey::UnsignedPayload;
+        if b.get_config_value(&unsigned).is_none() {
+            b = b.with_unsigned_payload(true);
+        }
         // Our own deadlines bound every request; the client's retries must not outlast them.
         let retry = object_store::RetryConfig {
             max_retries: 1,
@@ -198,6 +210,7 @@ impl SharedTier {
             no_claims: AtomicBool::new(false),
             counts: Default::default(),
             node: format!("{}:{}", host.trim(), std::process::id()),
+            missing: Default::default(),
         }))
     }
 
@@ -436,6 +449,11 @@ impl SharedTier {
     /// The block from the tier, or from `fetch` (the Hub) after a miss, and whether it came from
     /// the tier. A block fetched here is written behind to the tier; a claim keeps other nodes
     /// from fetching it from the Hub at the same time. Only `fetch`'s own error is returned.
+    ///
+    /// Misses come in runs (the first node to read a file misses every block of it): while a
+    /// file's last lookup missed, the lookup and the claim go out together, so a miss costs the
+    /// Hub fetch one round trip to the store instead of two. A hit found that way lets its
+    /// claim go at once; a file whose blocks are found asks the lookup alone (no claim writes).
     pub async fn load<F>(
         &self,
         key: &Arc<str>,
@@ -446,25 +464,16 @@ impl SharedTier {
     where
         F: std::future::Future<Output = crate::vfs::error::VfsResult<Bytes>>,
     {
-        let mut claim = None;
-        match self.get(key, block, expected_len).await {
-            Lookup::Hit(b) => return Ok((b, true)),
-            Lookup::Bad => {}
-            Lookup::Miss if self.paused() => {}
-            Lookup::Miss => {
-                self.event("miss");
-                match self.claim(key, block).await {
-                    claim::Outcome::Ours(c) => claim = Some(c),
-                    claim::Outcome::Theirs => {
-                        if let Some(b) = self.wait_for(key, block, expected_len).await {
-                            return Ok((b, true));
-                        }
-                    }
-                    claim::Outcome::None => {}
-                }
-            }
-        }
-        match fetch.await {
+        let t = Instant::now();
+        let claim = match self.ask(key, block, expected_len).await {
+            Asked::Found(b) => return Ok((b, true)),
+            Asked::Fetch(claim) => claim,
+        };
+        let asked = t.elapsed();
+        let got = fetch.await;
+        tracing::debug!(key = %key, block, asked_ms = asked.as_millis() as u64,
+            fetch_ms = (t.elapsed() - asked).as_millis() as u64, "shared cache miss: fetched from the Hub");
+        match got {
             Ok(b) => {
                 self.write_behind(key, block, &b, claim);
                 Ok((b, false))
@@ -477,6 +486,69 @@ impl SharedTier {
             }
         }
     }
+
+    /// Lookup (and claim on a miss): the block, or to fetch it from the Hub (with the claim if
+    /// this node holds one).
+    async fn ask(&self, key: &Arc<str>, block: u64, expected_len: u64) -> Asked {
+        let in_run = self.0.missing.lock().contains(key);
+        let (found, early) = if in_run && !self.paused() {
+            let (found, claimed) = tokio::join!(self.get(key, block, expected_len), self.claim(key, block));
+            (found, Some(claimed))
+        } else {
+            (self.get(key, block, expected_len).await, None)
+        };
+        self.note_run(key, !matches!(found, Lookup::Hit(_)));
+        match found {
+            Lookup::Hit(b) => {
+                if let Some(claim::Outcome::Ours(c)) = early {
+                    c.release();
+                }
+                Asked::Found(b)
+            }
+            // Replaced from the Hub; a claim taken with the lookup is kept for the upload.
+            Lookup::Bad => Asked::Fetch(match early {
+                Some(claim::Outcome::Ours(c)) => Some(c),
+                _ => None,
+            }),
+            Lookup::Miss if self.paused() => Asked::Fetch(None),
+            Lookup::Miss => {
+                self.event("miss");
+                let claimed = match early {
+                    Some(c) => c,
+                    None => self.claim(key, block).await,
+                };
+                match claimed {
+                    claim::Outcome::Ours(c) => Asked::Fetch(Some(c)),
+                    claim::Outcome::Theirs => match self.wait_for(key, block, expected_len).await {
+                        Some(b) => Asked::Found(b),
+                        None => Asked::Fetch(None),
+                    },
+                    claim::Outcome::None => Asked::Fetch(None),
+                }
+            }
+        }
+    }
+
+    /// Remembers whether `key`'s last lookup missed.
+    fn note_run(&self, key: &Arc<str>, missed: bool) {
+        let mut m = self.0.missing.lock();
+        if !missed {
+            m.remove(key);
+            return;
+        }
+        if m.len() >= MISS_RUNS && !m.contains(key) {
+            m.clear();
+        }
+        m.insert(key.clone());
+    }
+}
+
+/// What `ask` decided.
+enum Asked {
+    /// The block, from the tier (also after waiting for another node's claim).
+    Found(Bytes),
+    /// Fetch it from the Hub, uploading it afterwards under this node's claim, if any.
+    Fetch(Option<Claim>),
 }
 
 #[cfg(test)]

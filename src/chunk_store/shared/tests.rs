@@ -138,3 +138,39 @@ async fn a_store_that_is_not_there_pauses_the_tier_and_reads_go_to_the_hub() {
     let r = tier.load(&key(), 1, 2, async { Err(VfsError::NotFound) }).await;
     assert_eq!(r.unwrap_err().errno(), libc::ENOENT);
 }
+
+#[tokio::test]
+async fn a_run_of_misses_asks_lookup_and_claim_together_and_a_hit_in_it_lets_the_claim_go() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let (a, b) = (
+        SharedTier::with_store("mem://", store.clone(), "p"),
+        SharedTier::with_store("mem://", store.clone(), "p"),
+    );
+    let fetches = AtomicUsize::new(0);
+    let fetch = || async {
+        fetches.fetch_add(1, Ordering::SeqCst);
+        Ok(Bytes::from_static(b"eight by"))
+    };
+    // Node b puts block 1 in the tier; node a then misses block 0: its file is in a run of misses.
+    b.load(&key(), 1, 8, fetch()).await.unwrap();
+    settled(&b).await;
+    let (_, shared) = a.load(&key(), 0, 8, fetch()).await.unwrap();
+    assert!(!shared);
+    assert!(a.0.missing.lock().contains(&key()), "a miss starts a run");
+    settled(&a).await;
+
+    // Block 1 is asked for with a claim beside the lookup; the lookup finds it, the claim goes.
+    let (got, shared) = a.load(&key(), 1, 8, fetch()).await.unwrap();
+    assert_eq!((&got[..], shared), (&b"eight by"[..], true));
+    assert_eq!(fetches.load(Ordering::SeqCst), 2, "blocks 1 (by b) and 0 (by a) only");
+    assert!(!a.0.missing.lock().contains(&key()), "a hit ends the run");
+    let claim = format::object_path("p", "claims", &key(), 1);
+    let t = Instant::now();
+    while store.head(&claim).await.is_ok() {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the claim taken with a hit is let go"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
