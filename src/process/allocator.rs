@@ -12,7 +12,8 @@
 pub fn tune() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        // SAFETY: mallopt only adjusts allocator tuning; called before any other thread exists.
+        // SAFETY: mallopt only adjusts allocator tuning under the allocator's own lock; called
+        // before the runtime's threads start (the logger's thread may exist already).
         unsafe {
             libc::mallopt(libc::M_ARENA_MAX, 2);
             libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
