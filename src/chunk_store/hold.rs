@@ -21,9 +21,29 @@ struct Held {
     data: Option<Bytes>,
 }
 
-/// Blocks a prefetch loaded that no read has used yet: their length, and whether the memory tier
-/// has let them go already (they then live only in a hold). For the prefetch metrics. A leaf lock.
-pub(super) type Prefetched = Arc<parking_lot::Mutex<HashMap<BlockKey, (usize, bool)>>>;
+/// Blocks a prefetch is loading or loaded that no read has used yet. For the prefetch metrics. A
+/// leaf lock.
+pub(super) type Prefetched = Arc<parking_lot::Mutex<HashMap<BlockKey, PrefetchEntry>>>;
+
+/// One prefetched block in [`Prefetched`].
+#[derive(Clone, Copy)]
+pub(super) struct PrefetchEntry {
+    pub(super) len: usize,
+    /// The memory tier has let it go already (it then lives only in a hold).
+    pub(super) left_memory: bool,
+    /// Counted as fetched. A read that joins the prefetch's load can use the block before the
+    /// prefetch's task reports: whoever removes the entry first counts it then.
+    pub(super) counted: bool,
+}
+
+impl PrefetchEntry {
+    /// Counts the entry as fetched if its prefetch has not yet, when it leaves the map.
+    pub(super) fn settle(self) {
+        if !self.counted {
+            crate::metrics::prefetch("fetched", self.len);
+        }
+    }
+}
 
 /// The held blocks of one chunk store. Its lock is a leaf: nothing else is taken while it is held,
 /// and no `Bytes` is dropped under it (a block buffer's drop returns it to the pool).
@@ -96,10 +116,13 @@ impl Drop for BlockHold {
         // A prefetched block the memory tier had let go of is gone with its last hold, unused.
         if released.is_some() {
             let mut p = self.holds.1.lock();
-            if let Some(&(len, true)) = p.get(&self.key) {
+            if let Some(&e) = p.get(&self.key)
+                && e.left_memory
+            {
                 p.remove(&self.key);
                 drop(p);
-                crate::metrics::prefetch("evicted_unused", len);
+                e.settle();
+                crate::metrics::prefetch("evicted_unused", e.len);
             }
         }
         // The block's bytes are dropped here, outside the lock.

@@ -76,11 +76,12 @@ fn left_memory(holds: &hold::Holds, k: &(Arc<str>, u64)) {
     let held = holds.contains(&k.0, k.1);
     let mut p = holds.1.lock();
     match p.get_mut(k) {
-        Some(e) if held => e.1 = true,
-        Some(&mut (len, _)) => {
+        Some(e) if held => e.left_memory = true,
+        Some(&mut e) => {
             p.remove(k);
             drop(p);
-            crate::metrics::prefetch("evicted_unused", len);
+            e.settle();
+            crate::metrics::prefetch("evicted_unused", e.len);
         }
         None => {}
     }
@@ -311,24 +312,30 @@ impl ChunkStore {
 
     /// A prefetch of the block is about to load `len` bytes (the prefetch metrics).
     pub fn prefetching(&self, key: &Arc<str>, block: u64, len: u64) {
-        self.prefetched
-            .lock()
-            .insert((key.clone(), block), (len as usize, false));
+        let e = hold::PrefetchEntry {
+            len: len as usize,
+            left_memory: false,
+            counted: false,
+        };
+        self.prefetched.lock().insert((key.clone(), block), e);
     }
 
     /// A prefetch of the block ended: counted as fetched if it loaded, forgotten if it failed.
     pub fn prefetched(&self, key: &Arc<str>, block: u64, ok: bool) {
         let mut p = self.prefetched.lock();
         let k = (key.clone(), block);
-        match p.get(&k) {
-            Some(&(len, _)) if ok => {
+        match p.get_mut(&k) {
+            Some(e) if ok && !e.counted => {
+                e.counted = true;
+                let len = e.len;
                 drop(p);
                 crate::metrics::prefetch("fetched", len);
             }
-            Some(_) => {
+            Some(_) if !ok => {
                 p.remove(&k);
             }
-            None => {}
+            // Counted already, or used (and counted) before this report.
+            _ => {}
         }
     }
 
@@ -338,9 +345,10 @@ impl ChunkStore {
         if p.is_empty() {
             return;
         }
-        if let Some((len, _)) = p.remove(&(key.clone(), block)) {
+        if let Some(e) = p.remove(&(key.clone(), block)) {
             drop(p);
-            crate::metrics::prefetch("used", len);
+            e.settle();
+            crate::metrics::prefetch("used", e.len);
         }
     }
 
