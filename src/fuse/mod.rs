@@ -95,8 +95,18 @@ impl Filesystem for FuseAdapter {
         // Readahead READs of every open file share one background queue (fuser's default: 16,
         // congested from 12): eight sequential readers with 8 MiB windows in 1 MiB READs would
         // get two each in flight. Room for every reader's window instead.
-        let _ = config.set_max_background(MAX_BACKGROUND);
-        let _ = config.set_congestion_threshold(MAX_BACKGROUND / 4 * 3);
+        // Under a small memory budget (below 256 MiB) fuser's 16 stays: more READs in flight than
+        // its blocks can hold take exact ranges, and some of those bytes came twice (CI measured
+        // 1.105 × Hub bytes under 128M with 128).
+        let small = self
+            .vfs
+            .chunk_store()
+            .budget()
+            .plan()
+            .is_some_and(|p| p.limit < 256 << 20);
+        let most = if small { 16 } else { MAX_BACKGROUND };
+        let _ = config.set_max_background(most);
+        let _ = config.set_congestion_threshold(most / 4 * 3);
         // READDIRPLUS only where files cannot change under the listing. Its attributes come from
         // the snapshot taken at opendir, and the kernel applies them to inodes it already has: on
         // a writable mount a write that ended after the opendir would have its size rolled back
