@@ -23,13 +23,17 @@ async fn settled(tier: &SharedTier) {
     }
 }
 
+/// One in-memory store and two nodes' tiers over it (same prefix).
+fn two_nodes() -> (Arc<dyn ObjectStore>, SharedTier, SharedTier) {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let a = SharedTier::with_store("mem://", store.clone(), "p");
+    let b = SharedTier::with_store("mem://", store.clone(), "p");
+    (store, a, b)
+}
+
 #[tokio::test]
 async fn a_block_fetched_by_one_node_is_served_to_the_next_and_damage_is_replaced() {
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let (a, b) = (
-        SharedTier::with_store("mem://", store.clone(), "p"),
-        SharedTier::with_store("mem://", store.clone(), "p"),
-    );
+    let (store, a, b) = two_nodes();
     let fetches = AtomicUsize::new(0);
     let fetch = || async {
         fetches.fetch_add(1, Ordering::SeqCst);
@@ -141,11 +145,7 @@ async fn a_store_that_is_not_there_pauses_the_tier_and_reads_go_to_the_hub() {
 
 #[tokio::test]
 async fn a_run_of_misses_asks_lookup_and_claim_together_and_a_hit_in_it_lets_the_claim_go() {
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let (a, b) = (
-        SharedTier::with_store("mem://", store.clone(), "p"),
-        SharedTier::with_store("mem://", store.clone(), "p"),
-    );
+    let (store, a, b) = two_nodes();
     let fetches = AtomicUsize::new(0);
     let fetch = || async {
         fetches.fetch_add(1, Ordering::SeqCst);
