@@ -159,29 +159,14 @@ fn page_cache_bytes(dir: &Path) -> u64 {
             continue;
         }
         let Ok(f) = std::fs::File::open(&p) else { continue };
-        let len = f.metadata().map(|m| m.len()).unwrap_or(0) as usize;
-        if len == 0 {
-            continue;
-        }
-        // SAFETY: a read-only shared mapping of a file we hold open, unmapped below; mincore
-        // writes one byte per page into a vector of that many bytes.
-        unsafe {
-            let addr = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            );
-            if addr == libc::MAP_FAILED {
-                continue;
-            }
-            let mut vec = vec![0u8; len.div_ceil(4096)];
-            if libc::mincore(addr, len, vec.as_mut_ptr()) == 0 {
-                n += vec.iter().filter(|b| **b & 1 == 1).count() as u64 * 4096;
-            }
-            libc::munmap(addr, len);
+        // cachestat(2) (Linux 6.5+) counts without mapping the file: a mapping would set its
+        // atime, which the mount reads as "the disk has served it" (`fuse/warm.rs`).
+        let range = [0u64, 0u64];
+        let mut stat = [0u64; 5];
+        // SAFETY: the syscall reads a 2 × u64 range and writes a 5 × u64 stat; flags are 0.
+        let rc = unsafe { libc::syscall(451, f.as_raw_fd(), range.as_ptr(), stat.as_mut_ptr(), 0u32) };
+        if rc == 0 {
+            n += stat[0] * 4096;
         }
     }
     n

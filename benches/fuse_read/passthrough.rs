@@ -36,6 +36,8 @@ struct Step {
     /// The open passed through / stayed on the page cache of a whole file.
     through: bool,
     kept: bool,
+    /// The mount read the cache file ahead because it was out of the page cache.
+    warmed: bool,
 }
 
 const ORDERS: [(&str, &str); 7] = [
@@ -57,7 +59,11 @@ fn step(hub: &LocalHub, m: &hubfs::process::session::Mounted, file: &Path, cache
     hub.reset_stats();
     // Resets the process's VmHWM to its current RSS (Linux 4.0+).
     let _ = std::fs::write("/proc/self/clear_refs", "5");
-    let (opened, kept) = (m.passthrough.opened(), m.passthrough.kept_cached());
+    let (opened, kept, warmed) = (
+        m.passthrough.opened(),
+        m.passthrough.kept_cached(),
+        m.passthrough.warmed(),
+    );
     let span = CpuSpan::begin();
     let (gbps, _) = seq_read(file);
     let cpu = span.end();
@@ -70,6 +76,7 @@ fn step(hub: &LocalHub, m: &hubfs::process::session::Mounted, file: &Path, cache
         mount_cpu: cpu.mount,
         through: m.passthrough.opened() > opened,
         kept: m.passthrough.kept_cached() > kept,
+        warmed: m.passthrough.warmed() > warmed,
     }
 }
 
@@ -190,7 +197,10 @@ pub(super) fn run(b: &Bench, hub: &LocalHub, size: u64, runs: usize, rows: &mut 
             all[0][i].iter().filter(|s| s.kept).count(),
         ) {
             (0, 0) => "plain (not whole yet)".to_string(),
-            (t, 0) => format!("passthrough ({t})"),
+            (t, 0) => match all[0][i].iter().filter(|s| s.warmed).count() {
+                0 => format!("passthrough ({t})"),
+                w => format!("passthrough ({t}), cache file read ahead ({w})"),
+            },
             (0, k) => format!("kept on the page cache ({k})"),
             (t, k) => format!("passthrough {t}, kept {k}"),
         };

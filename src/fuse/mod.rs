@@ -31,6 +31,7 @@ mod convert;
 mod passthrough;
 pub mod readahead;
 mod served;
+mod warm;
 
 use passthrough::Passthrough;
 
@@ -82,6 +83,12 @@ impl PassthroughStats {
     /// cache of it held the file (this mount had just read it).
     pub fn kept_cached(&self) -> u64 {
         self.0.kept()
+    }
+
+    /// Backing files read ahead by the mount because they were out of the page cache at their
+    /// first passthrough open.
+    pub fn warmed(&self) -> u64 {
+        self.0.warmed()
     }
 }
 

@@ -26,12 +26,15 @@ use fuser::{BackingId, FileHandle, FopenFlags, ReplyOpen};
 use parking_lot::Mutex;
 
 use super::served::Served;
+use super::warm::{WarmStop, Warmer};
 use crate::vfs::VirtualFs;
 
 #[derive(Default)]
 struct Opens {
     /// The inode's backing id and the file it names.
     backing: Option<(Arc<BackingId>, PathBuf)>,
+    /// Reads the backing file ahead while it is cold; dropped with the backing id.
+    warm: Option<WarmStop>,
     through: u32,
     cached: u32,
 }
@@ -64,6 +67,8 @@ pub(super) struct Passthrough {
     kept: AtomicU64,
     /// What the kernel's page cache of each inode holds.
     served: Served,
+    /// Reads cold backing files ahead of their readers.
+    warmer: Warmer,
 }
 
 impl Passthrough {
@@ -95,6 +100,11 @@ impl Passthrough {
 
     pub(super) fn kept(&self) -> u64 {
         self.kept.load(Ordering::Relaxed)
+    }
+
+    /// Backing files read ahead because they were cold at their first passthrough open.
+    pub(super) fn warmed(&self) -> u64 {
+        self.warmer.started()
     }
 
     /// A READ of `size` bytes at `offset` of `ino`, from a file opened with `open_flags`.
@@ -140,7 +150,10 @@ impl Passthrough {
             && let Some(path) = &path
         {
             match std::fs::File::open(path).and_then(|f| reply.open_backing(&f)) {
-                Ok(id) => node.backing = Some((Arc::new(id), path.clone())),
+                Ok(id) => {
+                    node.backing = Some((Arc::new(id), path.clone()));
+                    node.warm = self.warmer.start(path);
+                }
                 Err(e) => {
                     // EPERM without CAP_SYS_ADMIN, or a backing filesystem the kernel refuses:
                     // plain opens from now on.
@@ -191,6 +204,7 @@ impl Passthrough {
                 node.through = node.through.saturating_sub(1);
                 if node.through == 0 {
                     node.backing = None;
+                    node.warm = None;
                 }
             } else {
                 node.cached = node.cached.saturating_sub(1);
