@@ -88,8 +88,8 @@ impl Scrape {
     }
 }
 
-/// The Hub's own counts: (requests, bytes out) over every class (`cas` sums its sub-classes,
-/// so it is left out).
+/// The Hub's own counts: (requests, bytes out) over its coarse classes (the CAS steps are a
+/// breakdown of `cas`, and not every CAS request has one, so they are left out).
 async fn hub_counts(ep: &str) -> (u64, u64) {
     let v: Value = common::client()
         .get(format!("{ep}/admin/stats"))
@@ -102,7 +102,7 @@ async fn hub_counts(ep: &str) -> (u64, u64) {
         .unwrap();
     let mut out = (0, 0);
     for (class, s) in v.as_object().unwrap() {
-        if class != "cas" {
+        if ["api", "resolve", "cas", "commit"].contains(&class.as_str()) {
             out.0 += s["requests"].as_u64().unwrap();
             out.1 += s["bytes_out"].as_u64().unwrap();
         }
@@ -227,7 +227,14 @@ fn read_counters_match_the_hubs_own_and_tiers_serve_a_re_read() {
         "bytes within 2%: {received} vs {hub_bytes}"
     );
     assert!(received >= want.len() as f64);
-    assert_eq!(d("hubfs_read_bytes_total", &[("frontend", "fuse")]), want.len() as f64);
+    // Every byte once, give or take pages the kernel read twice (readahead pages reclaimed
+    // before the reader copied them, seen on a loaded machine: 8–16 KiB).
+    let served = d("hubfs_read_bytes_total", &[("frontend", "fuse")]);
+    assert!(
+        served >= want.len() as f64 && served <= want.len() as f64 * 1.01,
+        "bytes served {served} against the file's {}",
+        want.len()
+    );
     assert!(d("hubfs_block_loaded_bytes_total", &[("source", "hub")]) >= want.len() as f64);
     assert!(d("hubfs_hub_request_duration_seconds_count", &[]) >= requests);
     assert!(
@@ -353,10 +360,21 @@ fn write_counters_follow_a_commit() {
     // A file of 2 MiB goes through the Hub's LFS/Xet storage before its commit: an upload.
     std::fs::write(dir.join("metrics-big.bin"), common::bytes(2 << 20, 7)).unwrap();
     let big = Scrape::take(port);
+    let hub_big = rt.block_on(hub_counts(&ep));
     let d = |name: &str| big.sum(name, &[]) - after.sum(name, &[]);
     assert_eq!(d("hubfs_write_upload_duration_seconds_count"), 1.0);
     assert!(d("hubfs_write_uploaded_bytes_total") > 0.0);
     assert_eq!(d("hubfs_write_commits_total"), 1.0);
+    // The upload session's own requests (made by the xet crates: xorb, shard) are counted too,
+    // so the total still equals the Hub's, and its bytes are in `sent`.
+    let dl = |name: &str, l: &[(&str, &str)]| big.sum(name, l) - after.sum(name, l);
+    assert!(dl("hubfs_hub_requests_total", &[("class", "xet_upload")]) >= 2.0);
+    assert_eq!(
+        d("hubfs_hub_requests_total"),
+        (hub_big.0 - hub_after.0) as f64,
+        "requests, upload session's included, equal the Hub's count"
+    );
+    assert!(dl("hubfs_hub_sent_bytes_total", &[("class", "xet_upload")]) >= (2 << 20) as f64);
     unmount(&cli, &dir, pid);
 }
 

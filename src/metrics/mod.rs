@@ -10,6 +10,7 @@
 //! its repo, revision and mode. Never a path, a file name, a URL or a token.
 
 pub mod server;
+pub mod xet_upload;
 
 use std::sync::OnceLock;
 use std::sync::atomic::AtomicU64;
@@ -36,6 +37,8 @@ pub enum HubClass {
     XetReconstruction,
     /// Xet CAS: xorb bytes from presigned URLs.
     XetXorb,
+    /// Xet upload sessions (the xet crates' own requests: xorbs, shards, dedup queries, tokens).
+    XetUpload,
     /// Anything else (LFS storage redirects and uploads).
     Other,
 }
@@ -48,6 +51,7 @@ impl HubClass {
             HubClass::Resolve => "resolve",
             HubClass::XetReconstruction => "xet_reconstruction",
             HubClass::XetXorb => "xet_xorb",
+            HubClass::XetUpload => "xet_upload",
             HubClass::Other => "other",
         }
     }
@@ -565,6 +569,14 @@ pub fn hub_attempt(class: HubClass, attempt: Attempt, sent: u64, elapsed: Durati
         .inc();
     m.hub_sent.get_or_create(&c).inc_by(sent);
     m.hub_duration.get_or_create(&c).observe(elapsed.as_secs_f64());
+}
+
+/// Request body bytes sent to the Hub that no single attempt accounts for (an upload session's).
+pub fn hub_sent(class: HubClass, bytes: u64) {
+    get()
+        .hub_sent
+        .get_or_create(&ClassLabel { class: class.as_str() })
+        .inc_by(bytes);
 }
 
 /// A retry after `delay`; `asked`: the Hub named the wait (429/503 with RateLimit or Retry-After).

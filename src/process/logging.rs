@@ -152,17 +152,25 @@ pub fn init() {
 
 /// Logs to stderr in `format`; the filter comes from `RUST_LOG` (default: hubfs at info).
 pub fn init_with(format: LogFormat) {
+    use tracing_subscriber::Layer;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
+    // The log's filter is the log layer's own, so the metrics layer (Xet upload requests) sees
+    // its events whatever RUST_LOG says.
     let (filter, handle) = tracing_subscriber::reload::Layer::new(filter());
-    let registry = tracing_subscriber::registry().with(filter);
     let fmt = tracing_subscriber::fmt::layer().with_writer(|| SinkWriter);
+    let registry = tracing_subscriber::registry();
     let ok = match format {
         LogFormat::Text => registry
-            .with(fmt.with_ansi(std::io::stderr().is_terminal()))
+            .with(fmt.with_ansi(std::io::stderr().is_terminal()).with_filter(filter))
+            .with(crate::metrics::xet_upload::layer())
             .try_init()
             .is_ok(),
-        LogFormat::Json => registry.with(fmt.json().with_ansi(false)).try_init().is_ok(),
+        LogFormat::Json => registry
+            .with(fmt.json().with_ansi(false).with_filter(filter))
+            .with(crate::metrics::xet_upload::layer())
+            .try_init()
+            .is_ok(),
     };
     if ok {
         let _ = FILTER.set(handle);

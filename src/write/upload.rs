@@ -323,6 +323,7 @@ impl Uploader {
         self.stats
             .bytes_uploaded
             .fetch_add(report.dedup_metrics.total_bytes_uploaded, Ordering::Relaxed);
+        crate::metrics::xet_upload::xet_upload_sent(report.dedup_metrics.total_bytes_uploaded);
         tracing::info!(
             files = files.len(),
             bytes = report.dedup_metrics.total_bytes,
