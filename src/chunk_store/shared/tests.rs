@@ -31,6 +31,81 @@ fn two_nodes() -> (Arc<dyn ObjectStore>, SharedTier, SharedTier) {
     (store, a, b)
 }
 
+/// An in-memory store that counts the conditional creates of claims, so a test sees a claim
+/// that was taken and let go again.
+#[derive(Debug, Default)]
+struct CountingStore {
+    inner: InMemory,
+    claims: AtomicUsize,
+}
+
+impl std::fmt::Display for CountingStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CountingStore")
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for CountingStore {
+    async fn put_opts(
+        &self,
+        location: &object_store::path::Path,
+        payload: PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        if matches!(opts.mode, object_store::PutMode::Create) && location.as_ref().contains("/claims/") {
+            self.claims.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &object_store::path::Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &object_store::path::Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: futures::stream::BoxStream<'static, object_store::Result<object_store::path::Path>>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::path::Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
 #[tokio::test]
 async fn a_block_fetched_by_one_node_is_served_to_the_next_and_damage_is_replaced() {
     let (store, a, b) = two_nodes();
@@ -145,7 +220,11 @@ async fn a_store_that_is_not_there_pauses_the_tier_and_reads_go_to_the_hub() {
 
 #[tokio::test]
 async fn a_run_of_misses_asks_lookup_and_claim_together_and_a_hit_in_it_lets_the_claim_go() {
-    let (store, a, b) = two_nodes();
+    let counting = Arc::new(CountingStore::default());
+    let store: Arc<dyn ObjectStore> = counting.clone();
+    let a = SharedTier::with_store("mem://", store.clone(), "p");
+    let b = SharedTier::with_store("mem://", store.clone(), "p");
+    let claims = || counting.claims.load(Ordering::SeqCst);
     let fetches = AtomicUsize::new(0);
     let fetch = || async {
         fetches.fetch_add(1, Ordering::SeqCst);
@@ -160,7 +239,9 @@ async fn a_run_of_misses_asks_lookup_and_claim_together_and_a_hit_in_it_lets_the
     settled(&a).await;
 
     // Block 1 is asked for with a claim beside the lookup; the lookup finds it, the claim goes.
+    let before = claims();
     let (got, shared) = a.load(&key(), 1, 8, fetch()).await.unwrap();
+    assert_eq!(claims() - before, 1, "the claim went out beside the lookup");
     assert_eq!((&got[..], shared), (&b"eight by"[..], true));
     assert_eq!(fetches.load(Ordering::SeqCst), 2, "blocks 1 (by b) and 0 (by a) only");
     assert!(!a.0.missing.lock().contains(&key()), "a hit ends the run");
@@ -173,4 +254,9 @@ async fn a_run_of_misses_asks_lookup_and_claim_together_and_a_hit_in_it_lets_the
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    // Out of the run, a block the tier holds is looked up alone: no claim.
+    let before = claims();
+    let (_, shared) = a.load(&key(), 1, 8, fetch()).await.unwrap();
+    assert!(shared);
+    assert_eq!(claims(), before, "a file whose blocks are found asks no claim");
 }
