@@ -425,3 +425,50 @@ fn a_reread_after_a_cold_read_is_served_by_the_kernel_cache_in_every_order() {
     assert_eq!(b.passthrough.reads(), 0, "no READ reached the daemon");
     assert_eq!(env.downloads(), 0, "nothing downloaded");
 }
+
+/// Issue 27, the last case: the first read of a cache file the join has just written is slow
+/// from the disk with one readahead window, so the mount reads such a file ahead when a
+/// passthrough open finds it cold and unread since it was written; once read, it is the kernel's.
+#[test]
+fn a_just_joined_cache_file_is_read_ahead_at_its_first_passthrough_open_only() {
+    let mut env = Env::new();
+    let want = sha(&hubfs::local_hub::seed::demo_safetensors());
+    // A disk-backed cache dir (cachestat and atime are the disk's).
+    let cache = tempfile::tempdir_in("/var/tmp").unwrap();
+    let a = env.mount(cache.path(), true);
+    let file = a.mountpoint.join("model.safetensors");
+    assert_eq!(sha(&read_all(&file)), want);
+    env.hub.reset_stats();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let whole = loop {
+        if let Some(p) = find_whole(&cache.path().join("blocks")) {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "the blocks were never joined");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // The join may still be writing when the file shows: wait for its size.
+    let size = want_len();
+    while std::fs::metadata(&whole).map(|m| m.len()).unwrap_or(0) < size {
+        assert!(Instant::now() < deadline, "the joined file never reached its size");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+
+    // The inode evicted: the open passes through, and the cache file, cold and unread, is read
+    // ahead.
+    drop_caches();
+    assert_eq!(sha(&read_all(&file)), want);
+    assert_eq!(a.passthrough.opened(), 1, "the open passed through");
+    assert_eq!(a.passthrough.warmed(), 1, "the just-joined cache file was read ahead");
+    // The next cold open finds a file the disk has served: no warming.
+    drop_caches();
+    assert_eq!(sha(&read_all(&file)), want);
+    assert_eq!(a.passthrough.opened(), 2);
+    assert_eq!(a.passthrough.warmed(), 1, "a file read once is left to the kernel");
+    assert_eq!(env.downloads(), 0);
+}
+
+fn want_len() -> u64 {
+    hubfs::local_hub::seed::demo_safetensors().len() as u64
+}
