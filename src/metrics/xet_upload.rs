@@ -40,6 +40,13 @@ pub struct XetUploadRequests;
 /// When a request's span opened.
 struct Started(Instant);
 
+thread_local! {
+    /// How long the request whose span just closed on this thread took. The client traces a
+    /// request's answer right after its span closes, on the same thread and in the same poll
+    /// (the event is outside the span), so the next event here is that request's.
+    static LAST: std::cell::Cell<Option<Duration>> = const { std::cell::Cell::new(None) };
+}
+
 #[derive(Default)]
 struct Fields {
     message: Option<String>,
@@ -84,7 +91,17 @@ where
         }
     }
 
-    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(&id)
+            && span.name() == SPAN
+            && let Some(t) = span.extensions().get::<Started>()
+        {
+            let took = t.0.elapsed();
+            LAST.with(|l| l.set(Some(took)));
+        }
+    }
+
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
         let mut f = Fields::default();
         event.record(&mut f);
         let attempt = match (f.message.as_deref(), f.status) {
@@ -95,10 +112,7 @@ where
             (Some(FAILED), _) => Attempt::Error,
             _ => return,
         };
-        let elapsed = ctx
-            .event_span(event)
-            .and_then(|s| s.extensions().get::<Started>().map(|t| t.0.elapsed()))
-            .unwrap_or(Duration::ZERO);
+        let elapsed = LAST.with(|l| l.take()).unwrap_or(Duration::ZERO);
         hub_attempt(HubClass::XetUpload, attempt, 0, elapsed);
     }
 }
@@ -122,23 +136,48 @@ mod tests {
         m.hub_requests.get_or_create(&labels).get()
     }
 
+    /// The class's latency histogram: (sum of seconds, count).
+    fn duration() -> (f64, u64) {
+        let text = super::super::get().encode();
+        let value = |name: &str| {
+            let series = format!("hubfs_hub_request_duration_seconds_{name}{{class=\"xet_upload\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(series.as_str()))
+                .map(|v| v.trim().parse::<f64>().unwrap())
+                .unwrap_or(0.0)
+        };
+        (value("sum"), value("count") as u64)
+    }
+
     #[test]
     fn answers_and_errors_of_the_crates_client_are_counted_whatever_the_log_filter() {
+        const T: &str = "xet_client::common::http_client";
         // The log filter drops everything; the layer's own filter still sees the client's events.
         let subscriber = tracing_subscriber::registry()
             .with(tracing_subscriber::fmt::layer().with_filter(tracing_subscriber::EnvFilter::new("off")))
             .with(layer());
         let (ok, bad) = (count("200"), count("error"));
+        let (sum, n) = duration();
         tracing::subscriber::with_default(subscriber, || {
-            let span =
-                tracing::info_span!(target: "xet_client::common::http_client", "client::request", api = "upload_xorb");
-            let _g = span.enter();
-            tracing::info!(target: "xet_client::common::http_client", request_id = "x", status_code = 200u16, "Received CAS response");
-            tracing::warn!(target: "xet_client::common::http_client", err = "reset", "Request error");
+            // As the client does it: the request runs in its span, its answer is traced after.
+            {
+                let span = tracing::info_span!(target: T, "client::request", api = "upload_xorb");
+                let _g = span.enter();
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            tracing::info!(target: T, request_id = "x", status_code = 200u16, "Received CAS response");
+            tracing::warn!(target: T, err = "reset", "Request error");
             // Another target's event of the same text is not the client's.
             tracing::info!(target: "elsewhere", status_code = 200u16, "Received CAS response");
         });
         assert_eq!(count("200") - ok, 1);
         assert_eq!(count("error") - bad, 1);
+        let (sum_after, n_after) = duration();
+        assert_eq!(n_after - n, 2);
+        assert!(
+            sum_after - sum >= 0.02,
+            "the answered request's time is its span's: {}",
+            sum_after - sum
+        );
     }
 }
