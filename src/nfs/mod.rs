@@ -334,6 +334,8 @@ impl NfsAdapter {
             return Ok(f);
         }
         let (fh, _) = self.vfs.open(ino, false).await.map_err(|e| nfs_status(&e))?;
+        // NFS clients without readahead (libnfs) read in order, one READ at a time.
+        self.vfs.expect_in_order(fh);
         let f = Arc::new(OpenFile {
             held: HeldFile::new(fh, self.releaser.clone()),
             content,

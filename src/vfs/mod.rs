@@ -651,6 +651,16 @@ impl VirtualFs {
         Ok((fh, keep))
     }
 
+    /// Marks read handle `fh` as one whose client reads in order (an NFS handle; see
+    /// `ReadState::expect_in_order`). Other handles are left alone.
+    pub fn expect_in_order(&self, fh: u64) {
+        if let Some(h) = self.handles.lock().get(&fh).cloned()
+            && let Handle::File { state, .. } = h.as_ref()
+        {
+            state.lock().expect_in_order();
+        }
+    }
+
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> VfsResult<Bytes> {
         let h = self.handles.lock().get(&fh).cloned().ok_or(VfsError::BadHandle)?;
         match h.as_ref() {

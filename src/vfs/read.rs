@@ -53,6 +53,12 @@ struct Held {
     exact: std::collections::BTreeSet<u64>,
     /// Counted as a sequential reader in the memory budget while in a run.
     reading: Option<Reading>,
+    /// Reads may arrive behind the run's front (the kernel's readahead sends several at once, out
+    /// of order): under a full budget such a reader keeps the block before the one it reads.
+    /// Set for every FUSE handle; an NFS handle starts without it (a client with one read in
+    /// flight needs no block behind, and under a full budget that block is room another reader's
+    /// own block needs) and gets it at its first read behind the front (a kernel client).
+    out_of_order: bool,
 }
 
 impl Default for ReadState {
@@ -61,12 +67,20 @@ impl Default for ReadState {
             next: 0,
             run_start: 0,
             window: 1,
-            held: Box::default(),
+            held: Box::new(Held {
+                out_of_order: true,
+                ..Held::default()
+            }),
         }
     }
 }
 
 impl ReadState {
+    /// The reader is expected to read in order until a read behind its front shows otherwise.
+    pub fn expect_in_order(&mut self) {
+        self.held.out_of_order = false;
+    }
+
     /// Holds `key`'s blocks `blocks` (those not held yet) and returns the ones newly held.
     fn hold(&mut self, store: &ChunkStore, key: &Arc<str>, blocks: std::ops::Range<u64>) -> Vec<u64> {
         let mut new = Vec::new();
@@ -341,9 +355,13 @@ impl Reader {
             // keep their blocks; when the memory budget is short, only the block before this
             // read's is kept: the kernel's readahead has reads in flight over two windows at most
             // (the one the program reads and the next), and one window is a block on model
-            // mounts, less elsewhere.
+            // mounts, less elsewhere. A reader whose reads all came in order keeps none behind.
             let behind = if self.store.budget().under_pressure() {
-                first.saturating_sub(1)
+                if st.held.out_of_order {
+                    first.saturating_sub(1)
+                } else {
+                    first
+                }
             } else {
                 st.next.saturating_sub(SEQUENTIAL_SLACK.max(2 * self.readahead)) / BLOCK_SIZE
             };
@@ -400,6 +418,10 @@ pub fn classify(st: &mut ReadState, offset: u64, end: u64, readahead: u64) -> Op
     };
     let sequential = offset.abs_diff(st.next) <= slack;
     if sequential {
+        // A read behind the front of its run: reads arrive out of order.
+        if offset < st.next {
+            st.held.out_of_order = true;
+        }
         st.next = st.next.max(end);
         st.run_start = st.run_start.min(offset);
         // A run from the start of the file is a reader of the file (cat, cp, a loader reading
@@ -549,6 +571,22 @@ mod tests {
         let _ = classify(&mut st, 0, mib, mib);
         assert_eq!(classify(&mut st, 50 * mib, 51 * mib, mib), None, "past the 4 MiB slack");
         assert_eq!(classify(&mut st, 51 * mib, 52 * mib, mib), Some(2));
+    }
+
+    #[test]
+    fn an_in_order_reader_is_one_until_a_read_arrives_behind_its_front() {
+        let mut st = ReadState::default();
+        assert!(st.held.out_of_order, "FUSE handles: the kernel's readahead reorders");
+        st.expect_in_order();
+        let mib = 1 << 20;
+        for i in 0..8 {
+            classify(&mut st, i * mib, (i + 1) * mib, 8 * mib);
+        }
+        assert!(!st.held.out_of_order, "in order so far");
+        // The kernel's readahead: a later read first, then the one before it.
+        classify(&mut st, 9 * mib, 10 * mib, 8 * mib);
+        classify(&mut st, 8 * mib, 9 * mib, 8 * mib);
+        assert!(st.held.out_of_order);
     }
 
     #[test]
