@@ -334,7 +334,8 @@ impl NfsAdapter {
             return Ok(f);
         }
         let (fh, _) = self.vfs.open(ino, false).await.map_err(|e| nfs_status(&e))?;
-        // NFS clients without readahead (libnfs) read in order, one READ at a time.
+        // Taken for an in-order reader (libnfs reads one READ at a time) until a READ arrives
+        // behind its front, as a kernel client's readahead sends them.
         self.vfs.expect_in_order(fh);
         let f = Arc::new(OpenFile {
             held: HeldFile::new(fh, self.releaser.clone()),
