@@ -75,17 +75,57 @@ impl LogFile {
         Ok(())
     }
 
+    /// Moves the log to `NAME.log.1` and starts an empty `NAME.log`. The empty file is made
+    /// beside it and swapped in atomically (`renameat2(RENAME_EXCHANGE)`), so `NAME.log` never
+    /// goes missing for a reader (`tail -F`, a test) in between; where the filesystem cannot
+    /// swap, rename then create as before.
     fn rotate(&self, g: &mut LogInner) -> std::io::Result<()> {
         let mut old = self.path.clone().into_os_string();
         old.push(".1");
-        std::fs::rename(&self.path, &old)?;
-        g.file = open_append(&self.path)?;
+        let mut fresh = self.path.clone().into_os_string();
+        fresh.push(".new");
+        // A leftover of a crash in the middle of a rotation would start the new log with old lines.
+        let _ = std::fs::remove_file(&fresh);
+        let new_file = open_append(Path::new(&fresh))?;
+        if exchange(Path::new(&fresh), &self.path).is_ok() {
+            // `fresh` now names the full log.
+            std::fs::rename(&fresh, &old)?;
+            g.file = new_file;
+        } else {
+            drop(new_file);
+            let _ = std::fs::remove_file(&fresh);
+            std::fs::rename(&self.path, &old)?;
+            g.file = open_append(&self.path)?;
+        }
         g.len = 0;
         if g.owns_stderr {
             dup_onto(&g.file, libc::STDERR_FILENO)?;
         }
         Ok(())
     }
+}
+
+/// Swaps the names `a` and `b` in one step (Linux 3.15+).
+fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let (a, b) = (
+        std::ffi::CString::new(a.as_os_str().as_bytes())?,
+        std::ffi::CString::new(b.as_os_str().as_bytes())?,
+    );
+    // SAFETY: two NUL-terminated paths that outlive the call; AT_FDCWD for relative ones.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn open_append(path: &Path) -> std::io::Result<File> {
@@ -270,6 +310,27 @@ mod tests {
         // Lines are never split across the two files.
         assert_eq!(cur % 100, 0);
         assert_eq!(old % 100, 0);
+    }
+
+    #[test]
+    fn the_log_never_goes_missing_while_it_rotates() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.log");
+        let log = std::sync::Arc::new(LogFile::open(&path, 2048).unwrap());
+        let writer = {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for _ in 0..5000 {
+                    log.write_line(&[b'y'; 64]).unwrap();
+                }
+            })
+        };
+        while !writer.is_finished() {
+            assert!(path.exists(), "the log was missing during a rotation");
+        }
+        writer.join().unwrap();
+        assert!(dir.path().join("m.log.1").exists());
+        assert!(!dir.path().join("m.log.new").exists(), "no swap file is left");
     }
 
     #[test]
