@@ -150,7 +150,6 @@ fn dir_bytes(dir: &Path) -> u64 {
 
 /// Bytes of the files under `dir` that sit in the page cache (mincore over each file).
 fn page_cache_bytes(dir: &Path) -> u64 {
-    use std::os::fd::AsRawFd;
     let mut n = 0;
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let p = e.path();
@@ -158,15 +157,10 @@ fn page_cache_bytes(dir: &Path) -> u64 {
             n += page_cache_bytes(&p);
             continue;
         }
-        let Ok(f) = std::fs::File::open(&p) else { continue };
-        // cachestat(2) (Linux 6.5+) counts without mapping the file: a mapping would set its
-        // atime, which the mount reads as "the disk has served it" (`fuse/warm.rs`).
-        let range = [0u64, 0u64];
-        let mut stat = [0u64; 5];
-        // SAFETY: the syscall reads a 2 × u64 range and writes a 5 × u64 stat; flags are 0.
-        let rc = unsafe { libc::syscall(451, f.as_raw_fd(), range.as_ptr(), stat.as_mut_ptr(), 0u32) };
-        if rc == 0 {
-            n += stat[0] * 4096;
+        // Counted without mapping the file: a mapping would set its atime, which the mount reads
+        // as "the disk has served it" (`fuse/warm.rs`).
+        if let Ok(f) = std::fs::File::open(&p) {
+            n += hubfs::fuse::page_cache_bytes(&f).unwrap_or(0);
         }
     }
     n

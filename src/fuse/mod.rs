@@ -33,6 +33,8 @@ pub mod readahead;
 mod served;
 mod warm;
 
+pub use warm::page_cache_bytes;
+
 use passthrough::Passthrough;
 
 pub struct FuseAdapter {

@@ -217,10 +217,10 @@ struct Cachestat {
     nr_recently_evicted: u64,
 }
 
-/// Whether less than half of `file`'s pages are in the page cache. Asks `cachestat(2)`, which
-/// counts without reading (probing with `RWF_NOWAIT` reads would start readahead); a kernel
-/// that cannot answer gets `false` (nothing is warmed).
-fn is_cold(file: &File, size: u64) -> bool {
+/// Bytes of `file` in the page cache, from `cachestat(2)`, which counts without reading or
+/// mapping (probing with `RWF_NOWAIT` reads would start readahead, and a mapping sets atime);
+/// `None` where the kernel cannot answer.
+pub fn page_cache_bytes(file: &File) -> Option<u64> {
     let range = CachestatRange { off: 0, len: 0 };
     let mut stat = Cachestat::default();
     // SAFETY: the kernel reads `range` and writes `stat`, both live and of the layout the
@@ -235,17 +235,33 @@ fn is_cold(file: &File, size: u64) -> bool {
         )
     };
     if rc != 0 {
-        return false;
+        return None;
     }
     // SAFETY: sysconf has no preconditions.
     let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-    stat.nr_cache.saturating_mul(page).saturating_mul(2) < size
+    Some(stat.nr_cache.saturating_mul(page))
+}
+
+/// Whether less than half of `file`'s `size` bytes are in the page cache; a kernel that cannot
+/// say gets `false` (nothing is warmed).
+fn is_cold(file: &File, size: u64) -> bool {
+    page_cache_bytes(file).is_some_and(|cached| cached.saturating_mul(2) < size)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Write;
+    use std::time::{Duration, Instant};
+
+    /// Waits until `w` has no warming running (its slots are back), at most 30 s.
+    fn idle(w: &Warmer) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while w.running.load(Ordering::Acquire) != 0 {
+            assert!(Instant::now() < deadline, "the warmer never gave its slot back");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
 
     #[test]
     fn a_file_just_read_is_resident_and_small_files_are_left_alone() {
@@ -274,14 +290,7 @@ mod tests {
         drop(f);
         let w = Warmer::default();
         let stop = w.start(&path).expect("a 17 MiB file takes a slot");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while w.running.load(Ordering::Acquire) != 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the warmer never gave its slot back"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        idle(&w);
         assert_eq!(w.started(), 0, "a resident file is not read ahead");
         drop(stop);
     }
@@ -308,11 +317,7 @@ mod tests {
         }
         let w = Warmer::default();
         let stop = w.start(&path).expect("a slot");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while w.running.load(Ordering::Acquire) != 0 {
-            assert!(std::time::Instant::now() < deadline, "the warmer never finished");
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        idle(&w);
         assert_eq!(w.started(), 1);
         assert!(!is_cold(&f, size), "the warmer left the file out of the page cache");
         drop(stop);
@@ -321,19 +326,13 @@ mod tests {
         unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         assert!(!unread_since_written(&f));
         let stop = w.start(&path).expect("a slot");
-        while w.running.load(Ordering::Acquire) != 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the warmer never gave its slot back"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        idle(&w);
         assert_eq!(w.started(), 1, "a file the disk has served is not read ahead");
         drop(stop);
     }
 
     #[test]
-    fn a_stop_ends_the_warming_and_slots_are_bounded() {
+    fn slots_are_bounded() {
         let w = Warmer::default();
         w.running.store(MAX_FILES, Ordering::Relaxed);
         let dir = tempfile::tempdir().unwrap();
@@ -341,5 +340,25 @@ mod tests {
         std::fs::write(&path, vec![0u8; (MIN_FILE + 1) as usize]).unwrap();
         assert!(w.start(&path).is_none(), "every slot is taken");
         assert_eq!(w.running.load(Ordering::Relaxed), MAX_FILES);
+    }
+
+    #[test]
+    fn a_stop_ends_the_reading_before_the_end() {
+        let job = Job {
+            path: std::path::PathBuf::from("/dev/zero"),
+            size: u64::MAX / 2,
+            next: AtomicU64::new(0),
+            stop: Arc::new(AtomicBool::new(false)),
+            running: Arc::default(),
+            started: Arc::default(),
+        };
+        // Stopped before it starts: the first piece is not read, and the file counts as unread.
+        WarmStop(job.stop.clone()).stop();
+        assert!(!job.read_chunks(), "a stopped job reports the file not read whole");
+        assert_eq!(
+            job.next.load(Ordering::Relaxed),
+            1,
+            "it took one chunk and read none of it"
+        );
     }
 }
