@@ -7,10 +7,12 @@
 
 pub mod budget;
 pub mod buffer_pool;
+mod claim;
 mod direct;
 mod disk;
 mod hold;
 pub mod shared;
+mod spill;
 mod whole;
 
 use std::future::Future;
@@ -20,6 +22,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub use budget::{Admission, MemoryBudget, MemoryReport, Plan, Reading};
+pub use claim::Claim;
 pub use disk::DiskTier;
 pub use hold::BlockHold;
 pub use shared::SharedTier;
@@ -43,8 +46,9 @@ const MAX_PENDING_DISK_WRITES: usize = 8;
 /// How long a queued block waits for a writer before it is given up.
 const DISK_WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Lock order: `loading`, `writing`, `prefetched` and the holds' lock are leaves, never nested (the
-/// eviction listener and a hold's drop take the holds' lock, let it go, then `prefetched`'s).
+/// Lock order: `loading`, `writing`, `prefetched`, the claims', the spill's and the holds' locks
+/// are leaves, never nested (the eviction listener and a hold's drop take the holds' lock, let it
+/// go, then `prefetched`'s; the listener takes the spill's alone, after both).
 #[derive(Clone)]
 pub struct ChunkStore {
     mem: moka::future::Cache<(Arc<str>, u64), Bytes>,
@@ -63,6 +67,10 @@ pub struct ChunkStore {
     writing: Arc<parking_lot::Mutex<BlockSet>>,
     /// Blocks readers hold (see `hold`), served from here before either tier.
     holds: hold::Holds,
+    /// Blocks the write queue turned away, written when the memory tier lets them go.
+    spill: Arc<spill::Spill>,
+    /// Room taken for blocks whose loads have not started yet (see `claim`).
+    claims: claim::Claims,
     /// Admits loads against the process's memory budget (see `budget`).
     budget: MemoryBudget,
     /// Blocks loaded by a prefetch and not yet used by a read (the prefetch metrics: used, or let
@@ -116,19 +124,24 @@ impl ChunkStore {
 
     fn build(memory_bytes: u64, idle_buffers: usize, plan: Option<Plan>, source: &str) -> Self {
         let holds = hold::Holds::default();
+        let spill = Arc::new(spill::Spill::default());
         // LRU, not moka's default TinyLFU: a block read once by a sequential reader is exactly the
         // one a re-read or the reader's next pass wants, and TinyLFU would refuse to admit it.
         let mem = moka::future::Cache::builder()
             .weigher(|_k: &(Arc<str>, u64), v: &Bytes| v.len().min(u32::MAX as usize) as u32)
             .max_capacity(memory_bytes)
             .eviction_policy(moka::policy::EvictionPolicy::lru())
-            .eviction_listener({
-                let holds = holds.clone();
-                move |k: Arc<(Arc<str>, u64)>, _v, cause| {
+            .async_eviction_listener({
+                let (holds, spill) = (holds.clone(), spill.clone());
+                move |k: Arc<(Arc<str>, u64)>, v: Bytes, cause| {
                     crate::metrics::evicted("memory", cause.was_evicted());
-                    if cause != moka::notification::RemovalCause::Replaced {
-                        left_memory(&holds, &k);
-                    }
+                    let (holds, spill) = (holds.clone(), spill.clone());
+                    Box::pin(async move {
+                        if cause != moka::notification::RemovalCause::Replaced {
+                            left_memory(&holds, &k);
+                            spill.left_memory(&k, v).await;
+                        }
+                    })
                 }
             })
             .build();
@@ -146,6 +159,8 @@ impl ChunkStore {
             writing: Arc::default(),
             prefetched: holds.1.clone(),
             holds,
+            spill,
+            claims: claim::Claims::default(),
         }
     }
 
@@ -156,7 +171,10 @@ impl ChunkStore {
 
     /// This store above a disk tier of `disk_bytes` under `dir`.
     pub fn add_disk(mut self, dir: &Path, disk_bytes: u64) -> std::io::Result<Self> {
-        self.disk = Some(DiskTier::open(dir, disk_bytes)?);
+        let disk = DiskTier::open(dir, disk_bytes)?;
+        // A store is given one disk tier, right after it is built.
+        self.spill.set_disk(disk.clone());
+        self.disk = Some(disk);
         Ok(self)
     }
 
@@ -233,7 +251,8 @@ impl ChunkStore {
         let Some(disk) = self.disk.clone() else { return };
         if self.pending_writes.fetch_add(1, Ordering::AcqRel) >= self.budget.disk_queue(MAX_PENDING_DISK_WRITES) {
             self.pending_writes.fetch_sub(1, Ordering::AcqRel);
-            tracing::trace!(block, "disk cache busy; block not written");
+            tracing::trace!(block, "disk cache busy; block written when memory lets it go");
+            self.spill.turned_away(key, block);
             return;
         }
         let (k, data, pending) = ((key.clone(), block), data.clone(), self.pending_writes.clone());
@@ -408,9 +427,16 @@ impl ChunkStore {
         self.writing.lock().contains(&k) || self.loading.lock().contains(&k)
     }
 
-    /// Whether the block is being loaded by some caller of `get_or_fetch` right now.
+    /// Whether the block is being loaded by some caller of `get_or_fetch` right now, or is about
+    /// to be (claimed).
     pub fn is_loading(&self, key: &Arc<str>, block: u64) -> bool {
-        self.loading.lock().contains(&(key.clone(), block))
+        let k = (key.clone(), block);
+        self.loading.lock().contains(&k) || self.claims.contains(&k)
+    }
+
+    /// Claims the block's load with `room` (see `Claim`).
+    pub fn claim(&self, key: &Arc<str>, block: u64, room: Admission) -> Claim {
+        self.claims.claim(key, block, room)
     }
 
     /// The block, from a hold, memory, disk, the shared tier, or `fetch` on a miss of all; one load per block however
@@ -446,7 +472,7 @@ impl ChunkStore {
             return Ok(b);
         }
         let load = async {
-            let _room = match admission {
+            let _room = match admission.or_else(|| self.claims.take(key, block)) {
                 Some(a) => a,
                 None => self.admit(Self::load_charge(expected_len)).await,
             };

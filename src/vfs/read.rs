@@ -9,7 +9,7 @@ use futures::future::try_join_all;
 
 use super::error::VfsResult;
 use super::remote::{FileMeta, Remote};
-use crate::chunk_store::{Admission, BLOCK_SIZE, BlockHold, ChunkStore, Reading};
+use crate::chunk_store::{BLOCK_SIZE, BlockHold, ChunkStore, Claim, Reading};
 use crate::hub_client::RepoKind;
 
 /// Largest prefetch window, in blocks (8 × 8 MiB = 64 MiB ahead of the reader; twice that on a
@@ -103,7 +103,7 @@ impl ReadState {
         key: &Arc<str>,
         size: u64,
         blocks: std::ops::Range<u64>,
-    ) -> Vec<(u64, Option<Admission>)> {
+    ) -> Vec<(u64, Option<Claim>)> {
         let mut new = Vec::new();
         for idx in blocks {
             if self.held.blocks.contains_key(&idx) {
@@ -116,7 +116,9 @@ impl ReadState {
                     .budget()
                     .try_prefetch(ChunkStore::load_charge(block_len(size, idx)))
                 {
-                    Some(a) => Some(a),
+                    // Claimed at once, not when the prefetch's task runs: a read of the block in
+                    // between joins this load instead of fetching the block's bytes exactly.
+                    Some(a) => Some(store.claim(key, idx, a)),
                     None => break,
                 }
             };
@@ -138,7 +140,7 @@ impl ReadState {
 /// took) and the holds let go of.
 type HoldUpdate = (
     Option<u64>,
-    Vec<(u64, Option<Admission>)>,
+    Vec<(u64, Option<Claim>)>,
     std::collections::BTreeMap<u64, BlockHold>,
 );
 
@@ -255,22 +257,40 @@ impl Reader {
                         .await
                 }
             };
-            match room {
-                Some(room) => rooms.push(Some(room)),
+            // Decided under the handle's lock, as a read that goes exact marks its blocks: of two
+            // reads of one block that looked for room at once, either the exact one joins the
+            // other's load or the other drops its room and goes exact too, never both.
+            let joined = {
+                let mut st = state.lock();
+                match room {
+                    // A prefetch or another read may have started the block while this read looked
+                    // for room: join it rather than fetch its bytes again.
+                    None if self.store.is_loaded(&key, idx) || self.store.is_loading(&key, idx) => Some(None),
+                    Some(room) if !st.held.exact.contains(&idx) => Some(Some(self.store.claim(&key, idx, room))),
+                    _ => {
+                        st.held.exact.extend(first..=last);
+                        None
+                    }
+                }
+            };
+            match joined {
+                Some(claim) => rooms.push(claim),
                 None => {
                     drop(rooms);
-                    state.lock().held.exact.extend(first..=last);
                     tracing::trace!(key = %key, offset, "memory budget full: exact range from the Hub");
                     return self.exact_parts(file, commit, &key, offset, end).await;
                 }
             }
         }
-        let loads = (first..=last).zip(rooms).map(|(idx, room)| {
+        // The claims stay until the loads end: whichever caller starts a load takes its room.
+        let loads = (first..=last).map(|idx| {
             let fetch = self.remote.fetch_block(file, commit, idx * BLOCK_SIZE, BLOCK_SIZE);
             let len = block_len(file.size, idx);
-            self.store.get_or_fetch_admitted(&key, idx, len, room, fetch)
+            self.store.get_or_fetch(&key, idx, len, fetch)
         });
-        let blocks = try_join_all(loads).await?;
+        let blocks = try_join_all(loads).await;
+        drop(rooms);
+        let blocks = blocks?;
         for idx in first..=last {
             self.store.used(&key, idx);
         }
@@ -377,24 +397,23 @@ impl Reader {
     }
 
     /// Starts background fetches of blocks `blocks` (the reader holds them), each with the room
-    /// the budget gave it (none: the block was loaded or loading when admitted).
-    fn prefetch(&self, file: &FileMeta, commit: &str, key: &Arc<str>, blocks: Vec<(u64, Option<Admission>)>) {
+    /// the budget gave it, claimed (none: the block was loaded or loading when admitted).
+    fn prefetch(&self, file: &FileMeta, commit: &str, key: &Arc<str>, blocks: Vec<(u64, Option<Claim>)>) {
         for (idx, room) in blocks {
             let (this, file, commit, key) = (self.clone(), file.clone(), commit.to_string(), key.clone());
             tokio::spawn(async move {
                 // Loaded or on its way when admitted: no load, its hold keeps the bytes (or takes
                 // them when that load ends).
-                let Some(room) = room else {
+                let Some(claim) = room else {
                     this.store.keep_held(&key, idx).await;
                     return;
                 };
                 let fetch = this.remote.fetch_block(&file, &commit, idx * BLOCK_SIZE, BLOCK_SIZE);
                 let len = block_len(file.size, idx);
                 this.store.prefetching(&key, idx, len);
-                let got = this
-                    .store
-                    .get_or_fetch_admitted(&key, idx, len, Some(room), fetch)
-                    .await;
+                // The load takes the claim's room, unless a read started it first.
+                let got = this.store.get_or_fetch(&key, idx, len, fetch).await;
+                drop(claim);
                 this.store.prefetched(&key, idx, got.is_ok());
                 if let Err(e) = got {
                     tracing::debug!(path = %file.remote_path, block = idx, error = %e, "prefetch failed");

@@ -1,0 +1,96 @@
+//! Blocks fetched while the disk write queue was full. Queueing more writes would hold buffers the
+//! memory tier has already let go of (room a small budget's readers need); not writing them at all
+//! fetched them again from the Hub once memory let them go (under `--memory-limit 128M`, four of a
+//! five-block burst). So such a block is written when the memory tier lets it go, by whoever made it
+//! let go, which waits for the write: the buffer is in hand then, and its room is freed once the
+//! write is done.
+
+use std::collections::HashSet;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+
+use super::DiskTier;
+
+type BlockKey = (Arc<str>, u64);
+
+#[derive(Default)]
+pub(super) struct Spill {
+    /// Set once, when the store is given its disk tier (after the memory tier is built).
+    disk: OnceLock<DiskTier>,
+    /// Blocks turned away by the write queue and still in memory. A leaf lock.
+    unwritten: parking_lot::Mutex<HashSet<BlockKey>>,
+}
+
+impl Spill {
+    pub(super) fn set_disk(&self, disk: DiskTier) {
+        // A store is given one disk tier, right after it is built: a second is ignored.
+        let _ = self.disk.set(disk);
+    }
+
+    /// The write queue turned the block away: write it when memory lets it go.
+    pub(super) fn turned_away(&self, key: &Arc<str>, block: u64) {
+        if self.disk.get().is_some() {
+            self.unwritten.lock().insert((key.clone(), block));
+        }
+    }
+
+    /// The memory tier let go of `k`: a block the queue turned away is written now.
+    pub(super) async fn left_memory(&self, k: &BlockKey, data: Bytes) {
+        if !self.unwritten.lock().remove(k) {
+            return;
+        }
+        let Some(disk) = self.disk.get().cloned() else { return };
+        let k = k.clone();
+        tracing::trace!(
+            block = k.1,
+            "memory let go of a block the disk queue turned away; writing it now"
+        );
+        let _ = tokio::task::spawn_blocking(move || disk.write(k, &data)).await;
+    }
+
+    #[cfg(test)]
+    pub(super) fn is_waiting(&self, k: &BlockKey) -> bool {
+        self.unwritten.lock().contains(k)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+
+    use crate::chunk_store::ChunkStore;
+
+    #[tokio::test]
+    async fn a_block_the_queue_turned_away_is_written_when_memory_lets_it_go() {
+        let dir = tempfile::tempdir().unwrap();
+        // Memory for two 4-byte blocks.
+        let s = ChunkStore::with_disk(8, dir.path(), 1 << 20).unwrap();
+        let key: Arc<str> = Arc::from("xet:00112233445566778899");
+        let (k0, k1) = ((key.clone(), 0), (key.clone(), 1));
+        s.spill.turned_away(&key, 0);
+        s.mem.insert(k0.clone(), Bytes::from_static(b"zero")).await;
+        s.mem.insert(k1.clone(), Bytes::from_static(b"one!")).await;
+        s.mem.run_pending_tasks().await;
+        let disk = s.disk().unwrap().clone();
+        assert!(s.spill.is_waiting(&k0));
+        assert!(disk.read(&k0, 4, s.pool()).is_none(), "not written while memory has it");
+        for i in 2..6 {
+            s.mem.insert((key.clone(), i), Bytes::from_static(b"more")).await;
+            s.mem.run_pending_tasks().await;
+        }
+        assert!(!s.mem.contains_key(&k0) && !s.mem.contains_key(&k1), "both let go");
+        assert!(!s.spill.is_waiting(&k0));
+        assert_eq!(
+            disk.read(&k0, 4, s.pool()).as_deref(),
+            Some(&b"zero"[..]),
+            "written as it left"
+        );
+        assert!(
+            disk.read(&k1, 4, s.pool()).is_none(),
+            "a block not turned away is not written then"
+        );
+    }
+}
