@@ -468,4 +468,33 @@ fn a_fleet_reads_from_the_hub_once_and_the_tier_never_fails_a_read() {
         std::thread::sleep(Duration::from_millis(200));
     }
     drop(checker);
+
+    // Credentials, region and endpoint from an AWS profile alone, as `aws configure` writes them:
+    // the tier answers; with a wrong secret in the profile the store refuses, and says so.
+    let home = cli.path("aws-home");
+    std::fs::create_dir_all(home.join(".aws")).unwrap();
+    let list_with_profile = |secret: &str| {
+        let creds = format!("[fleet]\naws_access_key_id = {KEY_ID}\naws_secret_access_key = {secret}\n");
+        std::fs::write(home.join(".aws/credentials"), creds).unwrap();
+        let config = format!("[profile fleet]\nregion = us-east-1\nendpoint_url = {S3}\n");
+        std::fs::write(home.join(".aws/config"), config).unwrap();
+        let mut c = cli.command(None);
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("AWS_")) {
+            c.env_remove(k);
+        }
+        c.env("HOME", &home)
+            .env("AWS_PROFILE", "fleet")
+            .args(["cache", "shared", &url, "--json"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let o = list_with_profile(SECRET);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["blocks"].as_u64() >= Some(blocks - 1), "the profile's store: {v}");
+    let o = list_with_profile("not-the-secret");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a wrong secret is refused: {err}");
+    assert!(!err.contains("not-the-secret"), "no secret in the error: {err}");
 }

@@ -15,9 +15,11 @@
 //! - Failure is a slowdown: every store request has a deadline; an error or an expired deadline
 //!   pauses the tier for [`PAUSE`] (reads go straight to the Hub), then it is tried again.
 //!
-//! The store's credentials come from the AWS environment (`AmazonS3Builder::from_env`) and are
-//! never logged: logs and metrics name the tier by its URL, which holds none.
+//! The store's credentials come from the AWS environment (`AmazonS3Builder::from_env`), then from
+//! the AWS shared files' profile (`aws_profile`), and are never logged: logs and metrics name the
+//! tier by its URL, which holds none.
 
+mod aws_profile;
 mod claim;
 pub mod format;
 
@@ -140,8 +142,9 @@ pub enum Lookup {
 impl SharedTier {
     /// The tier at `url` (`s3://bucket/prefix`), with credentials, region and endpoint from the
     /// AWS environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
-    /// `AWS_REGION`, `AWS_ENDPOINT_URL`, web identity and container credentials, else the instance
-    /// metadata service). Nothing is contacted here: a store that is down only pauses the tier.
+    /// `AWS_REGION`, `AWS_ENDPOINT_URL`, web identity and container credentials), then the AWS
+    /// shared files' profile (`AWS_PROFILE`, keys, `region`, `endpoint_url`), else the instance
+    /// metadata service. Nothing is contacted here: a store that is down only pauses the tier.
     pub fn open(url: &str) -> Result<SharedTier, SharedError> {
         let parsed = url::Url::parse(url).map_err(|_| SharedError::Url(url.to_string()))?;
         if !matches!(parsed.scheme(), "s3" | "s3a") {
@@ -153,6 +156,21 @@ impl SharedTier {
             .ok_or_else(|| SharedError::Url(url.to_string()))?;
         let prefix = parsed.path().trim_matches('/').to_string();
         let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+        if let Some(profile) = aws_profile::load(|k| std::env::var(k).ok()) {
+            for (key, value) in profile.settings(|k| b.get_config_value(k).is_some()) {
+                b = b.with_config(key, value);
+            }
+            match profile.unfollowed {
+                Some(how) => tracing::warn!(
+                    profile = %profile.name,
+                    how,
+                    "the shared cache reads only keys from AWS profiles; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or use an instance role) for this one"
+                ),
+                None => {
+                    tracing::debug!(profile = %profile.name, keys = profile.has_keys(), "shared cache settings from an AWS profile")
+                }
+            }
+        }
         let key = object_store::aws::AmazonS3ConfigKey::Endpoint;
         // A local store (MinIO, SeaweedFS, Ceph on the cluster network) is often plain http.
         let http = b.get_config_value(&key).is_some_and(|e| e.starts_with("http://"));
