@@ -267,7 +267,9 @@ impl Reader {
                     // for room: join it rather than fetch its bytes again.
                     None if self.store.is_loaded(&key, idx) || self.store.is_loading(&key, idx) => Some(None),
                     Some(room) if !st.held.exact.contains(&idx) => Some(Some(self.store.claim(&key, idx, room))),
-                    _ => {
+                    // Room found too late is given back now, not held through the exact fetch.
+                    unused => {
+                        drop(unused);
                         st.held.exact.extend(first..=last);
                         None
                     }
