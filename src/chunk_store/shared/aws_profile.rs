@@ -11,7 +11,6 @@ use std::path::PathBuf;
 use object_store::aws::AmazonS3ConfigKey;
 
 /// What a profile gives. Values are secrets or near them: never logged.
-#[derive(Default, PartialEq, Eq)]
 pub struct Profile {
     pub name: String,
     pub access_key_id: Option<String>,
