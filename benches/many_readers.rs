@@ -12,7 +12,7 @@
 //! `loopback,30ms`), `HUBFS_BENCH_MODES` (default `files,one`), `HUBFS_BENCH_FRONTENDS`
 //! (`fuse,nfs`; default `fuse`: `nfs` serves with `hubfs serve-nfs` and reads with libnfs's
 //! `nfs-cat`), `HUBFS_BENCH_MOUNT_ARGS` (options
-//! added to every mount), `HUBFS_BENCH_BINS` (`NAME=PATH,…`: other `hubfs` binaries to run the same
+//! added to every FUSE mount; `serve-nfs` takes the variants' options only), `HUBFS_BENCH_BINS` (`NAME=PATH,…`: other `hubfs` binaries to run the same
 //! rows with, one after the other, e.g. a build from before a change), `HUBFS_BENCH_VARIANTS`
 //! (`NAME:OPTIONS;…`: mount options each row is also run with, e.g.
 //! `default:;limit256:--memory-limit 256M`; default: one variant with none). With

@@ -271,6 +271,11 @@ fn read_counters_match_the_hubs_own_and_tiers_serve_a_re_read() {
         (512u64 << 20) as f64
     );
     assert!(after.sum("hubfs_memory_in_use_bytes", &[("part", "resident")]) > 0.0);
+    // Room taken by loads in flight: a series of its own, back to 0 once the reads are done.
+    assert!(
+        after.text.contains("hubfs_memory_in_use_bytes{part=\"loading\"} 0"),
+        "no loading series at rest"
+    );
 
     // The re-read: no Hub traffic, blocks from memory and from disk.
     let again = read_uncached(&dir.join("model.safetensors"));

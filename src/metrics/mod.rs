@@ -400,7 +400,7 @@ impl Metrics {
         );
         r.register_with_unit(
             "memory_in_use",
-            "Memory in use: resident (the process's RSS), blocks (pooled block buffers on loan, against the blocks part), held, idle_buffers",
+            "Memory in use: resident (the process's RSS), blocks (pooled block buffers on loan, against the blocks part), held, idle_buffers, loading (room loads took for blocks not in yet)",
             Unit::Bytes,
             self.memory_in_use.clone(),
         );

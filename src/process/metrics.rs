@@ -67,6 +67,7 @@ fn memory(m: &Metrics, r: &crate::chunk_store::MemoryReport) {
     set(&m.memory_in_use, "blocks", r.blocks_on_loan);
     set(&m.memory_in_use, "held", r.held);
     set(&m.memory_in_use, "idle_buffers", r.idle_buffers);
+    set(&m.memory_in_use, "loading", r.reserved);
     counter_to(&m.memory_prefetches_refused, r.prefetches_refused);
     counter_to(&m.memory_waits, r.waits);
     counter_to(&m.memory_overruns, r.overruns);
