@@ -46,8 +46,8 @@ pub struct Plan {
     pub limit: u64,
     /// See [`FIXED_OVERHEAD`].
     pub fixed: u64,
-    /// Response bodies of block downloads in flight (xorb ranges, HTTP ranges) before they are
-    /// decoded into a block.
+    /// Response bodies in flight that have no block's room (exact ranges, small-file batches);
+    /// a block's load keeps its bodies in the room it took for the block.
     pub downloads: u64,
     /// Pooled block buffers kept idle for reuse.
     pub idle_buffers: usize,
@@ -59,11 +59,10 @@ pub struct Plan {
 
 /// Bytes of download bodies in flight for a budget of `limit`: an eighth of a budget up to
 /// 128 MiB, three eighths of every further byte, at most 128 MiB (256M: 64 MiB, 512M: 128).
-/// A distant Hub needs many bytes on the way to keep its connections busy (one reader at 30 ms:
-/// 197 MB/s with 64 MiB in flight in an earlier run, 210–261 with 128 in four later ones; 16
-/// readers under 256M in one run: 288–299 MB/s with 48 MiB, 387–404 with 64, that is 54–56%
-/// against 75–78% of the unlimited run, peak RSS 229 MiB), while a small budget needs its room
-/// for the blocks readers hold.
+/// Sized when block bodies were counted here too (one reader at 30 ms: 197 MB/s with 64 MiB in
+/// flight, 210–261 with 128; 16 readers under 256M: 288–299 MB/s with 48 MiB, 387–404 with 64);
+/// since 2026-11-27 only exact ranges and small-file batches use it, and block bodies live in
+/// their blocks' room (see `vfs::remote::BodyRoom`).
 fn downloads_for(limit: u64) -> u64 {
     const SMALL: u64 = 128 << 20;
     let d = if limit <= SMALL {

@@ -62,6 +62,11 @@ impl Latency {
         }
     }
 
+    /// Whether any request was timed yet.
+    fn measured(&self) -> bool {
+        self.1.load(std::sync::atomic::Ordering::Relaxed) > 0
+    }
+
     /// Size of each part of a block of `len` bytes.
     fn part_size(&self, len: u64) -> u64 {
         let us = self.0.load(std::sync::atomic::Ordering::Relaxed);
@@ -123,13 +128,13 @@ pub struct Remote {
     repo: RepoRef,
     timeout: Duration,
     xet: xet::Fetcher,
-    /// KiB of Xet ranges being downloaded at once, by all readers of the mount: a bound on memory
-    /// whatever the number of readers. A distant Hub needs more bytes on the way for the same
-    /// throughput, so it gets the larger budget (chosen as the prefetch window is, see `Latency`).
-    budget_fast: tokio::sync::Semaphore,
-    budget_slow: tokio::sync::Semaphore,
-    /// Their sizes in KiB.
-    budget_kib: (u32, u32),
+    /// Response bodies with no other room (exact ranges, small-file batches), against the
+    /// memory budget's download part.
+    downloads: InFlight,
+    /// Bodies of whole-block loads, which live in their blocks' room (see `BodyRoom::Block`):
+    /// bounded here only so the link gets as many bytes on the way as it needs (on a fast link
+    /// more loads at once only share the CPU).
+    blocks_in_flight: InFlight,
     pool: BufferPool,
     latency: Latency,
     /// Set once the CAS answered the batch route with 404/405/501 (an older server): small files
@@ -142,11 +147,61 @@ pub struct Remote {
     batch_slots: tokio::sync::Semaphore,
 }
 
+/// Where the memory of a fetch's response bodies is counted until they are copied out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyRoom {
+    /// Against the download part of the memory budget (`Remote::downloads`): an exact range or
+    /// a small-file batch, whose reply has no other room.
+    Downloads,
+    /// In the room the load of a whole block took for its buffer when it was admitted: that
+    /// buffer is taken from the pool only once the bodies are in, to decode or copy them into,
+    /// and while both are alive the budget counts both (the load gives its room back only after).
+    /// Counting the bodies against the download part as well counted them twice: under 256M, 16
+    /// readers at 30 ms had at most 64 MiB of blocks on the way while the room taken for their
+    /// blocks stood empty.
+    Block,
+}
+
+/// KiB of response bodies on the way at once, by all readers of the mount. A distant Hub needs
+/// more bytes on the way for the same throughput, so it gets the larger bound (chosen as the
+/// prefetch window is, see `Latency`).
+struct InFlight {
+    fast: tokio::sync::Semaphore,
+    slow: tokio::sync::Semaphore,
+    /// Their sizes in KiB.
+    kib: (u32, u32),
+}
+
+impl InFlight {
+    /// [`BUDGET_FAST_KIB`] and [`BUDGET_SLOW_KIB`], at most `cap_kib` each.
+    fn new(cap_kib: u32) -> InFlight {
+        let kib = (BUDGET_FAST_KIB.min(cap_kib), BUDGET_SLOW_KIB.min(cap_kib));
+        InFlight {
+            fast: tokio::sync::Semaphore::new(kib.0 as usize),
+            slow: tokio::sync::Semaphore::new(kib.1 as usize),
+            kib,
+        }
+    }
+
+    /// Room for `len` bytes (a larger body takes all there is, so it is never refused).
+    async fn take(&self, len: u64, slow: bool) -> VfsResult<tokio::sync::SemaphorePermit<'_>> {
+        let (sem, cap) = if slow {
+            (&self.slow, self.kib.1)
+        } else {
+            (&self.fast, self.kib.0)
+        };
+        let kib = len.div_ceil(1024).clamp(1, cap as u64) as u32;
+        sem.acquire_many(kib)
+            .await
+            .map_err(|_| VfsError::Xet("download budget closed".to_string()))
+    }
+}
+
 /// See `Remote::batch_slots`.
 const BATCHES_AT_ONCE: usize = 2;
 
-/// Download budget on a fast link (48 MiB) and on a slow one (128 MiB), in KiB, unless the
-/// memory budget gives downloads less.
+/// Bodies on the way on a fast link (48 MiB) and on a slow one (128 MiB), in KiB; for exact
+/// ranges and batches, no more than the memory budget's download part.
 const BUDGET_FAST_KIB: u32 = 48 << 10;
 const BUDGET_SLOW_KIB: u32 = 128 << 10;
 
@@ -163,17 +218,16 @@ impl Remote {
         let cap = downloads
             .map_or(u32::MAX, |b| (b >> 10).min(u32::MAX as u64) as u32)
             .max(1 << 10);
-        let budget_kib = (BUDGET_FAST_KIB.min(cap), BUDGET_SLOW_KIB.min(cap));
         Ok(Remote {
             xet: xet::Fetcher {
                 client: t.client,
                 attempt_timeout: t.timeout,
                 max_retries: t.max_retries,
                 pool: pool.clone(),
+                fast_link: std::sync::atomic::AtomicBool::new(false),
             },
-            budget_fast: tokio::sync::Semaphore::new(budget_kib.0 as usize),
-            budget_slow: tokio::sync::Semaphore::new(budget_kib.1 as usize),
-            budget_kib,
+            downloads: InFlight::new(cap),
+            blocks_in_flight: InFlight::new(u32::MAX),
             client,
             repo,
             timeout,
@@ -200,7 +254,7 @@ impl Remote {
         // Not for a bucket: its `/resolve/` serves whatever the path holds now, while the Xet hash
         // names exactly the content this file was listed with.
         let http = len <= XET_HTTP_RANGE_MAX && !self.repo.is_bucket();
-        let mut pieces = self.pieces(file, commit, start, len, http).await?;
+        let mut pieces = self.pieces(file, commit, start, len, http, BodyRoom::Downloads).await?;
         // One piece (an HTTP range) is returned as it came: a reply-sized buffer, not a pooled
         // block buffer (these reads are what a reader does when the memory budget is full).
         if pieces.len() == 1 {
@@ -218,27 +272,33 @@ impl Remote {
             return Ok(Bytes::new());
         }
         if let ContentId::Xet(_) = file.id {
-            let pieces = self.pieces(file, commit, start, len, false).await?;
+            let pieces = self.pieces(file, commit, start, len, false, BodyRoom::Block).await?;
             return Ok(self.gather(pieces, len));
         }
         let end = start + len;
         let part = self.latency.part_size(len);
         let parts = (start..end)
             .step_by(part as usize)
-            .map(|s| self.pieces(file, commit, s, part.min(end - s), false));
+            .map(|s| self.pieces(file, commit, s, part.min(end - s), false, BodyRoom::Block));
         let pieces: Vec<Bytes> = try_join_all(parts).await?.into_iter().flatten().collect();
         Ok(self.gather(pieces, len))
     }
 
     /// The bytes `[start, start + len)` in the pieces they arrived in (no copy), within the deadline.
-    async fn pieces(&self, file: &FileMeta, commit: &str, start: u64, len: u64, http: bool) -> VfsResult<Vec<Bytes>> {
+    async fn pieces(
+        &self,
+        file: &FileMeta,
+        commit: &str,
+        start: u64,
+        len: u64,
+        http: bool,
+        room: BodyRoom,
+    ) -> VfsResult<Vec<Bytes>> {
         let work = async {
             match &file.id {
-                ContentId::Xet(hash) if !http => self.xet_pieces(hash, commit, start, len).await,
+                ContentId::Xet(hash) if !http => self.xet_pieces(hash, commit, start, len, room).await,
                 ContentId::Xet(_) | ContentId::Lfs(_) | ContentId::Git(_) => {
-                    // The reply is a buffer of its own (an exact read under a full memory
-                    // budget, a part of an LFS block): it counts against the download budget.
-                    let _held = self.download_permit(len).await?;
+                    let _held = self.body_room(len, room).await?;
                     let t = std::time::Instant::now();
                     let b = self
                         .client
@@ -317,7 +377,7 @@ impl Remote {
             token: token.access_token,
         };
         let total: u64 = list.iter().map(|(_, s)| s).sum();
-        let _held = self.download_permit(total).await?;
+        let _held = self.body_room(total, BodyRoom::Downloads).await?;
         let record = |d| self.latency.record(d);
         let work = self.xet.batch(&cas, &list, &record);
         let answer = tokio::time::timeout(self.timeout, work)
@@ -347,28 +407,33 @@ impl Remote {
 
     /// Room for `len` bytes of response bodies in the download budget (the larger one once the link
     /// is known to be slow). At most the whole budget, so one large fetch never waits forever.
-    async fn download_permit(&self, len: u64) -> VfsResult<tokio::sync::SemaphorePermit<'_>> {
-        let (budget, cap) = if self.latency.window_scale() > 1 {
-            (&self.budget_slow, self.budget_kib.1)
-        } else {
-            (&self.budget_fast, self.budget_kib.0)
-        };
-        let kib = len.div_ceil(1024).clamp(1, cap as u64) as u32;
-        budget
-            .acquire_many(kib)
-            .await
-            .map_err(|_| VfsError::Xet("download budget closed".to_string()))
+    /// Room for `len` bytes of response bodies, where `room` says they are counted.
+    async fn body_room(&self, len: u64, room: BodyRoom) -> VfsResult<tokio::sync::SemaphorePermit<'_>> {
+        let slow = self.latency.window_scale() > 1;
+        let fast = !slow && self.latency.measured();
+        self.xet.fast_link.store(fast, std::sync::atomic::Ordering::Relaxed);
+        match room {
+            BodyRoom::Downloads => self.downloads.take(len, slow).await,
+            BodyRoom::Block => self.blocks_in_flight.take(len, slow).await,
+        }
     }
 
     /// `[start, start + len)` of a Xet file as one buffer: a reconstruction of exactly that range,
     /// its xorb ranges fetched in parts sized by the measured latency.
-    async fn xet_pieces(&self, hash: &str, commit: &str, start: u64, len: u64) -> VfsResult<Vec<Bytes>> {
+    async fn xet_pieces(
+        &self,
+        hash: &str,
+        commit: &str,
+        start: u64,
+        len: u64,
+        room: BodyRoom,
+    ) -> VfsResult<Vec<Bytes>> {
         let token = self.client.xet_read_token(&self.repo, commit).await?;
         let cas = xet::Cas {
             url: token.cas_url,
             token: token.access_token,
         };
-        let _held = self.download_permit(len).await?;
+        let _held = self.body_room(len, room).await?;
         let part = self.latency.part_size(len);
         self.xet
             .range(&cas, hash, start..start + len, part, len, &|d| self.latency.record(d))

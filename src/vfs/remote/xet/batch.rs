@@ -239,6 +239,7 @@ mod tests {
             attempt_timeout: Duration::from_secs(10),
             max_retries: 1,
             pool: crate::chunk_store::buffer_pool::BufferPool::new(1 << 20, 1),
+            fast_link: Default::default(),
         };
         let files = [("a".repeat(64), 10)];
         for (prefix, unsupported) in [("a", true), ("b", true), ("c", false)] {
