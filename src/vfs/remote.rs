@@ -284,7 +284,8 @@ impl Remote {
         Ok(self.gather(pieces, len))
     }
 
-    /// The bytes `[start, start + len)` in the pieces they arrived in (no copy), within the deadline.
+    /// The bytes `[start, start + len)` in pieces (not gathered into one buffer), within the
+    /// deadline.
     async fn pieces(
         &self,
         file: &FileMeta,
@@ -405,9 +406,10 @@ impl Remote {
         Ok(out)
     }
 
-    /// Room for `len` bytes of response bodies in the download budget (the larger one once the link
-    /// is known to be slow). At most the whole budget, so one large fetch never waits forever.
-    /// Room for `len` bytes of response bodies, where `room` says they are counted.
+    /// Room for `len` bytes of response bodies where `room` says they are counted (the larger
+    /// bound once the link is known to be slow; at most the whole bound, so one large fetch never
+    /// waits forever). Also tells the Xet fetcher whether the link measures fast, which decides
+    /// how it holds bodies (see `xet::Body`).
     async fn body_room(&self, len: u64, room: BodyRoom) -> VfsResult<tokio::sync::SemaphorePermit<'_>> {
         let slow = self.latency.window_scale() > 1;
         let fast = !slow && self.latency.measured();

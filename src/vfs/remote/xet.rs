@@ -231,8 +231,9 @@ impl Fetcher {
     }
 
     /// A request built by `make`, retried on transport errors, timeouts, 429 and 5xx (waiting as
-    /// long as a 429 asks); the status and the body (at most `cap` bytes) in pieces (see `Body`). 401/403 mean the URL or the token went stale; other 4xx but 416 are fatal. `api`: a CAS
-    /// API call (with the token), not a presigned xorb fetch (for the metrics).
+    /// long as a 429 asks); the status and the body (at most `cap` bytes) in pieces (see `Body`).
+    /// 401/403 mean the URL or the token went stale; other 4xx but 416 are fatal. `api`: a CAS API
+    /// call (with the token), not a presigned xorb fetch (for the metrics).
     pub(super) async fn send(
         &self,
         make: &(dyn Fn() -> reqwest::RequestBuilder + Sync),
@@ -333,7 +334,12 @@ impl Body {
         }
         if self.run.capacity() - self.run.len() < c.len() {
             self.end_run();
-            self.run.reserve(owed.max(c.len()));
+            // What the reply still owes; without a stated length, buffers of 64 KiB at least.
+            let room = match self.expect {
+                0 => c.len().max(64 << 10),
+                _ => owed.max(c.len()),
+            };
+            self.run.reserve(room);
         }
         self.run.extend_from_slice(&c);
     }
