@@ -1,7 +1,7 @@
 //! One memory budget for a mount process (`--memory-limit`). Without one, memory grows with the
 //! number of readers: every sequential reader holds a prefetch window of blocks, and 16 readers on
 //! a slow link held about a GiB. The budget is split once, at start, into a fixed part (the
-//! process itself, listings and inodes, bodies of downloads in flight, idle pooled buffers) and
+//! process itself, listings and inodes, reply bodies with no block's room to live in, idle pooled buffers) and
 //! the block part: every block buffer on loan from the pool (in the memory tier, held for a
 //! reader, being filled, queued for the disk) counts against it. Loads are admitted against the
 //! block part instead of growing it:
