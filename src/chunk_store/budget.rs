@@ -1,8 +1,8 @@
 //! One memory budget for a mount process (`--memory-limit`). Without one, memory grows with the
 //! number of readers: every sequential reader holds a prefetch window of blocks, and 16 readers on
 //! a slow link held about a GiB. The budget is split once, at start, into a fixed part (the
-//! process itself, listings and inodes, reply bodies with no block's room to live in, idle pooled buffers) and
-//! the block part: every block buffer on loan from the pool (in the memory tier, held for a
+//! process itself, listings and inodes, reply bodies with no block's room to live in, idle
+//! pooled buffers) and the block part: every block buffer on loan from the pool (in the memory tier, held for a
 //! reader, being filled, queued for the disk) counts against it. Loads are admitted against the
 //! block part instead of growing it:
 //! - a prefetch is admitted only while room is left beyond a reserve kept for readers' own
