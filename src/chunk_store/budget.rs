@@ -2,9 +2,9 @@
 //! number of readers: every sequential reader holds a prefetch window of blocks, and 16 readers on
 //! a slow link held about a GiB. The budget is split once, at start, into a fixed part (the
 //! process itself, listings and inodes, reply bodies with no block's room to live in, idle
-//! pooled buffers) and the block part: every block buffer on loan from the pool (in the memory tier, held for a
-//! reader, being filled, queued for the disk) counts against it. Loads are admitted against the
-//! block part instead of growing it:
+//! pooled buffers) and the block part: every block buffer on loan from the pool (in the memory
+//! tier, held for a reader, being filled, queued for the disk) counts against it. Loads are
+//! admitted against the block part instead of growing it:
 //! - a prefetch is admitted only while room is left beyond a reserve kept for readers' own
 //!   blocks (two per sequential reader), so under pressure windows shrink;
 //! - a reader's own block takes room if there is some (the store sheds memory-tier blocks nobody
