@@ -4,10 +4,11 @@
 #   1. system packages (fuse3, python3-venv, pkg-config, libnfs-utils, curl) if missing
 #   2. rustfmt / clippy components if missing
 #   3. CARGO_TARGET_DIR outside the clone (default /var/cache/hubfs-target), reused between runs
-#   4. cargo fmt --check, cargo clippy -D warnings, cargo build, SeaweedFS built once (ci/weed.sh, for the
-#      shared cache test), cargo test (unit and integration tests,
-#      the VirtualFs model test, the fault matrix and the stress test in their short profiles, the
-#      module layering check), then the benches' smoke runs (micro, disk tier and passthrough, many readers)
+#   4. cargo fmt --check, cargo clippy -D warnings, cargo build, SeaweedFS, fake-gcs-server and
+#      Azurite installed once (ci/weed.sh, ci/gcs.sh, ci/azurite.sh, for the shared cache tests),
+#      cargo test (unit and integration tests, the VirtualFs model test, the fault matrix and the
+#      stress test in their short profiles, the module layering check), then the benches' smoke
+#      runs (micro, disk tier and passthrough, many readers)
 #   5. ci/nfs-smoke.sh (libnfs's nfs-ls / nfs-cat against `hubfs serve-nfs`)
 #      ci/csi-sanity.sh (kubernetes-csi's csi-sanity against `hubfs csi-node`)
 #      tests/conformance/run.sh (stock huggingface_hub against `hubfs local-hub`, xet and noxet modes)
@@ -142,9 +143,13 @@ run_step "cargo build" cargo build && BUILD_OK=1
 # cache tier (issue 32): built once from the Go module proxy into /var/cache/hubfs-weed (about 5 minutes
 # on 2 cores the first time, nothing after). The test then runs inside `cargo test` at 64 MiB (about
 # 40 s): 4 nodes one after another and at once, the store killed mid-read, a corrupted object.
-# HUBFS_REQUIRE_WEED makes it fail instead of skip if the binary is missing.
 run_step "SeaweedFS for the shared-cache test (ci/weed.sh build)" bash ci/weed.sh build
-export HUBFS_REQUIRE_WEED=1
+# The same tier on Google Cloud Storage and Azure Blob, against their emulators: fake-gcs-server built
+# from the Go module proxy (about 1-2 minutes the first time) and Azurite from the npm registry
+# (about 40 s the first time). HUBFS_REQUIRE_STORES makes the tests fail instead of skip if one is missing.
+run_step "fake-gcs-server for the shared-cache test (ci/gcs.sh build)" bash ci/gcs.sh build
+run_step "Azurite for the shared-cache test (ci/azurite.sh build)" bash ci/azurite.sh build
+export HUBFS_REQUIRE_STORES=1
 
 say "cargo test"
 cargo test 2>&1 | tee "$LOGDIR/cargo-test.log"

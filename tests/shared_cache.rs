@@ -7,9 +7,13 @@
 //! - the store killed mid-read: every read still gets the Hub's bytes; restarted, the tier resumes;
 //! - a corrupted object: detected, refetched from the Hub and replaced.
 //!
+//! The same tier on Google Cloud Storage and Azure Blob, against their emulators (fake-gcs-server,
+//! Azurite, started by `ci/gcs.sh` and `ci/azurite.sh`): a second node reads from the tier, two
+//! nodes at once claim blocks through the store's conditional create, `hubfs cache shared` trims.
+//!
 //! `HUBFS_SHARED_TEST_MIB` sets the file's size (default 64; BENCHMARKS ran 1024 on a release
-//! build). Without the `weed` binary the test is skipped, except under CI (`CI` or `HUBFS_REQUIRE_WEED` set,
-//! as ci/test.sh does after building it) where it fails.
+//! build). Without the `weed` binary (or an emulator) a test is skipped, except under CI (`CI` or
+//! `HUBFS_REQUIRE_STORES` set, as ci/test.sh does after installing them) where it fails.
 
 mod common;
 
@@ -142,19 +146,20 @@ struct Node {
 
 impl Node {
     fn mount(cli: &common::isolated::Isolated, name: &str, url: &str, extra: &[&str]) -> Node {
-        Node::start(cli, name, &[&["--shared-cache", url], extra].concat())
+        Node::start(cli, name, url, &[&["--shared-cache", url], extra].concat())
     }
 
     /// A node without the tier: what a cold read costs from the Hub alone.
     fn mount_hub_only(cli: &common::isolated::Isolated, name: &str) -> Node {
-        Node::start(cli, name, &[])
+        Node::start(cli, name, "s3://", &[])
     }
 
-    fn start(cli: &common::isolated::Isolated, name: &str, args: &[&str]) -> Node {
+    /// A mount with the store environment of `url`'s kind.
+    fn start(cli: &common::isolated::Isolated, name: &str, url: &str, args: &[&str]) -> Node {
         let dir = cli.path(name);
         std::fs::create_dir_all(&dir).unwrap();
         let cache = cli.path(&format!("{name}-cache"));
-        let o = shared_env(cli.command(Some(DEFAULT_WRITE_TOKEN)))
+        let o = store_env(url, cli.command(Some(DEFAULT_WRITE_TOKEN)))
             .args(["mount", "local/shared", dir.to_str().unwrap(), "--daemon"])
             .args(["--cache-dir", cache.to_str().unwrap()])
             .args(args)
@@ -195,13 +200,21 @@ impl Drop for Node {
     }
 }
 
-fn shared_env(mut c: Command) -> Command {
-    c.env("AWS_ENDPOINT_URL", S3)
-        .env("AWS_ACCESS_KEY_ID", KEY_ID)
-        .env("AWS_SECRET_ACCESS_KEY", SECRET)
-        .env("AWS_REGION", "us-east-1")
-        .env("RUST_LOG", "hubfs=info,hubfs::chunk_store::shared=debug")
+/// The environment a node of `url`'s store is given: the ecosystem's own variables for weed
+/// (`s3://`), fake-gcs-server (`gs://`) and Azurite (`az://`).
+fn store_env(url: &str, mut c: Command) -> Command {
+    c.env("RUST_LOG", "hubfs=info,hubfs::chunk_store::shared=debug")
         .stdin(Stdio::null());
+    if url.starts_with("gs://") {
+        c.env("STORAGE_EMULATOR_HOST", "127.0.0.1:4443");
+    } else if url.starts_with("az://") {
+        c.env("AZURE_STORAGE_USE_EMULATOR", "true");
+    } else {
+        c.env("AWS_ENDPOINT_URL", S3)
+            .env("AWS_ACCESS_KEY_ID", KEY_ID)
+            .env("AWS_SECRET_ACCESS_KEY", SECRET)
+            .env("AWS_REGION", "us-east-1");
+    }
     c
 }
 
@@ -211,7 +224,7 @@ fn hub_bytes(hub: &LocalHub) -> u64 {
 
 /// `hubfs cache shared URL --json`.
 fn tier_size(cli: &common::isolated::Isolated, url: &str) -> serde_json::Value {
-    let o = shared_env(cli.command(None))
+    let o = store_env(url, cli.command(None))
         .args(["cache", "shared", url, "--json"])
         .output()
         .unwrap();
@@ -253,7 +266,7 @@ fn a_fleet_reads_from_the_hub_once_and_the_tier_never_fails_a_read() {
     }
     let Some(bin) = weed_bin() else {
         assert!(
-            std::env::var_os("CI").is_none() && std::env::var_os("HUBFS_REQUIRE_WEED").is_none(),
+            std::env::var_os("CI").is_none() && std::env::var_os("HUBFS_REQUIRE_STORES").is_none(),
             "CI must build weed first (ci/weed.sh build)"
         );
         eprintln!("skipped: no weed binary (build it with ci/weed.sh build, or set HUBFS_WEED)");
@@ -443,7 +456,7 @@ fn a_fleet_reads_from_the_hub_once_and_the_tier_never_fails_a_read() {
     let log = std::fs::read_to_string(&checker.log).unwrap();
     assert!(log.contains("failed verification"), "{log}");
     // `hubfs status` says so too, and names the store by its URL only.
-    let o = shared_env(cli.command(None))
+    let o = store_env(&url, cli.command(None))
         .args(["status", "--json"])
         .output()
         .unwrap();
@@ -497,4 +510,160 @@ fn a_fleet_reads_from_the_hub_once_and_the_tier_never_fails_a_read() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "a wrong secret is refused: {err}");
     assert!(!err.contains("not-the-secret"), "no secret in the error: {err}");
+}
+
+/// An emulator of another cloud's store, started and stopped by its `ci/` script.
+struct Emulator {
+    script: &'static str,
+    dir: PathBuf,
+}
+
+impl Emulator {
+    fn start(script: &'static str, dir: PathBuf) -> Emulator {
+        let o = Command::new("bash")
+            .arg(format!("ci/{script}"))
+            .arg("start")
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "ci/{script} start: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        Emulator { script, dir }
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(format!("ci/{}", self.script))
+            .arg("stop")
+            .arg(&self.dir)
+            .status();
+    }
+}
+
+/// Two nodes one after another, two at once, and a trim, over the store `scheme` names, served by
+/// the emulator `script` starts (installed at `bin` by its `build`).
+fn another_cloud_shares_blocks(script: &'static str, bin: &str, scheme: &str) {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: FUSE mounts need root here");
+        return;
+    }
+    if !Path::new(bin).exists() {
+        assert!(
+            std::env::var_os("CI").is_none() && std::env::var_os("HUBFS_REQUIRE_STORES").is_none(),
+            "CI must install the emulator first (ci/{script} build)"
+        );
+        eprintln!("skipped: no {bin} (install it with ci/{script} build)");
+        return;
+    }
+    let size: u64 = 64 << 20;
+    let blocks = size.div_ceil(BLOCK);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let hub = rt.block_on(LocalHub::start_temp(false)).unwrap();
+    let ep = hub.endpoint().to_string();
+    let data = common::bytes(size as usize, 33);
+    let want = common::sha256_hex(&data);
+    rt.block_on(common::upload_xet_files(
+        &ep,
+        &common::Repo::model("local/shared"),
+        &[("weights.bin".to_string(), data)],
+    ));
+    let cli = common::isolated::Isolated::new(&ep);
+    let _store = Emulator::start(script, cli.path("store"));
+    let run = std::process::id();
+
+    // One node reads from the Hub and fills the tier; the next reads from the tier.
+    let url = format!("{scheme}://{BUCKET}/seq-{run}");
+    let first = Node::mount(&cli, "first", &url, &[]);
+    hub.reset_stats();
+    let (sha, t_first) = first.read(|_| {});
+    assert_eq!(sha, want, "the first node");
+    let filled = hub_bytes(&hub);
+    wait_blocks(&cli, &url, blocks);
+    assert_eq!(
+        tier_size(&cli, &url)["blocks"].as_u64(),
+        Some(blocks),
+        "every block is in the {scheme} tier"
+    );
+    let second = Node::mount(&cli, "second", &url, &[]);
+    hub.reset_stats();
+    let (sha, t_second) = second.read(|_| {});
+    assert_eq!(sha, want, "the second node");
+    let served = hub_bytes(&hub);
+    eprintln!(
+        "{scheme}://, {} MiB: node 0 (Hub, {:.3}× the file) {}; node 1 (tier) {}, Hub served {served} bytes",
+        size >> 20,
+        filled as f64 / size as f64,
+        mib(size, t_first),
+        mib(size, t_second),
+    );
+    assert!(
+        served <= size / 20,
+        "the second node read from the {scheme} tier: the Hub served {served}"
+    );
+    let log = std::fs::read_to_string(&second.log).unwrap();
+    assert!(!log.contains("shared cache unavailable"), "{log}");
+    drop((first, second));
+
+    // Two fresh nodes at once: claims (the store's conditional create) keep it near once.
+    let url = format!("{scheme}://{BUCKET}/fleet-{run}");
+    let nodes: Vec<Node> = (0..2)
+        .map(|i| Node::mount(&cli, &format!("fleet{i}"), &url, &[]))
+        .collect();
+    hub.reset_stats();
+    std::thread::scope(|s| {
+        let readers: Vec<_> = nodes.iter().map(|n| s.spawn(|| n.read(|_| {}).0)).collect();
+        for (i, r) in readers.into_iter().enumerate() {
+            assert_eq!(r.join().unwrap(), want, "fleet node {i}");
+        }
+    });
+    let served = hub_bytes(&hub);
+    let logs: String = nodes
+        .iter()
+        .map(|n| std::fs::read_to_string(&n.log).unwrap_or_default())
+        .collect();
+    eprintln!(
+        "{scheme}://, 2 nodes at once: the Hub served {:.3}× the file",
+        served as f64 / size as f64
+    );
+    assert!(
+        !logs.contains("no conditional create"),
+        "claims work on {scheme}: {logs}"
+    );
+    assert!(served as f64 <= size as f64 * 1.3, "the Hub served {served} for {size}");
+    drop(nodes);
+
+    // `hubfs cache shared --trim-to` deletes the oldest blocks until the rest fit.
+    let url = format!("{scheme}://{BUCKET}/seq-{run}");
+    let o = store_env(&url, cli.command(None))
+        .args(["cache", "shared", &url, "--trim-to", "17M", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["bytes"].as_u64() <= Some(17 << 20), "{v}");
+    assert_eq!(v["deleted_blocks"].as_u64(), Some(blocks - 2), "{v}");
+    assert_eq!(
+        tier_size(&cli, &url)["blocks"].as_u64(),
+        Some(2),
+        "what the store holds after the trim"
+    );
+}
+
+#[test]
+fn a_gcs_store_shares_blocks_too() {
+    another_cloud_shares_blocks("gcs.sh", "/var/cache/hubfs-fakegcs/fake-gcs-server", "gs");
+}
+
+#[test]
+fn an_azure_store_shares_blocks_too() {
+    another_cloud_shares_blocks(
+        "azurite.sh",
+        "/var/cache/hubfs-azurite/node_modules/.bin/azurite-blob",
+        "az",
+    );
 }

@@ -11,8 +11,8 @@ use crate::chunk_store::SharedTier;
 
 #[derive(Subcommand, Debug)]
 pub enum CacheCommand {
-    /// Size of the shared cache tier at URL (s3://bucket/prefix, credentials from the AWS
-    /// environment): blocks, bytes, claims; with --trim-to, delete the oldest blocks until it fits.
+    /// Size of the shared cache tier at URL (s3://, gs:// or az://bucket/prefix, credentials as
+    /// for --shared-cache): blocks, bytes, claims; with --trim-to, delete the oldest blocks until it fits.
     Shared {
         url: String,
         /// Delete the oldest blocks (by upload time) until the blocks take at most SIZE, e.g. 500G

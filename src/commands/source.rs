@@ -103,11 +103,13 @@ pub struct SourceArgs {
     /// buckets (random reads of a mapping pay it per fault).
     #[arg(long, value_name = "KIB", value_parser = clap::value_parser!(u64).range(128..=65536))]
     pub readahead_kib: Option<u64>,
-    /// Shared cache tier on an S3-compatible object store, e.g. s3://bucket/prefix: blocks missing
-    /// from memory and disk are looked up there before the Hub, and blocks fetched from the Hub are
-    /// written there, so a fleet of nodes fetches them from the Hub about once. Credentials,
-    /// region and endpoint from the AWS environment (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, …); a
-    /// store that fails only slows reads down (docs/CONFIGURATION.md).
+    /// Shared cache tier on an object store: s3://bucket/prefix (S3 or S3-compatible),
+    /// gs://bucket/prefix or az://container/prefix. Blocks missing from memory and disk are looked
+    /// up there before the Hub, and blocks fetched from the Hub are written there, so a fleet of
+    /// nodes fetches them from the Hub about once. Credentials from the cloud's usual places
+    /// (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, ~/.aws; GOOGLE_APPLICATION_CREDENTIALS;
+    /// AZURE_STORAGE_ACCOUNT_NAME, …); a store that fails only slows reads down
+    /// (docs/CONFIGURATION.md).
     #[arg(long, value_name = "URL", env = "HUBFS_SHARED_CACHE")]
     pub shared_cache: Option<String>,
     /// Serve Prometheus metrics at http://HOST:PORT/metrics (docs/METRICS.md).

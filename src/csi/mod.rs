@@ -56,9 +56,9 @@ pub struct CsiNodeArgs {
     /// Serve Prometheus metrics, the plugin's and its source mounts', at http://HOST:PORT/metrics.
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<std::net::SocketAddr>,
-    /// Shared cache tier of volumes that set no `sharedCache` attribute, e.g. s3://bucket/prefix
-    /// (credentials and endpoint from the plugin's AWS environment, which its source mounts
-    /// inherit; see docs/KUBERNETES.md).
+    /// Shared cache tier of volumes that set no `sharedCache` attribute, e.g. s3://bucket/prefix,
+    /// gs://… or az://… (credentials and endpoint from the plugin's environment, which its source
+    /// mounts inherit; see docs/KUBERNETES.md).
     #[arg(long, value_name = "URL")]
     pub shared_cache: Option<String>,
 }

@@ -317,10 +317,10 @@ pub fn parse(
         let v = v.trim().to_string();
         settings.shared_cache = Some(match v.to_ascii_lowercase().as_str() {
             "" | "none" | "off" | "false" => String::new(),
-            _ if v.starts_with("s3://") || v.starts_with("s3a://") => v,
+            _ if crate::chunk_store::shared::supported_url(&v) => v,
             _ => {
                 return Err(format!(
-                    "volume attribute sharedCache: {v:?} is not an s3:// URL (or none)"
+                    "volume attribute sharedCache: {v:?} is not an s3://, gs:// or az:// URL (or none)"
                 ));
             }
         });
@@ -551,6 +551,9 @@ mod tests {
         assert_eq!(shared_cache(off.settings.shared_cache, Some("s3://p/x")), None);
         let e = with("http://x/y").unwrap_err();
         assert!(e.contains("sharedCache"), "{e}");
+        for url in ["gs://fleet/models", "az://fleet/models"] {
+            assert_eq!(with(url).unwrap().settings.shared_cache.as_deref(), Some(url));
+        }
     }
 
     #[test]

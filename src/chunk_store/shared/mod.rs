@@ -1,6 +1,6 @@
-//! The shared cache tier (`--shared-cache s3://bucket/prefix`): blocks in an S3-compatible object
-//! store every node of a fleet reads, between the disk tier and the Hub (memory → disk → shared →
-//! Hub), so a fleet starting on the same weights fetches them from the Hub about once.
+//! The shared cache tier (`--shared-cache s3://bucket/prefix`, or `gs://`, `az://`): blocks in an
+//! object store every node of a fleet reads, between the disk tier and the Hub (memory → disk →
+//! shared → Hub), so a fleet starting on the same weights fetches them from the Hub about once.
 //!
 //! - Lookup: a miss of memory and disk asks the store for the block's object (`format`), keyed by
 //!   the content key the node resolved through the Hub with its own token (nothing else is ever
@@ -15,13 +15,14 @@
 //! - Failure is a slowdown: every store request has a deadline; an error or an expired deadline
 //!   pauses the tier for [`PAUSE`] (reads go straight to the Hub), then it is tried again.
 //!
-//! The store's credentials come from the AWS environment (`AmazonS3Builder::from_env`), then from
-//! the AWS shared files' profile (`aws_profile`), and are never logged: logs and metrics name the
-//! tier by its URL, which holds none.
+//! The store is S3 (or S3-compatible), Google Cloud Storage or Azure Blob (`open`). Its
+//! credentials come from the places that cloud's own tools look, and are never logged: logs and
+//! metrics name the tier by its URL, which holds none.
 
 mod aws_profile;
 mod claim;
 pub mod format;
+mod open;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -31,6 +32,7 @@ use bytes::Bytes;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 pub use claim::{CLAIM_STALE, Claim};
+pub use open::{SCHEMES, supported as supported_url};
 
 /// Deadline of a block lookup (the GET and its body): past it the read goes to the Hub.
 pub const LOOKUP_DEADLINE: Duration = Duration::from_secs(5);
@@ -72,7 +74,7 @@ struct Deferred {
 pub enum SharedError {
     #[error("--shared-cache {0}: not a URL")]
     Url(String),
-    #[error("--shared-cache {0}: only s3:// URLs are supported")]
+    #[error("--shared-cache {0}: only s3://, gs:// and az:// URLs are supported (s3://bucket/prefix)")]
     Scheme(String),
     #[error("--shared-cache {url}: {source}")]
     Store {
@@ -140,75 +142,12 @@ pub enum Lookup {
 }
 
 impl SharedTier {
-    /// The tier at `url` (`s3://bucket/prefix`), with credentials, region and endpoint from the
-    /// AWS environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
-    /// `AWS_REGION`, `AWS_ENDPOINT_URL`, web identity and container credentials), then the AWS
-    /// shared files' profile (`AWS_PROFILE`, keys, `region`, `endpoint_url`), else the instance
-    /// metadata service. Nothing is contacted here: a store that is down only pauses the tier.
+    /// The tier at `url` (`s3://`, `gs://` or `az://bucket/prefix`), with credentials from the
+    /// places the store's own cloud tools look (see `open`). Nothing is contacted here: a store
+    /// that is down only pauses the tier.
     pub fn open(url: &str) -> Result<SharedTier, SharedError> {
-        let parsed = url::Url::parse(url).map_err(|_| SharedError::Url(url.to_string()))?;
-        if !matches!(parsed.scheme(), "s3" | "s3a") {
-            return Err(SharedError::Scheme(url.to_string()));
-        }
-        let bucket = parsed
-            .host_str()
-            .filter(|b| !b.is_empty())
-            .ok_or_else(|| SharedError::Url(url.to_string()))?;
-        let prefix = parsed.path().trim_matches('/').to_string();
-        let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
-        if let Some(profile) = aws_profile::load(|k| std::env::var(k).ok()) {
-            for (key, value) in profile.settings(|k| b.get_config_value(k).is_some()) {
-                b = b.with_config(key, value);
-            }
-            match profile.unfollowed {
-                Some(how) => tracing::warn!(
-                    profile = %profile.name,
-                    how,
-                    "the shared cache reads only keys from AWS profiles; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or use an instance role) for this one"
-                ),
-                None => {
-                    tracing::debug!(profile = %profile.name, keys = profile.has_keys(), "shared cache settings from an AWS profile")
-                }
-            }
-        }
-        let key = object_store::aws::AmazonS3ConfigKey::Endpoint;
-        // A local store (MinIO, SeaweedFS, Ceph on the cluster network) is often plain http.
-        let http = b.get_config_value(&key).is_some_and(|e| e.starts_with("http://"));
-        let region_set = [
-            object_store::aws::AmazonS3ConfigKey::Region,
-            object_store::aws::AmazonS3ConfigKey::DefaultRegion,
-        ]
-        .iter()
-        .any(|k| b.get_config_value(k).is_some());
-        if !region_set {
-            b = b.with_region("us-east-1");
-        }
-        // Every object is verified against its own hash when read, so the SigV4 payload hash
-        // (a sha256 of each 8 MiB upload on the node's CPU, beside the reads) buys nothing here;
-        // `AWS_UNSIGNED_PAYLOAD=false` turns signing back on for stores that require it.
-        let unsigned = object_store::aws::AmazonS3ConfigKey::UnsignedPayload;
-        if b.get_config_value(&unsigned).is_none() {
-            b = b.with_unsigned_payload(true);
-        }
-        // Our own deadlines bound every request; the client's retries must not outlast them.
-        let retry = object_store::RetryConfig {
-            max_retries: 1,
-            retry_timeout: Duration::from_secs(5),
-            ..Default::default()
-        };
-        let client = object_store::ClientOptions::new()
-            .with_connect_timeout(Duration::from_secs(2))
-            .with_timeout(UPLOAD_DEADLINE)
-            .with_allow_http(http);
-        let store = b
-            .with_retry(retry)
-            .with_client_options(client)
-            .build()
-            .map_err(|source| SharedError::Store {
-                url: url.to_string(),
-                source,
-            })?;
-        Ok(SharedTier::with_store(url, Arc::new(store), &prefix))
+        let (store, prefix) = open::store(url)?;
+        Ok(SharedTier::with_store(url, store, &prefix))
     }
 
     /// The tier over `store`, its blocks under `prefix`; `url` names it in logs.
