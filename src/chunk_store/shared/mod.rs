@@ -8,10 +8,10 @@
 //! - Claims (`claim`): before a Hub fetch the node creates a claim object if none exists
 //!   (`If-None-Match: *`); a node that finds a fresh claim waits up to [`CLAIM_WAIT`] for the
 //!   block, then fetches it itself.
-//! - Write-behind: a block fetched from the Hub is uploaded in the background through a bounded
-//!   queue; past it the block is deferred by key and read back from the disk tier when an
-//!   uploader is free (dropped, with its claim, without a disk tier or past the backlog); a read
-//!   never waits for an upload. Queued blocks are pooled buffers, so the memory budget counts them.
+//! - Write-behind (`upload`): a block fetched from the Hub is uploaded in the background, on a lane
+//!   of its own if this node claimed it; a block no uploader is free for waits as its key and is
+//!   read back from the disk tier (a claimed one keeping its claim while its lane keeps pace), so
+//!   a store slower than the Hub costs no memory; a read never waits for an upload.
 //! - Failure is a slowdown: every store request has a deadline; an error or an expired deadline
 //!   pauses the tier for [`PAUSE`] (reads go straight to the Hub), then it is tried again.
 //!
@@ -23,13 +23,14 @@ mod aws_profile;
 mod claim;
 pub mod format;
 mod open;
+mod upload;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt};
 
 pub use claim::{CLAIM_STALE, Claim};
 pub use open::{SCHEMES, supported as supported_url};
@@ -48,26 +49,6 @@ pub const PAUSE: Duration = Duration::from_secs(10);
 
 /// How long a node waits for a block another node has claimed before fetching it itself.
 pub const CLAIM_WAIT: Duration = Duration::from_secs(10);
-
-/// Blocks queued for upload at most (uploading or waiting); beyond it a fetched block is dropped.
-const MAX_PENDING_UPLOADS: usize = 16;
-
-/// Uploads at once.
-const UPLOADERS: usize = 4;
-
-/// Claimed blocks uploading or waiting for an uploader at most (see `upload_claimed`).
-const MAX_PENDING_CLAIMED: usize = 16;
-
-/// Blocks deferred at most while the queue is full (keys only, read back from the disk tier):
-/// 8 GiB of content. Beyond it a block is dropped.
-const MAX_BACKLOG: usize = 1024;
-
-/// A block waiting for an uploader, to be read back from the disk tier.
-struct Deferred {
-    key: Arc<str>,
-    block: u64,
-    len: u64,
-}
 
 /// Why the tier cannot be opened (a configuration error, reported at mount start).
 #[derive(Debug, thiserror::Error)]
@@ -88,7 +69,7 @@ pub enum SharedError {
 #[derive(Clone)]
 pub struct SharedTier(Arc<Inner>);
 
-/// Lock order: `paused_until` and `backlog` are leaves, never held together.
+/// Lock order: `paused_until`, `missing` and the lanes' backlogs are leaves, never held together.
 struct Inner {
     store: Arc<dyn ObjectStore>,
     /// Object path prefix inside the bucket (no leading or trailing `/`).
@@ -96,14 +77,12 @@ struct Inner {
     /// `s3://bucket/prefix` as given: what logs and status show (credentials are never in it).
     url: String,
     paused_until: parking_lot::Mutex<Option<Instant>>,
-    pending: AtomicUsize,
-    /// Blocks deferred while the upload queue was full.
-    backlog: parking_lot::Mutex<std::collections::VecDeque<Deferred>>,
+    /// Write-behind (`upload`): blocks this node claimed, and the rest.
+    claimed: upload::Lane,
+    unclaimed: upload::Lane,
+    pace: upload::Pace,
     /// The disk tier deferred blocks are read back from (set when the store has one).
     disk: std::sync::OnceLock<(super::DiskTier, super::BufferPool)>,
-    uploaders: tokio::sync::Semaphore,
-    claimed_pending: AtomicUsize,
-    claimed_uploaders: tokio::sync::Semaphore,
     /// Set once the store refused a conditional create as unsupported: no claims from then on.
     no_claims: AtomicBool,
     /// Counts for `hubfs status`: hits, misses, invalid, written, dropped.
@@ -158,12 +137,10 @@ impl SharedTier {
             prefix: prefix.trim_matches('/').to_string(),
             url: url.to_string(),
             paused_until: parking_lot::Mutex::new(None),
-            pending: AtomicUsize::new(0),
-            backlog: Default::default(),
+            claimed: upload::Lane::new(),
+            unclaimed: upload::Lane::new(),
+            pace: Default::default(),
             disk: std::sync::OnceLock::new(),
-            uploaders: tokio::sync::Semaphore::new(UPLOADERS),
-            claimed_pending: AtomicUsize::new(0),
-            claimed_uploaders: tokio::sync::Semaphore::new(UPLOADERS),
             no_claims: AtomicBool::new(false),
             counts: Default::default(),
             node: format!("{}:{}", host.trim(), std::process::id()),
@@ -278,129 +255,9 @@ impl SharedTier {
         }
     }
 
-    /// Queues `data` for upload as the block's object; `claim` is released once the object is
-    /// there or given up. With the queue full, the block is deferred (its key only: the uploaders
-    /// read it back from the disk tier when they get to it) or, without a disk tier or with the
-    /// backlog full too, dropped.
-    pub fn write_behind(&self, key: &Arc<str>, block: u64, data: &Bytes, claim: Option<Claim>) {
-        if self.paused() {
-            drop(claim);
-            return;
-        }
-        if let Some(claim) = claim {
-            self.upload_claimed(key, block, data, claim);
-            return;
-        }
-        if self.0.pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_UPLOADS {
-            self.0.pending.fetch_sub(1, Ordering::AcqRel);
-            let mut backlog = self.0.backlog.lock();
-            if self.0.disk.get().is_some() && backlog.len() < MAX_BACKLOG {
-                backlog.push_back(Deferred {
-                    key: key.clone(),
-                    block,
-                    len: data.len() as u64,
-                });
-                return;
-            }
-            drop(backlog);
-            self.event("dropped");
-            tracing::trace!(block, "shared cache upload queue full; block not written");
-            return;
-        }
-        let (this, key, data) = (self.clone(), key.clone(), data.clone());
-        tokio::spawn(async move {
-            this.upload(&this.0.uploaders, &key, block, data).await;
-            loop {
-                this.drain_backlog().await;
-                this.0.pending.fetch_sub(1, Ordering::AcqRel);
-                // A block deferred after the drain and before the line above would wait for the
-                // next upload: take it up again unless other uploads are at it.
-                if this.0.backlog.lock().is_empty() {
-                    return;
-                }
-                if this.0.pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_UPLOADS {
-                    this.0.pending.fetch_sub(1, Ordering::AcqRel);
-                    return;
-                }
-            }
-        });
-    }
-
-    /// Uploads a block other nodes may be waiting for, at once and on uploaders of its own (a
-    /// deferred one would outlast their wait and they would fetch it from the Hub too); with
-    /// [`MAX_PENDING_CLAIMED`] already going, its claim is released and it is queued (or deferred)
-    /// like an unclaimed block.
-    fn upload_claimed(&self, key: &Arc<str>, block: u64, data: &Bytes, claim: Claim) {
-        if self.0.claimed_pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_CLAIMED {
-            self.0.claimed_pending.fetch_sub(1, Ordering::AcqRel);
-            // Others stop waiting for it (they fetch it themselves); it goes the common way.
-            drop(claim);
-            self.write_behind(key, block, data, None);
-            return;
-        }
-        let (this, key, data) = (self.clone(), key.clone(), data.clone());
-        tokio::spawn(async move {
-            this.upload(&this.0.claimed_uploaders, &key, block, data).await;
-            drop(claim);
-            this.0.claimed_pending.fetch_sub(1, Ordering::AcqRel);
-        });
-    }
-
-    /// Uploads deferred blocks, read back from the disk tier, until none is left.
-    async fn drain_backlog(&self) {
-        loop {
-            let Some(d) = self.0.backlog.lock().pop_front() else {
-                return;
-            };
-            if self.paused() {
-                continue;
-            }
-            let Some((disk, pool)) = self.0.disk.get().cloned() else {
-                return;
-            };
-            let k = (d.key.clone(), d.block);
-            let data = tokio::task::spawn_blocking(move || disk.read(&k, d.len, &pool))
-                .await
-                .ok()
-                .flatten();
-            match data {
-                Some(data) => self.upload(&self.0.uploaders, &d.key, d.block, data).await,
-                None => self.event("dropped"),
-            }
-        }
-    }
-
-    /// Uploads one block (within [`UPLOAD_DEADLINE`]); a failure pauses the tier.
-    async fn upload(&self, uploaders: &tokio::sync::Semaphore, key: &str, block: u64, data: Bytes) {
-        let put = async {
-            let _permit = uploaders.acquire().await.ok()?;
-            let payload: PutPayload = format::encode(key, block, &data).into_iter().collect();
-            Some(self.0.store.put(&self.block_path(key, block), payload).await)
-        };
-        match tokio::time::timeout(UPLOAD_DEADLINE, put).await {
-            Ok(Some(Ok(_))) => self.event("written"),
-            Ok(Some(Err(e))) => {
-                self.event("upload_failed");
-                self.pause("upload", &e);
-            }
-            Ok(None) => {}
-            Err(_) => {
-                self.event("upload_failed");
-                self.pause("upload", &format!("not written within {UPLOAD_DEADLINE:?}"));
-            }
-        }
-    }
-
     /// Lets deferred uploads read their blocks back from `disk` (see `write_behind`).
     pub fn set_disk(&self, disk: super::DiskTier, pool: super::BufferPool) {
         let _ = self.0.disk.set((disk, pool));
-    }
-
-    /// Uploads queued, in flight or deferred (status; tests wait for 0).
-    pub fn pending_uploads(&self) -> usize {
-        self.0.pending.load(Ordering::Acquire)
-            + self.0.claimed_pending.load(Ordering::Acquire)
-            + self.0.backlog.lock().len()
     }
 
     /// The block from the tier, or from `fetch` (the Hub) after a miss, and whether it came from

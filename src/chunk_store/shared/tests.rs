@@ -1,6 +1,7 @@
 //! The tier's logic over an in-memory store (conditional create included) and over a store that
 //! is not there; tests/shared_cache.rs runs it against a real S3 server.
 
+use object_store::PutPayload;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -37,6 +38,8 @@ fn two_nodes() -> (Arc<dyn ObjectStore>, SharedTier, SharedTier) {
 struct CountingStore {
     inner: InMemory,
     claims: AtomicUsize,
+    /// Block uploads wait here for a permit, when set.
+    gate: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl std::fmt::Display for CountingStore {
@@ -55,6 +58,9 @@ impl ObjectStore for CountingStore {
     ) -> object_store::Result<object_store::PutResult> {
         if matches!(opts.mode, object_store::PutMode::Create) && location.as_ref().contains("/claims/") {
             self.claims.fetch_add(1, Ordering::SeqCst);
+        }
+        if let Some(gate) = self.gate.as_ref().filter(|_| location.as_ref().contains("/blocks/")) {
+            let _ = gate.acquire().await;
         }
         self.inner.put_opts(location, payload, opts).await
     }
@@ -259,4 +265,70 @@ async fn a_run_of_misses_asks_lookup_and_claim_together_and_a_hit_in_it_lets_the
     let (_, shared) = a.load(&key(), 1, 8, fetch()).await.unwrap();
     assert!(shared);
     assert_eq!(claims(), before, "a file whose blocks are found asks no claim");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocks_no_uploader_is_free_for_wait_as_keys_and_a_claimed_one_keeps_its_claim() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let store = Arc::new(CountingStore {
+        gate: Some(gate.clone()),
+        ..Default::default()
+    });
+    let a = SharedTier::with_store("mem://", store.clone(), "p");
+    let b = SharedTier::with_store("mem://", store.clone(), "p");
+    let dir = tempfile::tempdir().unwrap();
+    let disk = crate::chunk_store::DiskTier::open(dir.path(), 1 << 30).unwrap();
+    a.set_disk(disk.clone(), crate::chunk_store::BufferPool::new(8 << 20, 2));
+    // A key the disk tier takes (a hash of 8 hex digits at least).
+    let k: Arc<str> = Arc::from("xet:00aa00aa");
+    let block = |i: u64| Bytes::from(vec![i as u8; 4096]);
+    let put = |i: u64, claim: Option<Claim>| {
+        // On disk first, as the chunk store has it by the time an uploader reads it back.
+        disk.write((k.clone(), i), &block(i));
+        a.write_behind(&k, i, &block(i), claim);
+    };
+    let claimed = |i: u64| {
+        let a = a.clone();
+        let k = k.clone();
+        async move {
+            match a.claim(&k, i).await {
+                claim::Outcome::Ours(c) => c,
+                _ => panic!("block {i} was claimed already"),
+            }
+        }
+    };
+    // The uploaders of both lanes taken (their puts wait at the gate), with their blocks' bytes.
+    for i in 0..4 {
+        put(i, None);
+        put(100 + i, Some(claimed(100 + i).await));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(a.waiting_as_keys(), (0, 0));
+    // Now blocks wait as keys: unclaimed ones, and a claimed one that keeps its claim, so a node
+    // asking for it waits for this one's upload instead of fetching it from the Hub too.
+    for i in 4..8 {
+        put(i, None);
+    }
+    put(104, Some(claimed(104).await));
+    assert_eq!(a.waiting_as_keys(), (1, 4));
+    assert!(matches!(b.claim(&k, 104).await, claim::Outcome::Theirs));
+    assert_eq!(a.pending_uploads(), 13);
+    // The gate opens: every block lands, the deferred ones read back from disk, and the claim goes.
+    gate.add_permits(1000);
+    settled(&a).await;
+    for i in (0..8).chain(100..105) {
+        match b.get(&k, i, 4096).await {
+            Lookup::Hit(got) => assert_eq!(got, block(i), "block {i}"),
+            _ => panic!("block {i} is not in the store"),
+        }
+    }
+    let t = Instant::now();
+    while !matches!(b.claim(&k, 104).await, claim::Outcome::Ours(_)) {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the claim of block 104 was never let go"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(a.report().dropped, 0);
 }

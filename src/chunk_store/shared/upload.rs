@@ -1,0 +1,287 @@
+//! Write-behind: blocks fetched from the Hub go to the store in the background, on two lanes of
+//! uploaders, one for blocks this node claimed (other nodes may be waiting for them) and one for
+//! the rest, so a backlog of the second never delays the first.
+//!
+//! A block keeps its bytes only while an uploader is free for it (or, without a disk tier, up to
+//! a bound): bytes held in a queue are memory the budget counts, and a reader short of it reads its
+//! next blocks as exact ranges, which the tier never sees. Otherwise a block waits as its key and
+//! is read back from the disk tier when an uploader gets to it; a claimed one keeps its claim
+//! while it waits, as long as the lane's backlog drains within half of [`CLAIM_WAIT`] at the
+//! uploads' measured pace (past that, its claim goes so that waiters fetch it themselves, and it
+//! waits on the other lane).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use object_store::{ObjectStoreExt, PutPayload};
+
+use super::{CLAIM_WAIT, Claim, SharedTier, UPLOAD_DEADLINE, format};
+
+/// Uploads at once, per lane.
+pub(super) const UPLOADERS: usize = 4;
+
+/// Blocks queued with their bytes at most per lane (uploading or waiting) when there is no disk
+/// tier to read them back from; past it a claimed block loses its claim and goes to the other
+/// lane, an unclaimed one is dropped.
+const MAX_PENDING: usize = 16;
+
+/// Blocks waiting as keys at most on the unclaimed lane: 8 GiB of content. Past it a block is
+/// dropped.
+const MAX_BACKLOG: usize = 1024;
+
+/// A deferred block not on disk yet (its disk write is still queued) is tried again after this,
+/// up to [`DEFERRED_TRIES`] times, then dropped.
+const DEFERRED_RETRY: Duration = Duration::from_millis(500);
+const DEFERRED_TRIES: u8 = 10;
+
+/// Which lane.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum LaneId {
+    Claimed,
+    Unclaimed,
+}
+
+/// One lane: its uploaders, its blocks queued with their bytes, its blocks waiting as keys.
+/// Lock order: `backlog` is a leaf.
+pub(super) struct Lane {
+    uploaders: tokio::sync::Semaphore,
+    /// Blocks queued with bytes, plus tasks draining the backlog.
+    pending: AtomicUsize,
+    backlog: parking_lot::Mutex<VecDeque<Deferred>>,
+}
+
+impl Lane {
+    pub(super) fn new() -> Lane {
+        Lane {
+            uploaders: tokio::sync::Semaphore::new(UPLOADERS),
+            pending: AtomicUsize::new(0),
+            backlog: Default::default(),
+        }
+    }
+
+    fn waiting(&self) -> usize {
+        self.pending.load(Ordering::Acquire) + self.backlog.lock().len()
+    }
+}
+
+/// A block waiting for an uploader, to be read back from the disk tier.
+struct Deferred {
+    key: Arc<str>,
+    block: u64,
+    len: u64,
+    /// Released once the block is written or given up.
+    claim: Option<Claim>,
+    /// Times its disk read missed (see [`DEFERRED_RETRY`]), and when to read it next.
+    tries: u8,
+    not_before: Option<Instant>,
+}
+
+/// Upload time of one block, smoothed (milliseconds; 0 until the first upload).
+#[derive(Default)]
+pub(super) struct Pace(AtomicU64);
+
+impl Pace {
+    fn record(&self, took: Duration) {
+        let ms = took.as_millis().max(1) as u64;
+        let old = self.0.load(Ordering::Relaxed);
+        let new = if old == 0 { ms } else { (old * 7 + ms) / 8 };
+        self.0.store(new, Ordering::Relaxed);
+    }
+
+    /// Claimed blocks that may wait as keys: as many as the lane uploads in half of
+    /// [`CLAIM_WAIT`] at this pace (the uploaders' share before the first upload is timed).
+    fn claimed_backlog(&self) -> usize {
+        match self.0.load(Ordering::Relaxed) {
+            0 => UPLOADERS,
+            ms => ((CLAIM_WAIT.as_millis() as u64 / 2 / ms) as usize * UPLOADERS).min(MAX_BACKLOG),
+        }
+    }
+}
+
+impl SharedTier {
+    fn lane(&self, id: LaneId) -> &Lane {
+        match id {
+            LaneId::Claimed => &self.0.claimed,
+            LaneId::Unclaimed => &self.0.unclaimed,
+        }
+    }
+
+    /// Queues `data` for upload as the block's object; `claim` is released once the object is
+    /// there or given up. A read never waits for this.
+    pub fn write_behind(&self, key: &Arc<str>, block: u64, data: &Bytes, claim: Option<Claim>) {
+        if self.paused() {
+            drop(claim);
+            return;
+        }
+        let id = match claim {
+            Some(_) => LaneId::Claimed,
+            None => LaneId::Unclaimed,
+        };
+        let lane = self.lane(id);
+        let disk = self.0.disk.get().is_some();
+        let busy = disk && lane.uploaders.available_permits() == 0;
+        if !busy {
+            if lane.pending.fetch_add(1, Ordering::AcqRel) < MAX_PENDING {
+                let (this, key, data) = (self.clone(), key.clone(), data.clone());
+                tokio::spawn(async move {
+                    this.upload(id, &key, block, data).await;
+                    drop(claim);
+                    this.drain(id).await;
+                });
+                return;
+            }
+            lane.pending.fetch_sub(1, Ordering::AcqRel);
+        }
+        // The uploaders busy now take it up when they are done.
+        if disk {
+            let mut backlog = lane.backlog.lock();
+            let room = match id {
+                LaneId::Claimed => self.0.pace.claimed_backlog(),
+                LaneId::Unclaimed => MAX_BACKLOG,
+            };
+            if backlog.len() < room {
+                backlog.push_back(Deferred {
+                    key: key.clone(),
+                    block,
+                    len: data.len() as u64,
+                    claim,
+                    tries: 0,
+                    not_before: None,
+                });
+                return;
+            }
+        }
+        match claim {
+            // Others stop waiting for it (they fetch it themselves); it goes the unclaimed way.
+            Some(claim) => {
+                drop(claim);
+                self.write_behind(key, block, data, None);
+            }
+            None => {
+                self.event("dropped");
+                tracing::trace!(block, "shared cache upload queue full; block not written");
+            }
+        }
+    }
+
+    /// Uploads the lane's deferred blocks until none is left; the caller counts as pending.
+    async fn drain(&self, id: LaneId) {
+        let lane = self.lane(id);
+        loop {
+            self.drain_once(id).await;
+            lane.pending.fetch_sub(1, Ordering::AcqRel);
+            // A block deferred after the drain and before the line above would wait for the
+            // next upload: take it up again unless other uploads are at it.
+            if lane.backlog.lock().is_empty() {
+                return;
+            }
+            if lane.pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING {
+                lane.pending.fetch_sub(1, Ordering::AcqRel);
+                return;
+            }
+        }
+    }
+
+    async fn drain_once(&self, id: LaneId) {
+        let lane = self.lane(id);
+        loop {
+            let Some(d) = lane.backlog.lock().pop_front() else {
+                return;
+            };
+            if self.paused() {
+                self.event("dropped");
+                continue;
+            }
+            let Some((disk, pool)) = self.0.disk.get().cloned() else {
+                return;
+            };
+            if let Some(t) = d.not_before {
+                tokio::time::sleep_until(t.into()).await;
+            }
+            let k = (d.key.clone(), d.block);
+            let len = d.len;
+            let data = tokio::task::spawn_blocking(move || disk.read(&k, len, &pool))
+                .await
+                .ok()
+                .flatten();
+            match data {
+                Some(data) => {
+                    self.upload(id, &d.key, d.block, data).await;
+                    drop(d.claim);
+                }
+                // Deferred as soon as it was fetched, it may not be on disk yet.
+                None if d.tries < DEFERRED_TRIES => lane.backlog.lock().push_back(Deferred {
+                    tries: d.tries + 1,
+                    not_before: Some(Instant::now() + DEFERRED_RETRY),
+                    ..d
+                }),
+                None => self.event("dropped"),
+            }
+        }
+    }
+
+    /// Uploads one block (within [`UPLOAD_DEADLINE`]); a failure pauses the tier.
+    async fn upload(&self, id: LaneId, key: &str, block: u64, data: Bytes) {
+        let put = async {
+            let _permit = self.lane(id).uploaders.acquire().await.ok()?;
+            let t = Instant::now();
+            let payload: PutPayload = format::encode(key, block, &data).into_iter().collect();
+            let r = self.0.store.put(&self.block_path(key, block), payload).await;
+            Some((r, t.elapsed()))
+        };
+        match tokio::time::timeout(UPLOAD_DEADLINE, put).await {
+            Ok(Some((Ok(_), took))) => {
+                self.0.pace.record(took);
+                self.event("written");
+            }
+            Ok(Some((Err(e), _))) => {
+                self.event("upload_failed");
+                self.pause("upload", &e);
+            }
+            Ok(None) => {}
+            Err(_) => {
+                self.event("upload_failed");
+                self.pause("upload", &format!("not written within {UPLOAD_DEADLINE:?}"));
+            }
+        }
+    }
+
+    /// Blocks waiting as keys: claimed, unclaimed.
+    #[cfg(test)]
+    pub(super) fn waiting_as_keys(&self) -> (usize, usize) {
+        (
+            self.0.claimed.backlog.lock().len(),
+            self.0.unclaimed.backlog.lock().len(),
+        )
+    }
+
+    /// Uploads queued, in flight or deferred (status; tests wait for 0).
+    pub fn pending_uploads(&self) -> usize {
+        self.0.claimed.waiting() + self.0.unclaimed.waiting()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claimed_blocks_wait_as_keys_only_as_long_as_waiters_would() {
+        let pace = Pace::default();
+        assert_eq!(pace.claimed_backlog(), UPLOADERS, "before the first upload is timed");
+        pace.record(Duration::from_millis(100));
+        // 5 s at 100 ms a block on 4 uploaders.
+        assert_eq!(pace.claimed_backlog(), 200);
+        for _ in 0..64 {
+            pace.record(Duration::from_secs(2));
+        }
+        assert_eq!(pace.claimed_backlog(), 8, "a slow store keeps few claims waiting");
+        for _ in 0..64 {
+            pace.record(Duration::from_secs(20));
+        }
+        assert_eq!(pace.claimed_backlog(), 0, "a store slower than the wait keeps none");
+    }
+}
