@@ -169,6 +169,16 @@ impl Node {
         Node { dir, pid, log }
     }
 
+    /// The mount process's peak resident memory (VmHWM), MiB.
+    fn peak_rss_mib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
+        let kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+        kib.unwrap_or(0) >> 10
+    }
+
     /// Reads the file whole (4 MiB reads), calling `at` after each; its sha256 and the time taken.
     fn read(&self, mut at: impl FnMut(u64)) -> (String, Duration) {
         let t = Instant::now();
@@ -224,6 +234,10 @@ fn store_env(url: &str, mut c: Command) -> Command {
 
 fn hub_bytes(hub: &LocalHub) -> u64 {
     RouteClass::ALL.iter().map(|c| hub.stats(*c).bytes_out).sum()
+}
+
+fn hub_requests(hub: &LocalHub) -> u64 {
+    RouteClass::ALL.iter().map(|c| hub.stats(*c).requests).sum()
 }
 
 /// `hubfs cache shared URL --json`.
@@ -322,8 +336,10 @@ fn a_fleet_reads_from_the_hub_once_and_the_tier_never_fails_a_read() {
 
     // 0. The same cold read from the Hub alone (no tier), to print beside the tier's figures.
     let plain = Node::mount_hub_only(&cli, "plain");
+    hub.reset_stats();
     let (sha, hub_only) = plain.read(|_| {});
     assert_eq!(sha, want, "the node without a tier");
+    let (plain_requests, plain_rss) = (hub_requests(&hub), plain.peak_rss_mib());
     drop(plain);
 
     // 1. Four nodes one after another.
@@ -349,6 +365,12 @@ fn a_fleet_reads_from_the_hub_once_and_the_tier_never_fails_a_read() {
         mib(size, first),
         later.iter().map(|t| mib(size, *t)).collect::<Vec<_>>().join(", "),
         served as f64 / size as f64
+    );
+    let rss: Vec<String> = nodes.iter().map(|n| n.peak_rss_mib().to_string()).collect();
+    eprintln!(
+        "  Hub requests: Hub only {plain_requests}, the 4 nodes {}; peak RSS MiB: Hub only {plain_rss}, nodes 0-3 {}",
+        hub_requests(&hub),
+        rss.join(", ")
     );
     assert!(served as f64 <= size as f64 * 1.05, "Hub served {served} for {size}");
     drop(nodes);
@@ -604,8 +626,10 @@ fn another_cloud_shares_blocks(script: &'static str, bin: &str, scheme: &str) {
     let _store = Emulator::start(script, cli.path("store"));
     let run = std::process::id();
     let plain = Node::mount_hub_only(&cli, "plain");
+    hub.reset_stats();
     let (sha, hub_only) = plain.read(|_| {});
     assert_eq!(sha, want, "the node without a tier");
+    let (plain_requests, plain_rss) = (hub_requests(&hub), plain.peak_rss_mib());
     drop(plain);
 
     // One node reads from the Hub and fills the tier; the next reads from the tier.
@@ -614,7 +638,7 @@ fn another_cloud_shares_blocks(script: &'static str, bin: &str, scheme: &str) {
     hub.reset_stats();
     let (sha, t_first) = first.read(|_| {});
     assert_eq!(sha, want, "the first node");
-    let filled = hub_bytes(&hub);
+    let (filled, filled_requests) = (hub_bytes(&hub), hub_requests(&hub));
     let report = wait_uploaded(&cli, &first);
     let stored = tier_size(&cli, &url)["blocks"].as_u64().unwrap_or(0);
     eprintln!("{scheme}://: {stored} of {blocks} blocks in the tier; the first node's tier: {report}");
@@ -634,6 +658,12 @@ fn another_cloud_shares_blocks(script: &'static str, bin: &str, scheme: &str) {
         filled as f64 / size as f64,
         mib(size, t_first),
         mib(size, t_second),
+    );
+    eprintln!(
+        "  Hub requests: Hub only {plain_requests}, node 0 {filled_requests}, node 1 {}; peak RSS MiB: Hub only {plain_rss}, node 0 {}, node 1 {}",
+        hub_requests(&hub),
+        first.peak_rss_mib(),
+        second.peak_rss_mib()
     );
     assert!(
         served <= size / 20,

@@ -48,8 +48,10 @@ pub(super) enum LaneId {
 /// Lock order: `backlog` is a leaf.
 pub(super) struct Lane {
     uploaders: tokio::sync::Semaphore,
-    /// Blocks queued with bytes, plus tasks draining the backlog.
+    /// Tasks of the lane: uploads of blocks with their bytes, and drainers of the backlog.
     pending: AtomicUsize,
+    /// Blocks with their bytes: queued, read back, or uploading.
+    in_flight: AtomicUsize,
     backlog: parking_lot::Mutex<VecDeque<Deferred>>,
 }
 
@@ -58,12 +60,14 @@ impl Lane {
         Lane {
             uploaders: tokio::sync::Semaphore::new(UPLOADERS),
             pending: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(0),
             backlog: Default::default(),
         }
     }
 
     fn waiting(&self) -> usize {
-        self.pending.load(Ordering::Acquire) + self.backlog.lock().len()
+        let backlog = self.backlog.lock();
+        self.in_flight.load(Ordering::Acquire) + backlog.len()
     }
 }
 
@@ -125,17 +129,21 @@ impl SharedTier {
         let busy = disk && lane.uploaders.available_permits() == 0;
         if !busy {
             if lane.pending.fetch_add(1, Ordering::AcqRel) < MAX_PENDING {
+                lane.in_flight.fetch_add(1, Ordering::AcqRel);
                 let (this, key, data) = (self.clone(), key.clone(), data.clone());
                 tokio::spawn(async move {
-                    this.upload(id, &key, block, data).await;
+                    let lane = this.lane(id);
+                    if let Ok(permit) = lane.uploaders.acquire().await {
+                        this.upload(permit, &key, block, data).await;
+                    }
                     drop(claim);
+                    lane.in_flight.fetch_sub(1, Ordering::AcqRel);
                     this.drain(id).await;
                 });
                 return;
             }
             lane.pending.fetch_sub(1, Ordering::AcqRel);
         }
-        // The uploaders busy now take it up when they are done.
         if disk {
             let mut backlog = lane.backlog.lock();
             let room = match id {
@@ -151,6 +159,15 @@ impl SharedTier {
                     tries: 0,
                     not_before: None,
                 });
+                drop(backlog);
+                // Someone must take it up: the uploaders' own tasks drain the backlog when
+                // done, but they may have looked at it just before this push.
+                if lane.pending.fetch_add(1, Ordering::AcqRel) < MAX_PENDING {
+                    let this = self.clone();
+                    tokio::spawn(async move { this.drain(id).await });
+                } else {
+                    lane.pending.fetch_sub(1, Ordering::AcqRel);
+                }
                 return;
             }
         }
@@ -185,22 +202,43 @@ impl SharedTier {
         }
     }
 
+    /// Uploads deferred blocks until none is left. A block leaves the backlog, and its bytes are
+    /// read back, only once an uploader is free for it: drainers waiting hold no memory.
     async fn drain_once(&self, id: LaneId) {
         let lane = self.lane(id);
         loop {
-            let Some(d) = lane.backlog.lock().pop_front() else {
+            let next = lane.backlog.lock().front().map(|d| d.not_before);
+            let Some(not_before) = next else {
                 return;
             };
+            if let Some(t) = not_before {
+                tokio::time::sleep_until(t.into()).await;
+            }
+            let Ok(permit) = lane.uploaders.acquire().await else {
+                return;
+            };
+            // Counted in flight as it leaves the backlog, so that no moment shows it in neither.
+            let popped = {
+                let mut backlog = lane.backlog.lock();
+                let d = backlog.pop_front();
+                if d.is_some() {
+                    lane.in_flight.fetch_add(1, Ordering::AcqRel);
+                }
+                d
+            };
+            let Some(d) = popped else {
+                return;
+            };
+            let done = || lane.in_flight.fetch_sub(1, Ordering::AcqRel);
             if self.paused() {
                 self.event("dropped");
+                done();
                 continue;
             }
             let Some((disk, pool)) = self.0.disk.get().cloned() else {
+                done();
                 return;
             };
-            if let Some(t) = d.not_before {
-                tokio::time::sleep_until(t.into()).await;
-            }
             let k = (d.key.clone(), d.block);
             let len = d.len;
             let data = tokio::task::spawn_blocking(move || disk.read(&k, len, &pool))
@@ -209,7 +247,7 @@ impl SharedTier {
                 .flatten();
             match data {
                 Some(data) => {
-                    self.upload(id, &d.key, d.block, data).await;
+                    self.upload(permit, &d.key, d.block, data).await;
                     drop(d.claim);
                 }
                 // Deferred as soon as it was fetched, it may not be on disk yet.
@@ -220,28 +258,26 @@ impl SharedTier {
                 }),
                 None => self.event("dropped"),
             }
+            done();
         }
     }
 
-    /// Uploads one block (within [`UPLOAD_DEADLINE`]); a failure pauses the tier.
-    async fn upload(&self, id: LaneId, key: &str, block: u64, data: Bytes) {
-        let put = async {
-            let _permit = self.lane(id).uploaders.acquire().await.ok()?;
-            let t = Instant::now();
-            let payload: PutPayload = format::encode(key, block, &data).into_iter().collect();
-            let r = self.0.store.put(&self.block_path(key, block), payload).await;
-            Some((r, t.elapsed()))
-        };
+    /// Uploads one block on the uploader `_permit` holds (within [`UPLOAD_DEADLINE`]); a failure
+    /// pauses the tier.
+    async fn upload(&self, _permit: tokio::sync::SemaphorePermit<'_>, key: &str, block: u64, data: Bytes) {
+        let t = Instant::now();
+        let payload: PutPayload = format::encode(key, block, &data).into_iter().collect();
+        let path = self.block_path(key, block);
+        let put = self.0.store.put(&path, payload);
         match tokio::time::timeout(UPLOAD_DEADLINE, put).await {
-            Ok(Some((Ok(_), took))) => {
-                self.0.pace.record(took);
+            Ok(Ok(_)) => {
+                self.0.pace.record(t.elapsed());
                 self.event("written");
             }
-            Ok(Some((Err(e), _))) => {
+            Ok(Err(e)) => {
                 self.event("upload_failed");
                 self.pause("upload", &e);
             }
-            Ok(None) => {}
             Err(_) => {
                 self.event("upload_failed");
                 self.pause("upload", &format!("not written within {UPLOAD_DEADLINE:?}"));
