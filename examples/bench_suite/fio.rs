@@ -297,11 +297,16 @@ mod tests {
     use super::*;
 
     /// A stand-in for fio: stuck (asleep) on its first run, then a clean JSON report.
+    ///
+    /// Written under another name and copied into place by `cp`: a descriptor this process held
+    /// open for writing the script could be inherited by a child another test forks at that
+    /// moment, and executing the script would then fail with ETXTBSY until that child execs.
     fn fake_fio(dir: &std::path::Path) -> PathBuf {
         let script = dir.join("fio");
+        let source = dir.join("fio.src");
         let marker = dir.join("ran-once");
         std::fs::write(
-            &script,
+            &source,
             format!(
                 r#"#!/bin/sh
 if [ ! -e {m} ]; then touch {m}; exec sleep 60; fi
@@ -313,7 +318,9 @@ printf '{{\n"jobs": [{{"error": 0, "read": {{"io_bytes": 4096, "bw_bytes": 4096,
         )
         .unwrap();
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&source, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let copied = Command::new("cp").arg("-p").arg(&source).arg(&script).status().unwrap();
+        assert!(copied.success(), "cp {} {}", source.display(), script.display());
         script
     }
 
