@@ -14,6 +14,8 @@
 //! `HUBFS_SHARED_TEST_MIB` sets the file's size (default 64; BENCHMARKS ran 1024 on a release
 //! build). Without the `weed` binary (or an emulator) a test is skipped, except under CI (`CI` or
 //! `HUBFS_REQUIRE_STORES` set, as ci/test.sh does after installing them) where it fails.
+//! `HUBFS_TEST_RUST_LOG` replaces the mounts' `RUST_LOG` (e.g. `hubfs::vfs::read=trace` to see
+//! reads that went to the Hub as exact ranges).
 
 mod common;
 
