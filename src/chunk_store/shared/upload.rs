@@ -23,9 +23,9 @@ use super::{CLAIM_WAIT, Claim, SharedTier, UPLOAD_DEADLINE, format};
 /// Uploads at once, per lane.
 pub(super) const UPLOADERS: usize = 4;
 
-/// Blocks queued with their bytes at most per lane (uploading or waiting) when there is no disk
-/// tier to read them back from; past it a claimed block loses its claim and goes to the other
-/// lane, an unclaimed one is dropped.
+/// Tasks per lane at most: uploads of blocks with their bytes and drainers of the backlog.
+/// Without a disk tier to read blocks back from, it bounds the blocks queued with their bytes;
+/// past it a claimed block loses its claim and goes to the other lane, an unclaimed one is dropped.
 const MAX_PENDING: usize = 16;
 
 /// Blocks waiting as keys at most on the unclaimed lane: 8 GiB of content. Past it a block is
