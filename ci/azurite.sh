@@ -8,6 +8,8 @@
 # and its well-known key are then the defaults; AZURITE_BLOB_STORAGE_URL defaults to http://127.0.0.1:10000).
 # Azurite 3.36+ wants node >= 21; 3.35.0 runs on the machine's node 20.
 set -euo pipefail
+# shellcheck source=ci/lib.sh
+. "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 AZURITE_DIR=${AZURITE_DIR:-/var/cache/hubfs-azurite}
 AZURITE_BIN=$AZURITE_DIR/node_modules/.bin/azurite-blob
 AZURITE_VERSION=3.35.0
@@ -69,13 +71,7 @@ start() {
 }
 
 stop() {
-  local pat="--location $1( |$)"
-  pkill -f -- "$pat" || true
-  for _ in $(seq 1 40); do
-    pgrep -f -- "$pat" >/dev/null || return 0
-    sleep 0.25
-  done
-  pkill -9 -f -- "$pat" || true
+  stop_matching "--location $1( |$)"
 }
 
 case ${1:-} in

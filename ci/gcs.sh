@@ -16,6 +16,8 @@
 # The Rust side points object_store at it with a service-account key that turns OAuth off:
 #   GOOGLE_SERVICE_ACCOUNT_KEY='{"gcs_base_url":"http://127.0.0.1:4443","disable_oauth":true,"client_email":"","private_key":"","private_key_id":""}'
 set -euo pipefail
+# shellcheck source=ci/lib.sh
+. "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 GCS_DIR=${GCS_DIR:-/var/cache/hubfs-fakegcs}
 GCS_BIN=$GCS_DIR/fake-gcs-server
 GCS_VERSION=v1.56.1
@@ -156,13 +158,7 @@ start() {
 }
 
 stop() {
-  local pat="-filesystem-root=$1/data( |$)"
-  pkill -f -- "$pat" || true
-  for _ in $(seq 1 40); do
-    pgrep -f -- "$pat" >/dev/null || return 0
-    sleep 0.25
-  done
-  pkill -9 -f -- "$pat" || true
+  stop_matching "-filesystem-root=$1/data( |$)"
 }
 
 case ${1:-} in

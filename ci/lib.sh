@@ -42,3 +42,14 @@ start_local_hub() {
   PIDS+=($!)
   EP="$(wait_line "$WORK/hub.out" "endpoint: ")" || { echo "local hub did not start"; cat "$WORK/hub.err"; exit 1; }
 }
+
+# stop_matching PATTERN: stops the processes whose command line matches PATTERN (an extended regex,
+# as pkill -f takes it), then kills those still there after 10 s.
+stop_matching() {
+  pkill -f -- "$1" || true
+  for _ in $(seq 1 40); do
+    pgrep -f -- "$1" >/dev/null || return 0
+    sleep 0.25
+  done
+  pkill -9 -f -- "$1" || true
+}

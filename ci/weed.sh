@@ -6,6 +6,8 @@
 # `go install` refuses the module because of its replace directive, so a small wrapper module requires it
 # and repeats that replace line.
 set -euo pipefail
+# shellcheck source=ci/lib.sh
+. "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 WEED_DIR=${WEED_DIR:-/var/cache/hubfs-weed}
 WEED_BIN=$WEED_DIR/weed
 WEED_VERSION=v0.0.0-20261109003541-7506e5f91cd6
@@ -37,13 +39,7 @@ start() {
 }
 
 stop() {
-  local data=$1
-  pkill -f -- "-dir=$data( |$)" || true
-  for _ in $(seq 1 40); do
-    pgrep -f -- "-dir=$data( |$)" >/dev/null || return 0
-    sleep 0.25
-  done
-  pkill -9 -f -- "-dir=$data( |$)" || true
+  stop_matching "-dir=$1( |$)"
 }
 
 case ${1:-} in

@@ -306,43 +306,73 @@ fn mib(b: u64, d: Duration) -> String {
     )
 }
 
-#[test]
-fn a_fleet_reads_from_the_hub_once_and_the_tier_never_fails_a_read() {
+/// Whether a test can run: FUSE needs root, and the store's server must be installed (`found`;
+/// `install` says how). Under CI (`CI` or `HUBFS_REQUIRE_STORES`) a missing server fails.
+fn can_run(found: bool, install: &str) -> bool {
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipped: FUSE mounts need root here");
-        return;
+        return false;
     }
-    let Some(bin) = weed_bin() else {
+    if !found {
         assert!(
             std::env::var_os("CI").is_none() && std::env::var_os("HUBFS_REQUIRE_STORES").is_none(),
-            "CI must build weed first (ci/weed.sh build)"
+            "CI must install the store's server first ({install})"
         );
-        eprintln!("skipped: no weed binary (build it with ci/weed.sh build, or set HUBFS_WEED)");
+        eprintln!("skipped: the store's server is not installed ({install})");
+    }
+    found
+}
+
+/// A local Hub serving `local/shared/weights.bin` (`size` bytes of pattern `seed`), the CLI over
+/// it, and the file's sha256.
+struct Fleet {
+    rt: tokio::runtime::Runtime,
+    hub: LocalHub,
+    cli: common::isolated::Isolated,
+    want: String,
+}
+
+impl Fleet {
+    fn new(size: u64, seed: u64) -> Fleet {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let hub = rt.block_on(LocalHub::start_temp(false)).unwrap();
+        let ep = hub.endpoint().to_string();
+        let data = common::bytes(size as usize, seed);
+        let want = common::sha256_hex(&data);
+        rt.block_on(common::upload_xet_files(
+            &ep,
+            &common::Repo::model("local/shared"),
+            &[("weights.bin".to_string(), data)],
+        ));
+        let cli = common::isolated::Isolated::new(&ep);
+        Fleet { rt, hub, cli, want }
+    }
+}
+
+/// The same cold read by a node without the tier, to print beside the tier's figures: its
+/// time, Hub requests and peak RSS (MiB).
+fn hub_only_read(cli: &common::isolated::Isolated, hub: &LocalHub, want: &str) -> (Duration, u64, u64) {
+    let plain = Node::mount_hub_only(cli, "plain");
+    hub.reset_stats();
+    let (sha, took) = plain.read(|_| {});
+    assert_eq!(sha, want, "the node without a tier");
+    (took, hub_requests(hub), plain.peak_rss_mib())
+}
+
+#[test]
+fn a_fleet_reads_from_the_hub_once_and_the_tier_never_fails_a_read() {
+    let bin = weed_bin();
+    if !can_run(bin.is_some(), "ci/weed.sh build, or set HUBFS_WEED") {
         return;
-    };
+    }
     let size = test_size();
     let blocks = size.div_ceil(BLOCK);
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let hub = rt.block_on(LocalHub::start_temp(false)).unwrap();
-    let ep = hub.endpoint().to_string();
-    let data = common::bytes(size as usize, 32);
-    let want = common::sha256_hex(&data);
-    rt.block_on(common::upload_xet_files(
-        &ep,
-        &common::Repo::model("local/shared"),
-        &[("weights.bin".to_string(), data)],
-    ));
-    let cli = common::isolated::Isolated::new(&ep);
-    let mut weed = Weed::start(&bin, &cli.path("weed"));
+    let Fleet { rt, hub, cli, want } = Fleet::new(size, 32);
+    let mut weed = Weed::start(&bin.unwrap(), &cli.path("weed"));
     let run = std::process::id();
 
     // 0. The same cold read from the Hub alone (no tier), to print beside the tier's figures.
-    let plain = Node::mount_hub_only(&cli, "plain");
-    hub.reset_stats();
-    let (sha, hub_only) = plain.read(|_| {});
-    assert_eq!(sha, want, "the node without a tier");
-    let (plain_requests, plain_rss) = (hub_requests(&hub), plain.peak_rss_mib());
-    drop(plain);
+    let (hub_only, plain_requests, plain_rss) = hub_only_read(&cli, &hub, &want);
 
     // 1. Four nodes one after another.
     let url = format!("s3://{BUCKET}/seq-{run}");
@@ -600,39 +630,20 @@ impl Drop for Emulator {
 /// Two nodes one after another, two at once, and a trim, over the store `scheme` names, served by
 /// the emulator `script` starts (installed at `bin` by its `build`).
 fn another_cloud_shares_blocks(script: &'static str, bin: &str, scheme: &str) {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: FUSE mounts need root here");
-        return;
-    }
-    if !Path::new(bin).exists() {
-        assert!(
-            std::env::var_os("CI").is_none() && std::env::var_os("HUBFS_REQUIRE_STORES").is_none(),
-            "CI must install the emulator first (ci/{script} build)"
-        );
-        eprintln!("skipped: no {bin} (install it with ci/{script} build)");
+    if !can_run(Path::new(bin).exists(), &format!("ci/{script} build")) {
         return;
     }
     let size = test_size();
     let blocks = size.div_ceil(BLOCK);
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let hub = rt.block_on(LocalHub::start_temp(false)).unwrap();
-    let ep = hub.endpoint().to_string();
-    let data = common::bytes(size as usize, 33);
-    let want = common::sha256_hex(&data);
-    rt.block_on(common::upload_xet_files(
-        &ep,
-        &common::Repo::model("local/shared"),
-        &[("weights.bin".to_string(), data)],
-    ));
-    let cli = common::isolated::Isolated::new(&ep);
+    let Fleet {
+        rt: _rt,
+        hub,
+        cli,
+        want,
+    } = Fleet::new(size, 33);
     let _store = Emulator::start(script, cli.path("store"));
     let run = std::process::id();
-    let plain = Node::mount_hub_only(&cli, "plain");
-    hub.reset_stats();
-    let (sha, hub_only) = plain.read(|_| {});
-    assert_eq!(sha, want, "the node without a tier");
-    let (plain_requests, plain_rss) = (hub_requests(&hub), plain.peak_rss_mib());
-    drop(plain);
+    let (hub_only, plain_requests, plain_rss) = hub_only_read(&cli, &hub, &want);
 
     // One node reads from the Hub and fills the tier; the next reads from the tier.
     let url = format!("{scheme}://{BUCKET}/seq-{run}");
