@@ -3,9 +3,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 
-use crate::local_hub::{FaultSettings, LocalHub, LocalHubConfig, RouteClass, TokenSpec};
+use crate::local_hub::{FaultSettings, LocalHub, LocalHubConfig, RequestWindows, RouteClass, Tier, TokenSpec};
 use crate::process::signals::{StopSignals, runtime};
 
 #[derive(Args, Debug)]
@@ -41,8 +41,81 @@ pub struct LocalHubArgs {
     /// the Hub's clients split their requests; more is refused with a 400. 0 for no limit.
     #[arg(long, value_name = "N", default_value_t = crate::local_hub::limits::MAX_BUCKET_BATCH_OPS)]
     pub bucket_batch_limit: usize,
+    /// The Hub's request windows: `on` counts requests per user (per IP without a token) in fixed
+    /// windows and answers the Hub's 429 past each bucket's quota (api, resolvers, pages); `off`
+    /// counts nothing (for benchmarks that make more requests than the Hub allows).
+    #[arg(long, value_name = "on|off", default_value = "on")]
+    pub request_windows: OnOff,
+    /// Length of the fixed request window in seconds (the Hub: 300).
+    #[arg(long, value_name = "N", default_value_t = crate::local_hub::windows::HUB_WINDOW_SECS,
+          value_parser = parse_window_secs)]
+    pub request_window_secs: u64,
+    /// Multiplies every documented quota (rounded up, at least 1): e.g. 0.1 with
+    /// --request-window-secs 30 is the Hub's strictness in a tenth of the time.
+    #[arg(long, value_name = "F", default_value_t = 1.0, value_parser = parse_quota_scale, allow_hyphen_values = true)]
+    pub request_quota_scale: f64,
+    /// A user's plan for the request quotas (repeatable): free (the default), pro, team,
+    /// enterprise or enterprise-plus.
+    #[arg(long = "rate-tier", value_name = "USER=TIER", value_parser = parse_rate_tier)]
+    pub rate_tiers: Vec<(String, Tier)>,
+    /// Requests per window to the Xet CAS API, per user or IP (not scaled). 0 for no limit: the
+    /// Hub does not document the CAS's.
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = parse_cas_quota, allow_hyphen_values = true)]
+    pub cas_request_quota: u64,
     #[command(flatten)]
     pub faults: FaultArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+fn parse_window_secs(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{s:?} is not a whole number of seconds ≥ 1")),
+    }
+}
+
+fn parse_cas_quota(s: &str) -> Result<u64, String> {
+    s.trim()
+        .parse::<u64>()
+        .map_err(|_| format!("{s:?} is not a whole number ≥ 0 (requests per window; 0 for no limit)"))
+}
+
+fn parse_quota_scale(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number (e.g. 1, 0.1, 2.5)"))?;
+    let w = RequestWindows {
+        quota_scale: v,
+        ..RequestWindows::default()
+    };
+    w.validate().map(|_| v)
+}
+
+fn parse_rate_tier(s: &str) -> Result<(String, Tier), String> {
+    let (user, tier) = s.split_once('=').ok_or_else(|| {
+        format!("{s:?}: expected USER=TIER, TIER one of free, pro, team, enterprise, enterprise-plus")
+    })?;
+    crate::local_hub::names::validate_name_part(user)
+        .map_err(|_| format!("invalid user name {user:?} (letters, digits, '-', '_', '.')"))?;
+    Ok((user.to_string(), tier.parse()?))
+}
+
+impl LocalHubArgs {
+    fn request_windows(&self) -> RequestWindows {
+        RequestWindows {
+            enabled: self.request_windows == OnOff::On,
+            window_secs: self.request_window_secs,
+            quota_scale: self.request_quota_scale,
+            tiers: self.rate_tiers.iter().cloned().collect(),
+            cas_quota: self.cas_request_quota,
+        }
+    }
 }
 
 /// Sets one knob of a class's fault settings.
@@ -132,6 +205,7 @@ impl FaultArgs {
 pub fn run(args: LocalHubArgs) -> anyhow::Result<()> {
     let faults = args.faults.to_settings()?;
     let default_tokens = args.tokens.is_empty();
+    let request_windows = args.request_windows();
     let cfg = LocalHubConfig {
         data_dir: args.data_dir,
         addr: args.addr,
@@ -141,6 +215,7 @@ pub fn run(args: LocalHubArgs) -> anyhow::Result<()> {
         commit_limit: args.commit_limit,
         dir_entry_limit: args.dir_entry_limit,
         bucket_batch_limit: args.bucket_batch_limit,
+        request_windows,
     };
     let rt = runtime()?;
     rt.block_on(async move {

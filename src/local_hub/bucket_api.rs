@@ -410,7 +410,7 @@ async fn xet_token(state: &HubState, req: Req, id: BucketId, write: bool) -> Hub
     } else {
         readable(state, &id, req.caller.as_ref())?;
     }
-    Ok(super::xet::token_response(state, write))
+    Ok(super::xet::token_response(state, write, req.caller.as_ref()))
 }
 
 /// `HEAD|GET /buckets/{id}/resolve/{path}`: the Xet headers of a repo's Xet file (hash, token and

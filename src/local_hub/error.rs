@@ -43,6 +43,9 @@ pub enum HubError {
     /// The repo's commit budget is spent (see `limits`): 429 with `Retry-After` and `RateLimit`.
     #[error("{}", .0.message())]
     CommitRateLimited(super::limits::CommitRateLimited),
+    /// A request window's quota is spent (see `windows`): 429 with `Retry-After` and `RateLimit`.
+    #[error("{}", .0.message())]
+    RequestRateLimited(Box<super::windows::RequestRateLimited>),
 }
 
 impl HubError {
@@ -73,7 +76,7 @@ impl HubError {
             HubError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             HubError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             HubError::Upstream(_) => StatusCode::BAD_GATEWAY,
-            HubError::CommitRateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            HubError::CommitRateLimited(_) | HubError::RequestRateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -136,6 +139,14 @@ impl IntoResponse for HubError {
                 ("ratelimit", r.ratelimit_header()),
                 ("ratelimit-policy", r.policy_header()),
             ] {
+                if let Ok(v) = HeaderValue::from_str(&value) {
+                    headers.insert(name, v);
+                }
+            }
+        }
+        if let HubError::RequestRateLimited(r) = &self {
+            let [ratelimit, policy] = r.charge.headers();
+            for (name, value) in [("retry-after", r.charge.reset_secs.to_string()), ratelimit, policy] {
                 if let Ok(v) = HeaderValue::from_str(&value) {
                     headers.insert(name, v);
                 }

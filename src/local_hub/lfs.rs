@@ -83,7 +83,8 @@ pub async fn batch(state: &HubState, req: Req, id: RepoId) -> HubResult<Response
         let mut obj = json!({"oid": o.oid, "size": o.size, "authenticated": true});
         if upload {
             if !present {
-                obj["actions"] = upload_actions(state, &req.base, &id, transfer, &o.oid, o.size);
+                let user = req.caller.as_ref().map(|c| c.user.as_str());
+                obj["actions"] = upload_actions(state, &req.base, &id, transfer, &o.oid, o.size, user);
             }
         } else if present {
             let entry =
@@ -100,11 +101,19 @@ pub async fn batch(state: &HubState, req: Req, id: RepoId) -> HubResult<Response
     ))
 }
 
-fn upload_actions(state: &HubState, base: &str, id: &RepoId, transfer: &str, oid: &str, size: u64) -> Value {
+fn upload_actions(
+    state: &HubState,
+    base: &str,
+    id: &RepoId,
+    transfer: &str,
+    oid: &str,
+    size: u64,
+    user: Option<&str>,
+) -> Value {
     let verify = json!({"href": format!("{base}/{}.git/info/lfs/objects/verify", id.web_path()), "header": {}});
     match transfer {
         "xet" => {
-            let (token, exp) = state.issue_cas_token(true);
+            let (token, exp) = state.issue_cas_token(true, user);
             json!({"upload": {
                 "href": format!("{base}{}/xet-write-token/main", id.api_path()),
                 "header": {

@@ -24,6 +24,7 @@ pub mod seed;
 mod server;
 mod state;
 pub mod store;
+pub mod windows;
 mod xet;
 mod xet_batch;
 
@@ -31,3 +32,4 @@ pub use auth::{DEFAULT_READ_TOKEN, DEFAULT_WRITE_TOKEN, Role, TokenSpec};
 pub use faults::{ClassStatsSnapshot, FaultSettings, RouteClass};
 pub use limits::{CommitLimit, RepoCommitStats};
 pub use server::{LocalHub, LocalHubConfig};
+pub use windows::{RequestWindows, Tier};

@@ -61,7 +61,7 @@ fn err(e: impl std::fmt::Display) -> anyhow::Error {
 async fn upload_xet(state: &HubState, name: &str, data: Vec<u8>) -> anyhow::Result<FileEntry> {
     let sha = hex::encode(Sha256::digest(&data));
     let size = data.len() as u64;
-    let (token, exp) = state.issue_cas_token(true);
+    let (token, exp) = state.issue_cas_token(true, None);
     // The client-side shard cache lives with the data it describes, not in the user's home.
     let session = XetSessionBuilder::new()
         .with_cache_dir(state.store.root().join("seed-client-cache"))

@@ -25,6 +25,7 @@ use super::limits::{CommitLimit, RepoCommitStats};
 use super::routes::Route;
 use super::state::{HubState, HubStateParts, random_hex};
 use super::store::{RefKind, Store};
+use super::windows::{Origin, RequestWindows, WindowStats};
 use super::{api_read, api_write, bucket_api, discussions, lfs, resolve, xet};
 
 /// One request as the route handlers see it.
@@ -55,6 +56,10 @@ pub struct LocalHubConfig {
     /// Most operations one bucket batch (and paths one bucket paths-info) may carry; more is
     /// refused with a 400. Default: 1,000, where the Hub's clients split; 0 for no limit.
     pub bucket_batch_limit: usize,
+    /// The Hub's request windows (`api`, `resolvers`, `pages` quotas per 5 minutes, per user or
+    /// IP), past which requests get the Hub's 429. Default: as strict as the Hub, every user on the
+    /// free tier; [`RequestWindows::off`] for tests that need more.
+    pub request_windows: RequestWindows,
 }
 
 impl LocalHubConfig {
@@ -68,6 +73,7 @@ impl LocalHubConfig {
             commit_limit: CommitLimit::default(),
             dir_entry_limit: super::limits::MAX_DIR_ENTRIES,
             bucket_batch_limit: super::limits::MAX_BUCKET_BATCH_OPS,
+            request_windows: RequestWindows::default(),
         }
     }
 }
@@ -91,7 +97,9 @@ async fn bind(addr: SocketAddr) -> anyhow::Result<(TcpListener, String)> {
 fn serve(listener: TcpListener, router: Router) -> JoinHandle<()> {
     let router = router.layer(axum::middleware::from_fn(super::http_util::close_when_body_unread));
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, router.into_make_service()).await {
+        // The peer address is what anonymous requests are counted by (request windows).
+        let service = router.into_make_service_with_connect_info::<SocketAddr>();
+        if let Err(e) = axum::serve(listener, service).await {
             tracing::error!(error = %e, "local hub listener failed");
         }
     })
@@ -127,6 +135,9 @@ fn load_secret(dir: &std::path::Path) -> anyhow::Result<Vec<u8>> {
 
 impl LocalHub {
     pub async fn start(cfg: LocalHubConfig) -> anyhow::Result<LocalHub> {
+        cfg.request_windows
+            .validate()
+            .map_err(|e| anyhow::anyhow!("request windows: {e}"))?;
         std::fs::create_dir_all(&cfg.data_dir)
             .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {e}", cfg.data_dir.display()))?;
         let store = Store::open(&cfg.data_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -186,6 +197,7 @@ impl LocalHub {
             http,
             secret: load_secret(&cfg.data_dir)?,
             commit_limit: cfg.commit_limit,
+            request_windows: cfg.request_windows.clone(),
         }));
 
         let with_faults = |r: Router, class: Option<RouteClass>| {
@@ -194,13 +206,28 @@ impl LocalHub {
                 super::faults::layer,
             ))
         };
-        let api = with_faults(Router::new().fallback(api_entry).with_state(state.clone()), None);
+        // Inside the faults layer: a refused request is still a request of its class, and an
+        // injected fault is answered before the window counts it.
+        let with_windows = |r: Router, origin: Origin| {
+            r.layer(axum::middleware::from_fn_with_state(
+                (state.clone(), origin),
+                super::windows::layer,
+            ))
+        };
+        let api = with_faults(
+            with_windows(Router::new().fallback(api_entry).with_state(state.clone()), Origin::Api),
+            None,
+        );
+        // The blob origin is the Hub's CDN: no request windows there.
         let blob = with_faults(
             Router::new().fallback(blob_entry).with_state(state.clone()),
             Some(RouteClass::Resolve),
         );
         let casr = with_faults(
-            Router::new().fallback(xet::cas_front).with_state(state.clone()),
+            with_windows(
+                Router::new().fallback(xet::cas_front).with_state(state.clone()),
+                Origin::Cas,
+            ),
             Some(RouteClass::Cas),
         );
         let tasks = vec![cas_task, serve(api_l, api), serve(blob_l, blob), serve(cas_l, casr)];
@@ -310,6 +337,26 @@ impl LocalHub {
 
     pub fn set_bucket_batch_limit(&self, n: usize) {
         self.state.buckets.set_batch_limit(n);
+    }
+
+    /// The request windows now in force.
+    pub fn request_windows(&self) -> RequestWindows {
+        self.state.windows.settings()
+    }
+
+    /// Changes the request windows; counts of the current window carry on.
+    pub fn set_request_windows(&self, settings: RequestWindows) -> Result<(), String> {
+        self.state.windows.set_settings(settings)
+    }
+
+    /// Requests per user or IP and bucket in the current window, and refusals.
+    pub fn request_window_stats(&self) -> WindowStats {
+        self.state.windows.stats()
+    }
+
+    /// Forgets every count: a fresh window for every user and IP.
+    pub fn reset_request_windows(&self) {
+        self.state.windows.reset();
     }
 
     pub fn stats(&self, class: RouteClass) -> super::faults::ClassStatsSnapshot {
@@ -446,13 +493,15 @@ async fn admin_faults(state: &HubState, req: Req) -> HubResult<Response> {
 /// bucket batch (`"bucket_batch_limit": 1000`, 0 = none) and each repo's commits
 /// (`in_window`, `total`, `refused`, `retry_after`). `POST` with `{"commit_limit": "6/60"}`,
 /// `{"dir_entry_limit": N}`, `{"bucket_batch_limit": N}` and/or `{"reset_commits": true}` (forgets every repo's commits) changes
-/// those; settings left out keep their value. Needs a write token, as `/admin/faults`.
+/// those; settings left out keep their value. `"request_windows"` shows and takes the request
+/// windows' settings (see `RequestWindows::apply_json`). Needs a write token, as `/admin/faults`.
 async fn admin_limits(state: &HubState, req: Req) -> HubResult<Response> {
     if let Some(v) = admin_post(req).await? {
         let mut limit = None;
         let mut entries = None;
         let mut bucket_ops = None;
         let mut reset = false;
+        let mut windows = None;
         for (k, v) in &v {
             match (k.as_str(), v) {
                 ("commit_limit", Value::String(s)) => {
@@ -475,9 +524,16 @@ async fn admin_limits(state: &HubState, req: Req) -> HubResult<Response> {
                     bucket_ops = Some(n);
                 }
                 ("reset_commits", Value::Bool(b)) => reset = *b,
+                ("request_windows", v) => {
+                    let mut w = state.windows.settings();
+                    let reset = w
+                        .apply_json(v)
+                        .map_err(|e| HubError::bad_request(format!("Invalid request_windows: {e}")))?;
+                    windows = Some((w, reset));
+                }
                 _ => {
                     return Err(HubError::bad_request(format!(
-                        "Unknown or invalid setting {k:?}: use \"commit_limit\": \"N/SECONDS\" (or \"0\"), \"dir_entry_limit\": N, \"bucket_batch_limit\": N and \"reset_commits\": true"
+                        "Unknown or invalid setting {k:?}: use \"commit_limit\": \"N/SECONDS\" (or \"0\"), \"dir_entry_limit\": N, \"bucket_batch_limit\": N, \"reset_commits\": true and \"request_windows\": {{...}}"
                     )));
                 }
             }
@@ -498,6 +554,13 @@ async fn admin_limits(state: &HubState, req: Req) -> HubResult<Response> {
             state.commits.reset();
             tracing::info!("commit counts reset");
         }
+        if let Some((w, reset)) = windows {
+            state.windows.set_settings(w).map_err(HubError::BadRequest)?;
+            if reset {
+                state.windows.reset();
+            }
+            tracing::info!(reset, "request windows changed");
+        }
     }
     Ok(json_response(
         StatusCode::OK,
@@ -506,17 +569,21 @@ async fn admin_limits(state: &HubState, req: Req) -> HubResult<Response> {
             "dir_entry_limit": state.store.dir_entry_limit(),
             "bucket_batch_limit": state.buckets.batch_limit(),
             "repos": state.commits.stats(),
+            "request_windows": state.windows.settings().to_json(),
         }),
     ))
 }
 
-/// `GET /admin/stats[?reset=1]`: requests, body bytes and injected faults per class.
+/// `GET /admin/stats[?reset=1]`: requests, body bytes and injected faults per class, and
+/// `"request_windows"`: each user's and IP's requests in the current window (`reset` leaves those).
 async fn admin_stats(state: &HubState, req: Req) -> HubResult<Response> {
-    let v: serde_json::Map<String, Value> = RouteClass::EVERY
+    let mut v: serde_json::Map<String, Value> = RouteClass::EVERY
         .iter()
         .map(|c| Ok((c.name().to_string(), serde_json::to_value(state.faults.stats(*c))?)))
         .collect::<Result<_, serde_json::Error>>()
         .map_err(|e| HubError::Internal(e.to_string()))?;
+    let windows = serde_json::to_value(state.windows.stats()).map_err(|e| HubError::Internal(e.to_string()))?;
+    v.insert("request_windows".to_string(), windows);
     if super::http_util::query_flag(&req.query, "reset") {
         state.faults.reset_stats();
     }

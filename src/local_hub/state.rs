@@ -15,12 +15,15 @@ use super::faults::Faults;
 use super::limits::{CommitLimit, CommitLimiter};
 use super::names::RepoId;
 use super::store::{RepoState, Store};
+use super::windows::{RequestWindows, WindowLimiter};
 
 /// A CAS access token handed out by xet-read-token / xet-write-token.
 #[derive(Debug, Clone)]
 pub struct CasGrant {
     pub write: bool,
     pub expires: u64,
+    /// The user the token was issued to (`None`: anonymous), whose window the CAS requests use.
+    pub user: Option<String>,
 }
 
 /// How long issued CAS tokens and presigned blob URLs stay valid.
@@ -49,6 +52,8 @@ pub struct HubState {
     pub xet_uploads: std::sync::atomic::AtomicBool,
     /// The commit budget of every repo (the Hub's "128 commits per hour").
     pub commits: CommitLimiter,
+    /// Requests per user or IP in the Hub's fixed windows (the `api`, `resolvers`, … quotas).
+    pub windows: WindowLimiter,
 }
 
 pub fn unix_now() -> u64 {
@@ -77,6 +82,7 @@ pub struct HubStateParts {
     pub http: reqwest::Client,
     pub secret: Vec<u8>,
     pub commit_limit: CommitLimit,
+    pub request_windows: RequestWindows,
 }
 
 impl HubState {
@@ -97,6 +103,7 @@ impl HubState {
             cas_grants: Mutex::new(HashMap::new()),
             xet_uploads: std::sync::atomic::AtomicBool::new(true),
             commits: CommitLimiter::new(p.commit_limit),
+            windows: WindowLimiter::new(p.request_windows),
         }
     }
 
@@ -145,13 +152,20 @@ impl HubState {
 
     /// Issues a CAS token. Expired grants are dropped on the way so the table stays bounded by the
     /// number of live tokens.
-    pub fn issue_cas_token(&self, write: bool) -> (String, u64) {
+    pub fn issue_cas_token(&self, write: bool, user: Option<&str>) -> (String, u64) {
         let now = unix_now();
         let token = format!("xet_{}", random_hex(16));
         let expires = now + GRANT_TTL.as_secs();
         let mut g = self.cas_grants.lock();
         g.retain(|_, v| v.expires > now);
-        g.insert(token.clone(), CasGrant { write, expires });
+        g.insert(
+            token.clone(),
+            CasGrant {
+                write,
+                expires,
+                user: user.map(str::to_string),
+            },
+        );
         (token, expires)
     }
 

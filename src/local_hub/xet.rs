@@ -15,6 +15,7 @@ use base64::Engine;
 use serde_json::json;
 use xet_core_structures::metadata_shard::streaming_shard::MDBMinimalShard;
 
+use super::auth::Caller;
 use super::error::{HubError, HubResult};
 use super::http_util::{json_response, read_body, set_header};
 use super::names::RepoId;
@@ -36,13 +37,13 @@ pub async fn token(state: &HubState, req: Req, id: RepoId, rev: String, write: b
         let repo = state.readable_repo(&id, req.caller.as_ref())?;
         state.store.resolve(&repo, &rev)?;
     }
-    Ok(token_response(state, write))
+    Ok(token_response(state, write, req.caller.as_ref()))
 }
 
 /// A fresh CAS token as the Hub hands it out: in the JSON body (hf_xet, hf-hub, hf-mount read it)
 /// and in `X-Xet-*` headers (Python's downloader reads only those). Shared by repos and buckets.
-pub fn token_response(state: &HubState, write: bool) -> Response {
-    let (token, exp) = state.issue_cas_token(write);
+pub fn token_response(state: &HubState, write: bool, caller: Option<&Caller>) -> Response {
+    let (token, exp) = state.issue_cas_token(write, caller.map(|c| c.user.as_str()));
     let mut resp = json_response(
         StatusCode::OK,
         &json!({"casUrl": state.cas_url, "accessToken": token, "exp": exp}),
@@ -77,7 +78,7 @@ pub fn shard_bindings(shard: &[u8]) -> HubResult<Vec<XetBinding>> {
 }
 
 /// Paths of the CAS that need no bearer token: presigned fetch URLs and grant uploads.
-fn is_presigned(path: &str) -> bool {
+pub fn is_presigned(path: &str) -> bool {
     path.starts_with("/v1/fetch_term") || path.starts_with("/simulation/xorb-uploads/")
 }
 

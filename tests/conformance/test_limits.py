@@ -1,17 +1,21 @@
-"""The Hub's commit budget per repository (128 commits per hour on the free plan) as the stock client sees it.
+"""The Hub's limits as the stock client sees them: the commit budget per repository (128 commits per hour on
+the free plan) and the request windows (per user, per 5-minute window and bucket).
 
-One server serves the whole session with the default budget (128/3600): the test tightens it through the
-local Hub's admin endpoint (`/admin/limits`, write token) for a repo of its own and restores it afterwards.
+One server serves the whole session with the Hub's defaults: each test tightens a limit through the local
+Hub's admin endpoint (`/admin/limits`, write token), on a repo of its own, and restores it afterwards.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
+import time
 import urllib.request
 
 import pytest
 
-from conftest import LOCAL_WRITE, http_status, unique
+from conftest import ALICE, LOCAL_WRITE, http_status, unique
 
 
 def _limits(endpoint: str, body: dict | None = None) -> dict:
@@ -60,3 +64,62 @@ def test_commit_past_the_budget_is_429(hf, api, endpoint):
     # Back to 128 per hour: the repo commits again.
     api.upload_file(path_or_fileobj=b"2\n", path_in_repo="f2.txt", repo_id=repo_id, commit_message="later")
     assert "f2.txt" in api.list_repo_files(repo_id)
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_request_window_429_is_waited_out(hf, api, endpoint, cache_dir):
+    """A spent `resolvers` window: the stock client's download meets the Hub's 429, waits the `t` seconds of
+    its `RateLimit` header, and then succeeds."""
+    from huggingface_hub import CommitOperationAdd, hf_hub_download
+
+    repo_id = f"alice/{unique('windows')}"
+    api.create_repo(repo_id)
+    files = {f"f{i}.txt": (f"file {i}\n" * (i + 1)).encode() for i in range(3)}
+    api.create_commit(repo_id, [CommitOperationAdd(name, data) for name, data in files.items()],
+                      commit_message="three small files")
+    before = _limits(endpoint)["request_windows"]
+    # 6 s windows at 3/5000 of the quotas: alice (free) has 3 resolver requests per window. Each download of
+    # a small file is a HEAD and a GET of its /resolve/ URL, so the second file's GET is refused.
+    v = _limits(endpoint, {"request_windows": {"window_secs": 6, "quota_scale": 0.0006, "reset": True}})
+    assert v["request_windows"]["quotas"]["free"]["resolvers"] == 3, v
+    records = _Records()
+    http_logger = logging.getLogger("huggingface_hub.utils._http")
+    http_logger.addHandler(records)
+    try:
+        # Start early in a window, so the 429 comes with most of the window left to wait.
+        while time.time() % 6 > 0.3:
+            time.sleep(0.05)
+        _limits(endpoint, {"request_windows": {"reset": True}})
+        start = time.monotonic()
+        paths = {name: hf_hub_download(repo_id, name, token=ALICE, cache_dir=cache_dir) for name in files}
+        elapsed = time.monotonic() - start
+        stats = _stats(endpoint)["request_windows"]
+    finally:
+        http_logger.removeHandler(records)
+        _limits(endpoint, {"request_windows": {"window_secs": before["window_secs"],
+                                               "quota_scale": before["quota_scale"], "reset": True}})
+    for name, path in paths.items():
+        with open(path, "rb") as f:
+            assert f.read() == files[name], name
+    # The client says how long it waits: the 429's `t`, plus one second of its own.
+    waits = [float(w) for m in records.messages for w in re.findall(r"Rate limited\. Waiting ([0-9.]+)s", m)]
+    assert len(waits) == 1, records.messages
+    t = waits[0] - 1
+    assert 4 <= t <= 6, f"the 429 came early in a 6 s window, yet t={t}"
+    assert elapsed >= t, f"took {elapsed:.1f}s, less than the {t}s wait"
+    assert stats["refused"]["resolvers"] >= 1, stats
+    assert stats["keys"]["user:alice"]["resolvers"]["refused"] >= 1, stats
+
+
+def _stats(endpoint: str) -> dict:
+    req = urllib.request.Request(f"{endpoint}/admin/stats", headers={"authorization": f"Bearer {LOCAL_WRITE}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.load(r)
