@@ -65,6 +65,7 @@ impl Bench {
             token: Some(DEFAULT_WRITE_TOKEN.to_string()),
             timeout: Duration::from_secs(60),
             max_retries: 2,
+            patience: std::time::Duration::ZERO,
             ..HubClientConfig::from_env()
         }
     }

@@ -141,6 +141,7 @@ impl Bench {
             token: Some(DEFAULT_WRITE_TOKEN.to_string()),
             timeout: Duration::from_secs(30),
             max_retries: 2,
+            patience: std::time::Duration::ZERO,
             ..HubClientConfig::from_env()
         }
     }

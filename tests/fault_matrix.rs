@@ -172,6 +172,7 @@ fn client_cfg(hub: &LocalHub) -> HubClientConfig {
         token: hub.write_token(),
         timeout: TIMEOUT,
         max_retries: RETRIES,
+        patience: std::time::Duration::ZERO,
         ..HubClientConfig::default()
     }
 }

@@ -44,6 +44,7 @@ impl Env {
             token: if token { self.hub().write_token() } else { None },
             timeout: Duration::from_secs(5),
             max_retries: 1,
+            patience: std::time::Duration::ZERO,
             ..HubClientConfig::from_env()
         }
     }

@@ -23,6 +23,7 @@ fn client_with(hub: &LocalHub, token: Option<&str>, timeout: Duration, max_retri
         token: token.map(str::to_string),
         timeout,
         max_retries,
+        patience: Duration::ZERO,
         ..Default::default()
     })
     .expect("client")
@@ -521,6 +522,7 @@ async fn server_errors_exhaust_retries_within_bound() {
     let bound = HubClientConfig {
         timeout: Duration::from_secs(5),
         max_retries: 3,
+        patience: Duration::ZERO,
         ..Default::default()
     }
     .exchange_time_bound();
@@ -915,6 +917,7 @@ async fn redirects_drop_the_token_and_are_cached() {
         token: Some(secret.to_string()),
         timeout: Duration::from_secs(5),
         max_retries: 1,
+        patience: Duration::ZERO,
         ..Default::default()
     })
     .unwrap();

@@ -102,6 +102,7 @@ impl Fixture {
             token: self.hub().write_token(),
             timeout: Duration::from_secs(30),
             max_retries: 1,
+            patience: std::time::Duration::ZERO,
             ..HubClientConfig::default()
         };
         let client = HubClient::new(cfg).unwrap();

@@ -112,6 +112,11 @@ pub struct SourceArgs {
     /// (docs/CONFIGURATION.md).
     #[arg(long, value_name = "URL", env = "HUBFS_SHARED_CACHE")]
     pub shared_cache: Option<String>,
+    /// How long a read waits for the Hub when it refuses a request for one of its request windows
+    /// (429: a window lasts 5 minutes), cannot be reached, or answers 5xx, before the read fails
+    /// with EIO, e.g. 10m, 1h. Background work (prefetch) never waits. 0: a few quick retries only.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub max_hub_wait: Duration,
     /// Serve Prometheus metrics at http://HOST:PORT/metrics (docs/METRICS.md).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<std::net::SocketAddr>,
@@ -146,6 +151,7 @@ impl SourceArgs {
             client.token = Some(t.clone());
         }
         client.tree_expand = self.file_times == "last-commit";
+        client.patience = self.max_hub_wait;
         // SAFETY: getuid/getgid have no preconditions.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let vfs = VfsOptions {

@@ -23,6 +23,9 @@ pub struct MountStatus {
     pub writable: Option<StatusReport>,
     /// Where the mount's memory is (asked live; `None` if it did not answer).
     pub memory: Option<crate::chunk_store::MemoryReport>,
+    /// The Hub's request windows as the mount met them (asked live): requests and refusals per
+    /// bucket, what is left, and until when requests wait.
+    pub hub: Option<Vec<crate::hub_client::windows::BucketReport>>,
 }
 
 /// Running mounts, optionally only those using `cache_dir`.
@@ -37,9 +40,9 @@ pub fn running(cache_dir: Option<&Path>) -> Vec<MountStatus> {
                 .control_socket
                 .as_deref()
                 .and_then(|s| crate::process::control::live_status(Path::new(s), LIVE_STATUS_TIMEOUT));
-            let (live, memory) = match live {
-                Some(a) => (a.status, a.memory),
-                None => (None, None),
+            let (live, memory, hub) = match live {
+                Some(a) => (a.status, a.memory, a.hub),
+                None => (None, None, None),
             };
             let writable = live.or_else(|| {
                 r.status_file.as_ref().and_then(|f| {
@@ -52,6 +55,7 @@ pub fn running(cache_dir: Option<&Path>) -> Vec<MountStatus> {
                 mount: r,
                 writable,
                 memory,
+                hub,
             }
         })
         .collect()
@@ -99,6 +103,33 @@ fn prune_status_files(cache_dir: &Path) {
             && crate::process::registry::start_time(pid).is_none()
         {
             let _ = std::fs::remove_file(&p);
+        }
+    }
+}
+
+/// One line per request bucket the mount used: `hub api: 412 requests, 588 of 1000 left`, and
+/// `waiting until … (the window is spent)` while one is closed.
+fn print_hub(buckets: &[crate::hub_client::windows::BucketReport]) {
+    for b in buckets {
+        let mut line = format!("  hub {}: {} requests", b.bucket, b.requests);
+        if b.refused > 0 {
+            line.push_str(&format!(", {} refused (429)", b.refused));
+        }
+        match (b.remaining, b.quota) {
+            (Some(r), Some(q)) => line.push_str(&format!(", {r} of {q} left in the window")),
+            (Some(r), None) => line.push_str(&format!(", {r} left in the window")),
+            _ => {}
+        }
+        if b.deferred > 0 {
+            line.push_str(&format!(", {} background requests deferred", b.deferred));
+        }
+        println!("{line}");
+        if let Some(until) = &b.waiting_until {
+            println!(
+                "    waiting until {until}: the Hub's {} window is spent; {} read(s) wait for it to reset \
+                 (--max-hub-wait bounds the wait)",
+                b.bucket, b.waiting
+            );
         }
     }
 }
@@ -297,6 +328,9 @@ pub fn run(cache_dir: Option<&Path>, json: bool, verbose: bool) -> anyhow::Resul
         }
         if let Some(mem) = &s.memory {
             print_memory(mem);
+        }
+        if let Some(hub) = &s.hub {
+            print_hub(hub);
         }
         if let Some(w) = &s.writable {
             print_writable(w, verbose);

@@ -59,6 +59,7 @@ fn whoami_client(endpoint: &str, token: &str) -> Result<HubClient, Status> {
         token: Some(token.to_string()),
         timeout: WHOAMI_TIMEOUT,
         max_retries: WHOAMI_TRIES - 1,
+        patience: std::time::Duration::ZERO,
         ..Default::default()
     };
     HubClient::new(cfg).map_err(|e| Status::invalid_argument(e.to_string()))

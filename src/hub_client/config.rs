@@ -9,6 +9,10 @@ pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_RETRIES: u32 = 5;
+/// How long a request waits for a request window or through an outage by default: the Hub's
+/// windows last 5 minutes, so twice that covers a refusal at any point of one, and a training job
+/// would rather wait than fail a read.
+pub const DEFAULT_PATIENCE: Duration = Duration::from_secs(600);
 
 /// How a [`super::HubClient`] reaches the Hub.
 #[derive(Clone)]
@@ -22,6 +26,10 @@ pub struct HubClientConfig {
     pub connect_timeout: Duration,
     /// Retries after the first attempt (so at most `max_retries + 1` attempts per HTTP exchange).
     pub max_retries: u32,
+    /// How long a request refused for one of the Hub's request windows (429), or meeting an
+    /// outage (no connection, 5xx, timeouts), keeps waiting and retrying after its first attempt
+    /// before it fails. Zero: only `max_retries` retries, asked waits capped at 10 s.
+    pub patience: Duration,
     pub user_agent: String,
     /// Ask tree listings and paths-info for each entry's last commit (`expand=true`): a file's
     /// `last_commit_date` is then known, at the price of pages of 50 entries instead of 1,000.
@@ -37,6 +45,7 @@ impl Default for HubClientConfig {
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             max_retries: DEFAULT_MAX_RETRIES,
+            patience: DEFAULT_PATIENCE,
             user_agent: format!("hubfs/{}", env!("CARGO_PKG_VERSION")),
             tree_expand: false,
         }
@@ -67,14 +76,15 @@ impl HubClientConfig {
         }
     }
 
-    /// Upper bound of the time one HTTP exchange (request plus its retries) can take:
-    /// `(max_retries + 1) × timeout` plus the sleeps between attempts, each at most
-    /// [`MAX_RETRY_WAIT`](super::MAX_RETRY_WAIT) (10 s, reached only when the Hub asks
-    /// for it with `RateLimit: …;t=N` or `Retry-After`; plain backoff sleeps are 0.2 s doubling
-    /// to at most 5 s).
+    /// Upper bound of the time one HTTP exchange (request plus its retries) can take. Without
+    /// patience: `(max_retries + 1) × timeout` plus the sleeps between attempts, each at most
+    /// [`MAX_RETRY_WAIT`](super::MAX_RETRY_WAIT) (10 s, reached only when the Hub asks for it with
+    /// `RateLimit: …;t=N` or `Retry-After`; plain backoff sleeps are 0.2 s doubling to at most
+    /// 5 s). With patience: no attempt starts after it, so the patience plus one attempt.
     pub fn exchange_time_bound(&self) -> Duration {
         let waits = super::http::MAX_RETRY_WAIT * self.max_retries;
-        self.timeout * (self.max_retries + 1) + waits
+        let counted = self.timeout * (self.max_retries + 1) + waits;
+        counted.max(self.patience + self.timeout)
     }
 }
 
@@ -103,6 +113,7 @@ impl fmt::Debug for HubClientConfig {
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("max_retries", &self.max_retries)
+            .field("patience", &self.patience)
             .field("user_agent", &self.user_agent)
             .field("tree_expand", &self.tree_expand)
             .finish()

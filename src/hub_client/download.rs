@@ -147,6 +147,10 @@ pub struct Transport {
     pub timeout: std::time::Duration,
     /// Retries after the first attempt.
     pub max_retries: u32,
+    /// How long a request may keep waiting for a window or through an outage.
+    pub patience: std::time::Duration,
+    /// The client's request windows (the CAS's answers go in its `cas` bucket).
+    pub windows: std::sync::Arc<super::windows::Windows>,
 }
 
 impl HubClient {
@@ -156,11 +160,32 @@ impl HubClient {
         super::http::retry_hint(headers)
     }
 
+    /// The sleep before retrying after failed attempt `attempt` of a request to another origin,
+    /// or `None` to give up (the same rules as the client's own requests; see `http`).
+    pub fn retry_delay(
+        attempt: u32,
+        max_retries: u32,
+        wait: Option<std::time::Duration>,
+        gated: bool,
+        patience: std::time::Duration,
+        elapsed: std::time::Duration,
+    ) -> Option<std::time::Duration> {
+        super::http::retry_delay(attempt, max_retries, wait, gated, patience, elapsed)
+    }
+
+    /// Forgets the cached Xet read token of `repo`, so the next read asks the Hub for a fresh one
+    /// and with it the CAS address (a CAS that stopped answering may have moved).
+    pub fn forget_xet_token(&self, repo: &super::RepoRef) {
+        self.forget_xet_token_of(repo);
+    }
+
     pub fn transport(&self) -> Transport {
         Transport {
             client: self.inner.http.client.clone(),
             timeout: self.inner.http.timeout,
             max_retries: self.inner.http.max_retries,
+            patience: self.inner.http.patience,
+            windows: self.inner.http.windows.clone(),
         }
     }
 }

@@ -6,7 +6,11 @@
 //!   Nothing else is retried.
 //! - Between attempts: exponential backoff with jitter (0.2 s doubling, at most 5 s, each sleep
 //!   drawn from [d/2, d]); a 429/503 that names a wait (`RateLimit: "…";r=N;t=SECS` or
-//!   `Retry-After`) is honoured, capped at [`MAX_RETRY_WAIT`].
+//!   `Retry-After`) is honoured, capped at [`MAX_RETRY_WAIT`] without patience.
+//! - Patience (`HubClientConfig::patience`): a request the Hub refuses for a request window, or
+//!   that meets an outage (no connection, 5xx, timeouts), keeps trying past `max_retries` until
+//!   that long after its first attempt, and a window's wait is honoured whole: the request waits
+//!   for the window to reset (see [`super::windows`]) instead of failing a read.
 //! - Redirects are never followed by reqwest. [`Redirects`] says which ones we follow; the bearer
 //!   token goes only to the endpoint's own origin (scheme, host, port), never to a redirect target
 //!   elsewhere.
@@ -21,6 +25,7 @@ use reqwest::{Method, StatusCode};
 use url::Url;
 
 use super::error::{ErrorContext, HubClientError};
+use super::windows::{Bucket, Refusal, rfc3339};
 
 /// Longest sleep between two attempts, even when the Hub asks for more.
 pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(10);
@@ -147,7 +152,16 @@ pub(crate) struct Http {
     pub old_tokens: parking_lot::Mutex<Vec<String>>,
     pub timeout: Duration,
     pub max_retries: u32,
+    /// How long a request may keep waiting for a window or through an outage (zero: only
+    /// `max_retries` retries, waits capped at [`MAX_RETRY_WAIT`]).
+    pub patience: Duration,
+    /// The Hub's request windows as the answers describe them.
+    pub windows: std::sync::Arc<super::windows::Windows>,
 }
+
+/// Sleep between attempts once `max_retries` are spent and patience keeps a request going: an
+/// outage is polled about this often.
+const OUTAGE_POLL: Duration = Duration::from_secs(5);
 
 impl Http {
     /// The Authorization header requests to the Hub's origin carry, if a token is set.
@@ -179,11 +193,27 @@ impl Http {
 
     async fn send_with_retries(&self, req: &Request, url: &Url, ctx: &ErrorContext) -> Result<Reply, HubClientError> {
         let mut attempt: u32 = 0;
+        let started = Instant::now();
+        // Commits keep failing fast on long waits: their bytes stay staged and the committer
+        // retries on its own schedule.
+        // Background work never waits either: it yields to reads (see `windows`).
+        let patience = if req.long_wait_fails || super::windows::in_background() {
+            Duration::ZERO
+        } else {
+            self.patience
+        };
+        let bucket = (url.origin() == self.origin).then(|| Bucket::of_path(url.path()));
         loop {
+            if let Some(b) = bucket
+                && let Err(r) = self.windows.admit(b, patience, started).await
+            {
+                return Err(refusal_error(r, ctx, attempt, patience));
+            }
             attempt += 1;
-            let (err, wait) = match self.attempt(req, url, attempt).await {
+            let (err, wait, gated) = match self.attempt(req, url, attempt).await {
                 Ok(reply) => {
                     let s = reply.status.as_u16();
+                    let observed = bucket.and_then(|b| self.windows.observe(b, s, &reply.headers));
                     if s < 400 || req.accept.contains(&s) {
                         return Ok(reply);
                     }
@@ -195,13 +225,14 @@ impl Http {
                     if req.long_wait_fails && wait.is_some_and(|w| w > MAX_RETRY_WAIT) {
                         return Err(err);
                     }
-                    (err, wait)
+                    // A window's refusal: the next `admit` waits for it to reopen.
+                    (err, wait, s == 429 && observed.is_some() && !patience.is_zero())
                 }
                 Err(Failure::Timeout) => {
                     let msg = format!("timed out after {:?}", self.timeout);
                     let mut c = ctx.with_message(msg);
                     c.attempts = attempt;
-                    (HubClientError::Timeout { ctx: c }, None)
+                    (HubClientError::Timeout { ctx: c }, None, false)
                 }
                 Err(Failure::TooLarge) => {
                     return Err(HubClientError::invalid(ctx, "response body larger than expected"));
@@ -213,18 +244,14 @@ impl Http {
                         return Err(HubClientError::BadInput { ctx: c });
                     }
                     if e.is_timeout() {
-                        (HubClientError::Timeout { ctx: c }, None)
+                        (HubClientError::Timeout { ctx: c }, None, false)
                     } else {
-                        (HubClientError::Network { ctx: c }, None)
+                        (HubClientError::Network { ctx: c }, None, false)
                     }
                 }
             };
-            if attempt > self.max_retries {
+            let Some(delay) = retry_delay(attempt, self.max_retries, wait, gated, patience, started.elapsed()) else {
                 return Err(err);
-            }
-            let delay = match wait {
-                Some(w) => (w + jitter(Duration::from_millis(100))).min(MAX_RETRY_WAIT),
-                None => backoff(attempt),
             };
             crate::metrics::hub_retry(self.class(url), delay, wait.is_some());
             tracing::debug!(
@@ -456,8 +483,71 @@ pub(crate) fn retry_hint(h: &HeaderMap) -> Option<Duration> {
     Some(when.duration_since(std::time::SystemTime::now()).unwrap_or_default())
 }
 
+/// The sleep before the next attempt after failed attempt number `attempt`, or `None` to give up.
+/// `wait`: what the answer asked for; `gated`: a window refused it and the next admission waits
+/// for it; `elapsed`: since the first attempt. Without patience: `max_retries` retries, asked waits
+/// capped at [`MAX_RETRY_WAIT`]. With it: retries go on while the patience lasts, an asked wait is
+/// honoured whole, and an outage is polled every [`OUTAGE_POLL`] once the retries are spent.
+pub(crate) fn retry_delay(
+    attempt: u32,
+    max_retries: u32,
+    wait: Option<Duration>,
+    gated: bool,
+    patience: Duration,
+    elapsed: Duration,
+) -> Option<Duration> {
+    if patience.is_zero() {
+        if attempt > max_retries {
+            return None;
+        }
+        return Some(match wait {
+            Some(w) => (w + jitter(Duration::from_millis(100))).min(MAX_RETRY_WAIT),
+            None => backoff(attempt),
+        });
+    }
+    let left = patience.checked_sub(elapsed).filter(|l| !l.is_zero())?;
+    let delay = match wait {
+        _ if gated => Duration::ZERO,
+        Some(w) => w + jitter(Duration::from_millis(100)),
+        None if attempt > max_retries => OUTAGE_POLL / 2 + jitter(OUTAGE_POLL / 2),
+        None => backoff(attempt),
+    };
+    // A wait the patience cannot cover fails now rather than at its end.
+    (wait.is_none() || gated || delay <= left).then(|| delay.min(left))
+}
+
+/// The error of a request its window did not let through.
+fn refusal_error(r: Refusal, ctx: &ErrorContext, attempts: u32, patience: Duration) -> HubClientError {
+    let message = match r {
+        Refusal::TooLong { bucket, until } => format!(
+            "the Hub's {} request window is spent until {}, longer than the {}s this request may wait \
+             (--max-hub-wait)",
+            bucket.as_str(),
+            rfc3339(until),
+            patience.as_secs()
+        ),
+        Refusal::Deferred { bucket } => format!(
+            "background request deferred: the rest of the Hub's {} request window is kept for reads",
+            bucket.as_str()
+        ),
+    };
+    let retry_after = match r {
+        Refusal::TooLong { until, .. } => until.duration_since(std::time::SystemTime::now()).ok(),
+        Refusal::Deferred { .. } => None,
+    };
+    HubClientError::RateLimited {
+        ctx: Box::new(ErrorContext {
+            status: Some(429),
+            message: Some(message),
+            attempts,
+            retry_after,
+            ..ctx.clone()
+        }),
+    }
+}
+
 /// Sleep before retry number `attempt` (1-based): 0.2 s doubling to at most 5 s, drawn from [d/2, d].
-pub(crate) fn backoff(attempt: u32) -> Duration {
+pub fn backoff(attempt: u32) -> Duration {
     let d = BACKOFF_BASE
         .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
         .min(BACKOFF_MAX);
@@ -481,6 +571,31 @@ mod tests {
         h.insert("retry-after", HeaderValue::from_static("3"));
         assert_eq!(retry_hint(&h), Some(Duration::from_secs(3)));
         assert_eq!(retry_hint(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn patience_keeps_retrying_and_honours_long_waits() {
+        let s = Duration::from_secs;
+        // Without patience: max_retries, waits capped.
+        assert_eq!(retry_delay(4, 3, None, false, Duration::ZERO, s(0)), None);
+        assert!(retry_delay(1, 3, Some(s(300)), false, Duration::ZERO, s(0)).unwrap() <= MAX_RETRY_WAIT);
+        // With patience: past max_retries while it lasts, polling an outage.
+        let d = retry_delay(9, 3, None, false, s(600), s(100)).unwrap();
+        assert!(d >= OUTAGE_POLL / 2 && d <= OUTAGE_POLL, "{d:?}");
+        assert_eq!(retry_delay(9, 3, None, false, s(600), s(600)), None, "patience spent");
+        assert_eq!(
+            retry_delay(9, 3, None, false, s(600), s(598)),
+            Some(s(2)),
+            "cut to what is left"
+        );
+        // A 503's asked wait is honoured whole when patience covers it, refused at once when not.
+        assert!(retry_delay(1, 3, Some(s(120)), false, s(600), s(0)).unwrap() >= s(120));
+        assert_eq!(retry_delay(1, 3, Some(s(120)), false, s(600), s(500)), None);
+        // A window's 429: no sleep here, the next admission waits.
+        assert_eq!(
+            retry_delay(1, 3, Some(s(120)), true, s(600), s(0)),
+            Some(Duration::ZERO)
+        );
     }
 
     #[test]

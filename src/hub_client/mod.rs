@@ -5,10 +5,10 @@
 //! Reliability rules (see docs/ARCHITECTURE.md and `http`):
 //! - every attempt has a deadline (`HubClientConfig::timeout`, covering connect, headers and body);
 //! - retries with exponential backoff + jitter on 429/500/502/503/504, timeouts and transport
-//!   errors, at most `max_retries` of them; a 429's `RateLimit: …;t=N` / `Retry-After` is honoured
-//!   (capped at 10 s). One HTTP exchange therefore ends within
-//!   [`HubClientConfig::exchange_time_bound`] = `(max_retries + 1) × timeout + max_retries × 10 s`
-//!   (in practice `(max_retries + 1) × timeout` + a few seconds of backoff). A call makes one exchange,
+//!   errors, at most `max_retries` of them, and past that while the patience lasts
+//!   (`HubClientConfig::patience`, 10 minutes by default): a request refused for one of the Hub's
+//!   request windows waits for it to reset ([`windows`]), and an outage is a slowdown. One HTTP
+//!   exchange therefore ends within [`HubClientConfig::exchange_time_bound`]. A call makes one exchange,
 //!   except listings (one per page of 1,000 entries), `paths_info` (one per 1,000 paths) and
 //!   `read_range` (the Hub, then the redirect target; plus one more pair when a cached redirect
 //!   URL has gone stale);
@@ -29,6 +29,7 @@ mod lfs_upload;
 mod repo;
 mod types;
 mod whoami;
+pub mod windows;
 mod xet_token;
 
 use std::fmt;
@@ -39,9 +40,11 @@ use url::Url;
 
 pub use bucket::{BucketBatchOutcome, BucketOp, bucket_state_id};
 pub use commit::{CommitOp, CommitRequest, PreuploadFile, SAMPLE_BYTES, UploadMode};
-pub use config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_ENDPOINT, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, HubClientConfig};
+pub use config::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_ENDPOINT, DEFAULT_MAX_RETRIES, DEFAULT_PATIENCE, DEFAULT_TIMEOUT, HubClientConfig,
+};
 pub use error::{ErrorContext, HubClientError};
-pub use http::MAX_RETRY_WAIT;
+pub use http::{MAX_RETRY_WAIT, backoff as backoff_for};
 pub use lfs_upload::LfsUploadAction;
 pub use repo::{ParsedRepo, RepoKind, RepoRef, encode_path, encode_revision};
 pub use types::{FileHead, RepoInfo, TreeEntry, XetToken};
@@ -102,6 +105,8 @@ impl HubClient {
                     old_tokens: parking_lot::Mutex::new(Vec::new()),
                     timeout: cfg.timeout,
                     max_retries: cfg.max_retries,
+                    patience: cfg.patience,
+                    windows: Arc::new(windows::Windows::default()),
                 },
                 endpoint,
                 redirects: moka::sync::Cache::builder()
@@ -136,6 +141,16 @@ impl HubClient {
             }
         }
         Ok(())
+    }
+
+    /// The Hub's request windows as this client's answers described them (shared by its clones).
+    pub fn windows(&self) -> &Arc<windows::Windows> {
+        &self.inner.http.windows
+    }
+
+    /// How long a request may wait for a window or through an outage (`HubClientConfig::patience`).
+    pub fn patience(&self) -> Duration {
+        self.inner.http.patience
     }
 
     /// Whether requests to the endpoint carry a token.

@@ -75,6 +75,14 @@ impl HubClient {
         fut.await
     }
 
+    /// Drops a ready token of `repo` (a request already on its way is left to finish).
+    pub(super) fn forget_xet_token_of(&self, repo: &RepoRef) {
+        let mut slots = self.inner.tokens.slots.lock();
+        if let Some(Slot::Ready(_)) = slots.get(&repo.web_path()) {
+            slots.remove(&repo.web_path());
+        }
+    }
+
     async fn fetch_xet_read_token(&self, repo: &RepoRef, commit: &str) -> Result<XetToken, HubClientError> {
         let ctx = ErrorContext::call("GET", repo, Some(commit), None);
         let url = self.api_url(repo, &format!("/{}", at_rev(repo, "xet-read-token", commit)))?;
@@ -116,7 +124,9 @@ fn fetch_shared(inner: Weak<Inner>, repo: RepoRef, commit: String, key: String) 
             return Err(HubClientError::bad_input(repo.web_path(), "the Hub client was dropped"));
         };
         let client = HubClient { inner };
-        let r = client.fetch_xet_read_token(&repo, &commit).await;
+        // Every caller shares this one request, a demand read among them maybe: it never yields
+        // as background work would.
+        let r = super::windows::demand(client.fetch_xet_read_token(&repo, &commit)).await;
         let mut slots = client.inner.tokens.slots.lock();
         match &r {
             Ok(t) => {

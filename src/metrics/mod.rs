@@ -140,6 +140,12 @@ pub struct PartLabel {
     pub part: &'static str,
 }
 
+/// One of the Hub's request windows: `api`, `resolvers`, `pages`, `cas`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BucketLabel {
+    pub bucket: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TierLabel {
     pub tier: &'static str,
@@ -193,6 +199,12 @@ pub struct Metrics {
     pub hub_rate_limited: Family<ClassLabel, Counter>,
     pub hub_rate_limit_wait: Counter<f64, AtomicU64>,
     pub hub_deadline_expired: Family<ClassLabel, Counter>,
+    pub hub_window_requests: Family<BucketLabel, Counter>,
+    pub hub_window_refused: Family<BucketLabel, Counter>,
+    pub hub_window_deferred: Family<BucketLabel, Counter>,
+    pub hub_window_remaining: Family<BucketLabel, Gauge>,
+    pub hub_window_wait: Family<BucketLabel, Gauge<f64, AtomicU64>>,
+    pub hub_window_waiting: Family<BucketLabel, Gauge>,
     pub block_bytes: Family<SourceLabel, Counter>,
     pub block_lookups: Family<SourceLabel, Counter>,
     pub passthrough_opens: Counter,
@@ -239,6 +251,12 @@ impl Metrics {
             hub_rate_limited: Family::default(),
             hub_rate_limit_wait: Counter::default(),
             hub_deadline_expired: Family::default(),
+            hub_window_requests: Family::default(),
+            hub_window_refused: Family::default(),
+            hub_window_deferred: Family::default(),
+            hub_window_remaining: Family::default(),
+            hub_window_wait: Family::default(),
+            hub_window_waiting: Family::default(),
             block_bytes: Family::default(),
             block_lookups: Family::default(),
             passthrough_opens: Counter::default(),
@@ -272,6 +290,7 @@ impl Metrics {
             csi_calls: Family::default(),
         };
         m.register();
+        m.register_windows();
         m.register_csi();
         m
     }
@@ -479,6 +498,43 @@ impl Metrics {
             "write_commit_budget_remaining",
             "Commits left in the mount's commit budget window (-1: the mount has no budget)",
             self.commit_budget_left.clone(),
+        );
+    }
+
+    /// The Hub's request windows (`api`, `resolvers`, `pages`; `cas` for the Xet CAS), as the
+    /// answers' `RateLimit` headers describe them.
+    fn register_windows(&mut self) {
+        let r = &mut self.registry;
+        r.register(
+            "hub_window_requests",
+            "Hub answers per request window (bucket), any status",
+            self.hub_window_requests.clone(),
+        );
+        r.register(
+            "hub_window_refused",
+            "Hub answers 429 per request window: the window was spent",
+            self.hub_window_refused.clone(),
+        );
+        r.register(
+            "hub_window_deferred",
+            "Background requests (prefetch, revision refresh) not sent to keep the window's last tenth for reads",
+            self.hub_window_deferred.clone(),
+        );
+        r.register(
+            "hub_window_remaining",
+            "Requests the last answer said were left in the current window (-1: not said)",
+            self.hub_window_remaining.clone(),
+        );
+        r.register_with_unit(
+            "hub_window_wait",
+            "Time until a spent window resets and the reads waiting for it go (0: open)",
+            Unit::Seconds,
+            self.hub_window_wait.clone(),
+        );
+        r.register(
+            "hub_window_waiting",
+            "Reads waiting now for a spent window to reset",
+            self.hub_window_waiting.clone(),
         );
     }
 

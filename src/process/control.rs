@@ -48,6 +48,9 @@ pub struct Answer {
     /// The answer to `status`: where the mount's memory is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<crate::chunk_store::MemoryReport>,
+    /// The answer to `status`: the Hub's request windows as the mount's answers described them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hub: Option<Vec<crate::hub_client::windows::BucketReport>>,
 }
 
 /// The listening socket; removed when dropped.
@@ -123,6 +126,7 @@ async fn serve(vfs: Arc<VirtualFs>, stream: tokio::net::UnixStream) -> std::io::
             ok: Some(true),
             status: vfs.status_report(),
             memory: Some(vfs.memory_report()),
+            hub: Some(vfs.hub_client().windows().report()),
             ..Answer::default()
         };
         return send(&mut w, &a).await;

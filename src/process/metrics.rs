@@ -73,7 +73,31 @@ fn memory(m: &Metrics, r: &crate::chunk_store::MemoryReport) {
     counter_to(&m.memory_overruns, r.overruns);
 }
 
+/// The Hub's request windows as the mount's client met them.
+fn windows(m: &Metrics, vfs: &VirtualFs) {
+    for b in vfs.hub_client().windows().report() {
+        let l = crate::metrics::BucketLabel {
+            bucket: crate::hub_client::windows::Bucket::ALL
+                .iter()
+                .map(|b| b.as_str())
+                .find(|n| *n == b.bucket)
+                .unwrap_or("other"),
+        };
+        counter_to(&m.hub_window_requests.get_or_create(&l), b.requests);
+        counter_to(&m.hub_window_refused.get_or_create(&l), b.refused);
+        counter_to(&m.hub_window_deferred.get_or_create(&l), b.deferred);
+        m.hub_window_remaining
+            .get_or_create(&l)
+            .set(b.remaining.map_or(-1, |r| r.min(i64::MAX as u64) as i64));
+        m.hub_window_wait.get_or_create(&l).set(b.wait_secs);
+        m.hub_window_waiting
+            .get_or_create(&l)
+            .set(b.waiting.min(i64::MAX as u64) as i64);
+    }
+}
+
 fn refresh(m: &Metrics, vfs: &VirtualFs, passthrough: Option<&crate::fuse::PassthroughStats>) {
+    windows(m, vfs);
     let store = vfs.chunk_store();
     tier(m, "memory", store.memory_usage());
     if let Some(disk) = store.disk() {

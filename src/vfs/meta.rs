@@ -111,6 +111,16 @@ impl VirtualFs {
             self.remote_path(parent),
         );
         let listings = self.listings.clone();
+        // Demand lookups may join this fetch, so it is checked against the window before it starts
+        // rather than turned away half-way (see `hub_client::windows`).
+        if !self
+            .client
+            .windows()
+            .background_ok(crate::hub_client::windows::Bucket::Api)
+        {
+            count.store(0, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
         rt.spawn(async move {
             if let Err(e) = listings.try_get_with(key, fetch).await {
                 tracing::debug!(error = %e, "background listing failed; lookups stay point lookups");

@@ -348,13 +348,20 @@ impl VirtualFs {
     pub async fn commit(&self) -> VfsResult<String> {
         let mut rev = self.revision.lock().await;
         if !is_commit_id(&self.revision_name) && rev.checked.elapsed() >= self.opts.metadata_ttl {
-            match self.client.repo_info(&self.repo, &self.revision_name).await {
+            // Background work: with the Hub's api window nearly spent or closed it is not sent (the
+            // known commit is served until the window allows), and it never waits here holding
+            // every lookup behind this lock.
+            let info = crate::hub_client::windows::background(self.client.repo_info(&self.repo, &self.revision_name));
+            match info.await {
                 Ok(info) => {
                     if info.sha != rev.commit {
                         tracing::info!(old = %rev.commit, new = %info.sha, "revision moved");
                         rev.commit = info.sha;
                     }
                     rev.checked = Instant::now();
+                }
+                Err(e) if e.rate_limited_for().is_some() => {
+                    tracing::debug!(error = %e, "revision not refreshed: the Hub's window is kept for reads")
                 }
                 // Keep serving the known commit when the Hub is unreachable; retry next time.
                 Err(e) => tracing::warn!(error = %e, "could not refresh the revision"),

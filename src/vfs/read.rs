@@ -172,6 +172,11 @@ impl Reader {
 
     /// Brings a file of one block at most into the cache (listing-order prefetch), if the memory
     /// budget has room for it beyond the readers' reserve.
+    /// Whether background work may fetch `file` now (see `Remote::background_ok`).
+    pub(super) fn background_ok(&self, file: &FileMeta) -> bool {
+        self.remote.background_ok(file)
+    }
+
     pub(super) async fn prefetch_file(&self, file: &FileMeta, commit: &str) -> VfsResult<()> {
         let key = file.id.key();
         if self.store.is_loaded(&key, 0) {

@@ -229,14 +229,18 @@ impl Remote {
                 client: t.client,
                 attempt_timeout: t.timeout,
                 max_retries: t.max_retries,
+                patience: t.patience,
+                windows: t.windows,
                 pool: pool.clone(),
                 fast_link: std::sync::atomic::AtomicBool::new(false),
             },
             downloads: InFlight::new(BUDGET_FAST_KIB.min(cap), BUDGET_SLOW_KIB.min(cap)),
             blocks_in_flight: InFlight::new(BUDGET_FAST_KIB, BLOCKS_SLOW_KIB),
+            // Each attempt has its own deadline; this one backs them up, so it also covers the
+            // time a request may wait for a window or through an outage.
+            timeout: timeout + client.patience(),
             client,
             repo,
-            timeout,
             pool,
             latency: Latency::default(),
             no_batches: std::sync::atomic::AtomicBool::new(false),
@@ -345,6 +349,18 @@ impl Remote {
         buf.freeze()
     }
 
+    /// Whether background work (prefetch) may fetch `file` now: every request window its fetch
+    /// spends is open with more than its last tenth left (Xet: the Xet token's `api` and the
+    /// CAS's; else a `/resolve/`).
+    pub fn background_ok(&self, file: &FileMeta) -> bool {
+        use crate::hub_client::windows::Bucket;
+        let w = self.client.windows();
+        match file.id {
+            ContentId::Xet(_) => w.background_ok(Bucket::Api) && w.background_ok(Bucket::Cas),
+            ContentId::Lfs(_) | ContentId::Git(_) => w.background_ok(Bucket::Resolvers),
+        }
+    }
+
     /// Whether `file` can go in a batch: a small Xet file, and the CAS has not refused batches.
     pub fn batchable(&self, file: &FileMeta) -> bool {
         matches!(file.id, ContentId::Xet(_))
@@ -398,6 +414,11 @@ impl Remote {
                 }
                 return Ok(HashMap::new());
             }
+            xet::Batch::Unreachable(why) => {
+                tracing::info!(error = %why, "the CAS cannot be reached; asking the Hub where it is now");
+                self.client.forget_xet_token(&self.repo);
+                return Ok(HashMap::new());
+            }
         };
         let mut out = HashMap::with_capacity(got.len());
         for (hash, size) in &list {
@@ -436,16 +457,35 @@ impl Remote {
         len: u64,
         room: BodyRoom,
     ) -> VfsResult<Vec<Bytes>> {
-        let token = self.client.xet_read_token(&self.repo, commit).await?;
-        let cas = xet::Cas {
-            url: token.cas_url,
-            token: token.access_token,
-        };
-        let _held = self.body_room(len, room).await?;
-        let part = self.latency.part_size(len);
-        self.xet
-            .range(&cas, hash, start..start + len, part, len, &|d| self.latency.record(d))
-            .await
+        let started = std::time::Instant::now();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let token = self.client.xet_read_token(&self.repo, commit).await?;
+            let cas = xet::Cas {
+                url: token.cas_url,
+                token: token.access_token,
+            };
+            let _held = self.body_room(len, room).await?;
+            let part = self.latency.part_size(len);
+            let got = self
+                .xet
+                .range(&cas, hash, start..start + len, part, len, &|d| self.latency.record(d))
+                .await;
+            match got {
+                Ok(v) => return Ok(v),
+                // The CAS may have moved (a restarted local Hub, a new CAS deployment): its address
+                // comes with a fresh token, so the next try asks the Hub, within the patience.
+                Err(xet::FetchError::Unreachable(why))
+                    if started.elapsed() + Duration::from_secs(1) < self.client.patience() =>
+                {
+                    tracing::info!(error = %why, attempt, "the CAS cannot be reached; asking the Hub where it is now");
+                    self.client.forget_xet_token(&self.repo);
+                    tokio::time::sleep(crate::hub_client::backoff_for(attempt)).await;
+                }
+                Err(e) => return Err(e.into_vfs()),
+            }
+        }
     }
 }
 

@@ -57,6 +57,7 @@ impl Env {
             token: self.hub().write_token(),
             timeout: Duration::from_secs(5),
             max_retries: 1,
+            patience: std::time::Duration::ZERO,
             ..HubClientConfig::from_env()
         }
     }

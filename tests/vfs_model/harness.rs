@@ -119,6 +119,7 @@ impl World {
             token: self.hub.write_token(),
             timeout: Duration::from_secs(20),
             max_retries: 1,
+            patience: std::time::Duration::ZERO,
             ..HubClientConfig::default()
         })
         .unwrap()

@@ -23,7 +23,8 @@ use xet_client::cas_types::QueryReconstructionResponseV2;
 use xet_core_structures::xorb_object::{CompressionScheme, XORB_CHUNK_HEADER_LENGTH, parse_chunk_header};
 
 use crate::chunk_store::buffer_pool::BufferPool;
-use crate::hub_client::{HubClient, MAX_RETRY_WAIT};
+use crate::hub_client::HubClient;
+use crate::hub_client::windows::{Bucket, Windows};
 use crate::vfs::error::{VfsError, VfsResult};
 
 /// Outputs at least this long are assembled in pooled buffers.
@@ -36,12 +37,18 @@ pub struct Cas {
 }
 
 /// Why a fetch failed; `Expired` asks the caller for a new reconstruction (fresh presigned URLs);
-/// `Status` is a 4xx answer the caller may know what to do with (a 404 of the batch route).
+/// `Status` is a 4xx answer the caller may know what to do with (a 404 of the batch route);
+/// `Unreachable`: no connection to the CAS (or its xorb URLs) after a few tries, so the caller
+/// asks the Hub for a fresh token, and with it the CAS address, which may have moved.
 pub(super) enum FetchError {
     Expired,
     Status(u16, String),
+    Unreachable(String),
     Fatal(VfsError),
 }
+
+/// Connection failures in a row after which a CAS request hands back `Unreachable`.
+const UNREACHABLE_AFTER: u32 = 2;
 
 impl FetchError {
     /// As a `VfsError`, for callers with no special case.
@@ -49,6 +56,7 @@ impl FetchError {
         match self {
             FetchError::Expired => VfsError::Xet("CAS token or URL refused".to_string()),
             FetchError::Status(s, text) => VfsError::Xet(format!("CAS answered {s}: {text}")),
+            FetchError::Unreachable(why) => VfsError::Xet(format!("CAS unreachable: {why}")),
             FetchError::Fatal(e) => e,
         }
     }
@@ -82,6 +90,10 @@ pub struct Fetcher {
     pub client: reqwest::Client,
     pub attempt_timeout: Duration,
     pub max_retries: u32,
+    /// How long a request keeps waiting for the CAS's window or through its outage.
+    pub patience: Duration,
+    /// The Hub client's request windows; CAS API answers go in its `cas` bucket.
+    pub windows: std::sync::Arc<Windows>,
     pub pool: BufferPool,
     /// Set by the owner once its latency measure says the link is fast: bodies are then copied
     /// only where they arrive in small pieces (see `Body`).
@@ -100,7 +112,7 @@ impl Fetcher {
         part: u64,
         piece: u64,
         on_first_byte: &(dyn Fn(Duration) + Sync),
-    ) -> VfsResult<Vec<Bytes>> {
+    ) -> Result<Vec<Bytes>, FetchError> {
         let (start, len) = (span.start, span.end.saturating_sub(span.start));
         // A presigned URL may expire between the reconstruction and the fetch: one fresh try.
         for _ in 0..2 {
@@ -109,10 +121,15 @@ impl Fetcher {
                 Err(FetchError::Expired) => {
                     tracing::debug!(hash, start, "xorb URL refused; asking for a new reconstruction")
                 }
-                Err(e @ (FetchError::Fatal(_) | FetchError::Status(..))) => return Err(e.into_vfs()),
+                Err(e @ FetchError::Unreachable(_)) => return Err(e),
+                Err(e @ (FetchError::Fatal(_) | FetchError::Status(..))) => {
+                    return Err(FetchError::Fatal(e.into_vfs()));
+                }
             }
         }
-        Err(VfsError::Xet("xorb URLs refused twice in a row".to_string()))
+        Err(FetchError::Fatal(VfsError::Xet(
+            "xorb URLs refused twice in a row".to_string(),
+        )))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -242,13 +259,22 @@ impl Fetcher {
         cap: u64,
     ) -> Result<(u16, Vec<Bytes>), FetchError> {
         let mut attempt = 0u32;
+        let mut unreachable = 0u32;
+        let started = Instant::now();
         loop {
+            // Presigned xorb URLs are the CDN's, outside the CAS's windows.
+            if api && let Err(r) = self.windows.admit(Bucket::Cas, self.patience, started).await {
+                return Err(FetchError::Fatal(VfsError::Xet(format!(
+                    "CAS request not sent: {r:?} (the CAS's request window is spent)"
+                ))));
+            }
             attempt += 1;
             let t = Instant::now();
             let once = async {
                 let mut resp = make().send().await?;
                 on_first_byte(t.elapsed());
                 let status = resp.status().as_u16();
+                let observed = api && self.windows.observe(Bucket::Cas, status, resp.headers()).is_some();
                 let wait = HubClient::retry_wait(resp.headers());
                 let expect = resp.content_length().unwrap_or(0).min(cap.saturating_add(1));
                 let fast = self.fast_link.load(std::sync::atomic::Ordering::Relaxed);
@@ -259,11 +285,11 @@ impl Fetcher {
                         break;
                     }
                 }
-                Ok::<_, reqwest::Error>((status, wait, body.pieces()))
+                Ok::<_, reqwest::Error>((status, (wait, observed), body.pieces()))
             };
             let r = tokio::time::timeout(self.attempt_timeout, once).await;
             crate::metrics::xet_attempt(api, &r, t.elapsed());
-            let (why, wait) = match r {
+            let (why, wait, gated) = match r {
                 Ok(Ok((s, _, body))) if s < 400 || s == 416 => return Ok((s, body)),
                 Ok(Ok((401 | 403, _, _))) => return Err(FetchError::Expired),
                 Ok(Ok((s, _, body))) if s != 429 && s < 500 => {
@@ -271,20 +297,36 @@ impl Fetcher {
                         String::from_utf8_lossy(body.first().map_or(&[][..], |b| &b[..b.len().min(200)])).into_owned();
                     return Err(FetchError::Status(s, text));
                 }
-                Ok(Ok((s, wait, _))) => (format!("status {s}"), wait),
-                Ok(Err(e)) => (format!("network error: {e}"), None),
-                Err(_) => (format!("timed out after {:?}", self.attempt_timeout), None),
+                Ok(Ok((s, (wait, observed), _))) => {
+                    unreachable = 0;
+                    (
+                        format!("status {s}"),
+                        wait,
+                        s == 429 && observed && !self.patience.is_zero(),
+                    )
+                }
+                Ok(Err(e)) => {
+                    let why = format!("network error: {e}");
+                    unreachable = if e.is_connect() { unreachable + 1 } else { 0 };
+                    // With patience, a CAS that cannot be reached may have moved: the caller asks
+                    // the Hub where it is now.
+                    if unreachable >= UNREACHABLE_AFTER && !self.patience.is_zero() {
+                        return Err(FetchError::Unreachable(why));
+                    }
+                    (why, None, false)
+                }
+                Err(_) => (format!("timed out after {:?}", self.attempt_timeout), None, false),
             };
-            if attempt > self.max_retries {
+            let delay =
+                HubClient::retry_delay(attempt, self.max_retries, wait, gated, self.patience, started.elapsed());
+            let Some(delay) = delay else {
                 return Err(FetchError::Fatal(VfsError::Xet(format!(
                     "CAS request failed after {attempt} attempts: {why}"
                 ))));
-            }
+            };
             tracing::debug!(attempt, error = %why, "CAS request failed, retrying");
-            // The server's own wait (429 with `RateLimit`/`Retry-After`) wins over the backoff.
-            let backoff = Duration::from_millis(100 << attempt.min(5));
-            crate::metrics::xet_retry(api, wait.map_or(backoff, |w| w.min(MAX_RETRY_WAIT)), wait.is_some());
-            tokio::time::sleep(wait.map_or(backoff, |w| w.min(MAX_RETRY_WAIT))).await;
+            crate::metrics::xet_retry(api, delay, wait.is_some());
+            tokio::time::sleep(delay).await;
         }
     }
 }

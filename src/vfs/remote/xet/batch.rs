@@ -31,6 +31,8 @@ pub enum Batch {
     Unsupported,
     /// Content by Xet hash, for the files the CAS answered.
     Files(HashMap<String, Bytes>),
+    /// The CAS could not be reached: ask the Hub where it is now, then file by file.
+    Unreachable(String),
 }
 
 /// One joined GET: bytes `[start, end]` of `url`.
@@ -75,6 +77,7 @@ impl Fetcher {
         let pieces = match self.send(&make, true, on_first_byte, ANSWER_CAP).await {
             Ok((_, pieces)) => pieces,
             Err(FetchError::Status(404 | 405 | 501, _)) => return Ok(Batch::Unsupported),
+            Err(FetchError::Unreachable(why)) => return Ok(Batch::Unreachable(why)),
             Err(e) => return Err(e.into_vfs()),
         };
         let answer: Vec<u8> = pieces.iter().flat_map(|b| b.iter().copied()).collect();
@@ -238,6 +241,8 @@ mod tests {
             client: reqwest::Client::builder().no_proxy().build().unwrap(),
             attempt_timeout: Duration::from_secs(10),
             max_retries: 1,
+            patience: Duration::ZERO,
+            windows: Default::default(),
             pool: crate::chunk_store::buffer_pool::BufferPool::new(1 << 20, 1),
             fast_link: Default::default(),
         };
@@ -251,6 +256,7 @@ mod tests {
             match r {
                 Ok(Batch::Unsupported) => assert!(unsupported, "{prefix}"),
                 Ok(Batch::Files(_)) => panic!("{prefix}: files from an error"),
+                Ok(Batch::Unreachable(why)) => panic!("{prefix}: a CAS that answers is reachable: {why}"),
                 Err(_) => assert!(!unsupported, "{prefix}"),
             }
         }
