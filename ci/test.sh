@@ -24,6 +24,7 @@
 #      ci/bench-listing.sh (200 small files: listing order over a 30 ms Hub, prefetch on and off; cp -r, tar,
 #      rsync and shuffled readers, loopback and 30 ms, at most 0.1 Hub requests per Xet file)
 #      ci/bench-metrics.sh (what --metrics-addr costs: an idle mount scraped every second, a cold read scraped)
+#      ci/bench-requests.sh (the Hub requests per bucket of a mount, a model load, ls -lR and small files)
 #   6. final line `N passed, M failed` (cargo tests + the scripts' checks; a failed fmt/clippy/build step
 #      counts as one failure); exit status non-zero if any step failed.
 #
@@ -37,7 +38,7 @@ for arg in "$@"; do
   case "$arg" in
     --quick) QUICK=1 ;;
     --long) export POSIX_LONG=1 HUBFS_MODEL_CASES="${HUBFS_MODEL_CASES:-256}" HUBFS_MODEL_SEED="${HUBFS_MODEL_SEED:-random}" HUBFS_STRESS_SECS="${HUBFS_STRESS_SECS:-300}" WORKFLOW_SOAK_SECS="${WORKFLOW_SOAK_SECS:-600}" ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "ci/test.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -244,6 +245,9 @@ script_step "bench: sharded safetensors from a Python thread pool" bench-shards-
 script_step "bench: small files (listing order, cp -r, tar, rsync, shuffled)" bench-listing 1 bash ci/bench-listing.sh "$HUBFS_BIN" "$VENV_PY"
 # --metrics-addr at idle and during a cold read (about 1 minute); checks under 1% of a core at idle
 script_step "bench: metrics scrape cost" bench-metrics 1 bash ci/bench-metrics.sh "$HUBFS_BIN" 20
+# The Hub requests per bucket (api, resolvers, CAS) of a mount, a model load, ls -lR, 3 and 10,000 small
+# files (about 2 minutes); checks few resolves for 3 files and one per file for 10,000
+script_step "bench: Hub requests per workload" bench-requests 1 bash ci/bench-requests.sh "$HUBFS_BIN"
 
 # ---------------------------------------------------------------------------------------------------------
 # 6. summary
