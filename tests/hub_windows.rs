@@ -383,3 +383,157 @@ fn a_hub_restarted_mid_read_on_a_new_cas_port_is_waited_for() {
     let _ = std::io::stdout().flush();
     rt.block_on(hub.kill9());
 }
+
+/// `hubfs mount --daemon` of `repo` at a new dir with its own cache dir, anonymous (no token), in a
+/// thread: (mount dir, pid), or the mount's error.
+fn mount_anonymous(cli: &Isolated, repo: &str, tag: &str) -> Result<(PathBuf, i32), String> {
+    let dir = cli.path(tag);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cache = cli.path(&format!("cache-{tag}"));
+    let o = cli
+        .command(None)
+        .args(["mount", repo, dir.to_str().unwrap(), "--daemon", "--cache-dir"])
+        .arg(&cache)
+        .output()
+        .unwrap();
+    if !o.status.success() {
+        return Err(text(&o));
+    }
+    let (pid, _) = daemon_started(&o);
+    Ok((dir, pid))
+}
+
+#[test]
+fn a_fleet_on_one_anonymous_ip_waits_for_its_windows_and_no_read_fails() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: FUSE mounts need root here");
+        return;
+    }
+    let nodes: usize = std::env::var("HUBFS_WINDOW_NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12);
+    let rt = rt();
+    let data = tempfile::tempdir().unwrap();
+    // An anonymous IP's quotas at 4% per 10 s window: 20 api calls, 120 resolves. Every node spends
+    // a few api calls (the revision, listings, a Xet token), so the fleet needs several windows.
+    let window = WINDOW_SECS.to_string();
+    let args = [
+        "--seed-demo",
+        "--request-window-secs",
+        &window,
+        "--request-quota-scale",
+        "0.04",
+    ];
+    let hub = rt.block_on(common::spawn_cli(data.path(), &args, &[], None));
+    let ep = hub.endpoint.clone();
+    let want: Vec<(String, String)> = rt.block_on(async {
+        let mut out = Vec::new();
+        let tree: Value = common::client()
+            .get(format!("{ep}/api/models/demo/tiny-model/tree/main"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        for e in tree.as_array().unwrap() {
+            let path = e["path"].as_str().unwrap().to_string();
+            if e["type"] != "file" {
+                continue;
+            }
+            // Large files answer 302 to the blob origin: follow it.
+            let r = common::client()
+                .get(format!("{ep}/demo/tiny-model/resolve/main/{path}"))
+                .header("authorization", common::bearer(TOKEN))
+                .send()
+                .await
+                .unwrap();
+            let r = match r.headers().get("location").and_then(|l| l.to_str().ok()) {
+                Some(loc) => common::client().get(loc).send().await.unwrap(),
+                None => r,
+            };
+            assert!(r.status().is_success(), "{path}: {}", r.status());
+            out.push((path, common::sha256_hex(&r.bytes().await.unwrap())));
+        }
+        out
+    });
+    assert!(want.len() >= 2, "the demo model has files: {want:?}");
+    let cli = Arc::new(Isolated::new(&ep));
+    wait_for_window_start();
+    let t = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    // Whether `hubfs status` showed a mounted node waiting for a window, and which.
+    let watcher = {
+        let mut status_cmd = cli.command(None);
+        status_cmd.args(["status", "--json"]);
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut seen = None;
+            while !stop.load(Ordering::Relaxed) && seen.is_none() {
+                if let Ok(o) = status_cmd.output()
+                    && let Ok(v) = serde_json::from_slice::<Value>(&o.stdout)
+                {
+                    seen = v.as_array().into_iter().flatten().find_map(|m| {
+                        m["hub"]
+                            .as_array()?
+                            .iter()
+                            .find(|b| b["waiting_until"].is_string())
+                            .map(|b| b.to_string())
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            seen
+        })
+    };
+    let workers: Vec<_> = (0..nodes)
+        .map(|i| {
+            let (cli, want) = (cli.clone(), want.clone());
+            std::thread::spawn(move || -> Result<(PathBuf, i32, usize), String> {
+                let (dir, pid) = mount_anonymous(&cli, "demo/tiny-model", &format!("node{i}"))?;
+                let mut wrong = 0;
+                for (path, sum) in &want {
+                    match std::fs::read(dir.join(path)) {
+                        Ok(b) if common::sha256_hex(&b) == *sum => {}
+                        Ok(_) => wrong += 1,
+                        Err(e) => return Err(format!("node {i}: {path}: {e}")),
+                    }
+                }
+                Ok((dir, pid, wrong))
+            })
+        })
+        .collect();
+    let results: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let secs = t.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let status_wait = watcher.join().unwrap();
+    let stats = rt.block_on(admin_stats(&ep));
+    let refused = &stats["request_windows"]["refused"];
+    println!(
+        "{nodes} anonymous nodes on one IP, 20 api calls and 120 resolves per 10 s window: {secs:.1} s; \
+         Hub refused {refused}; status saw {status_wait:?}"
+    );
+    let mut failed = Vec::new();
+    for r in &results {
+        match r {
+            Ok((dir, pid, wrong)) => {
+                if *wrong > 0 {
+                    failed.push(format!("{}: {wrong} wrong files", dir.display()));
+                }
+                unmount(&cli, dir, *pid);
+            }
+            Err(e) => failed.push(e.clone()),
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "every node mounted and read the Hub's bytes: {failed:?}"
+    );
+    assert!(
+        secs > WINDOW_SECS as f64,
+        "the fleet needed more than one window ({secs:.1} s)"
+    );
+    assert!(status_wait.is_some(), "hubfs status showed a node waiting for a window");
+    rt.block_on(hub.kill9());
+}
