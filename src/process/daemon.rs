@@ -91,7 +91,27 @@ pub fn run_detached() -> anyhow::Result<()> {
         }
     });
     let mut log = None;
-    while let Ok(line) = lines.recv() {
+    // A mount that waits (for the Hub's request window, or through an outage: `--max-hub-wait`)
+    // says so once, so the caller knows why nothing happens and where to look.
+    let started = std::time::Instant::now();
+    let mut told = false;
+    loop {
+        let line = match lines.recv_timeout(std::time::Duration::from_millis(500)) {
+            Ok(l) => l,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if !told && started.elapsed() >= SLOW_MOUNT {
+                    told = true;
+                    let hint = log.as_deref().map(|p| format!("; its log: {p}")).unwrap_or_default();
+                    eprintln!(
+                        "hubfs: still mounting after {}s: the Hub is slow to answer, or a spent request window \
+                         or an outage is waited out (up to --max-hub-wait){hint}",
+                        SLOW_MOUNT.as_secs()
+                    );
+                }
+                continue;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        };
         if let Some(p) = line.strip_prefix("log: ") {
             log = Some(p.to_string());
         } else if line.starts_with("mounted ") {
@@ -117,6 +137,9 @@ pub fn run_detached() -> anyhow::Result<()> {
     let hint = log.map(|p| format!(" (log: {p})")).unwrap_or_default();
     bail!("mount failed ({status}): {}{hint}", msg.trim_start_matches("hubfs: "))
 }
+
+/// How long `mount --daemon` waits quietly for the mount before saying why it takes long.
+const SLOW_MOUNT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Child side: whether this process is a detached mount. If so, reads the token handed over on
 /// stdin and points stdin at /dev/null. Returns `Some(token or None)` in a child, `None` otherwise.
