@@ -85,6 +85,25 @@ impl VirtualFs {
         self.listings.try_get_with(key, fetch).await.map_err(VfsError::Shared)
     }
 
+    /// `listing`, with a folder the Hub does not have at `commit` listed (and cached) as empty: a
+    /// writable mount's new folders are looked into once per file created in them.
+    async fn listing_or_empty(&self, commit: &str, path: &str) -> VfsResult<Arc<Listing>> {
+        let key = (commit.to_string(), path.to_string());
+        let fetch = fetch_listing(
+            self.client.clone(),
+            self.repo.clone(),
+            commit.to_string(),
+            self.remote_path(path),
+        );
+        let fetch = async {
+            match fetch.await {
+                Err(e) if e.errno() == libc::ENOENT => Ok(Arc::new(Listing { entries: Vec::new() })),
+                r => r,
+            }
+        };
+        self.listings.try_get_with(key, fetch).await.map_err(VfsError::Shared)
+    }
+
     /// Counts a point lookup in `parent` that its listing could have answered; at the
     /// `LIST_AFTER_POINT_LOOKUPS`th, fetches that listing in the background (once: concurrent
     /// fetches of one listing share one).
@@ -128,6 +147,19 @@ impl VirtualFs {
         });
     }
 
+    /// Whether lookups in `parent` of a writable mount go through its listing: from the
+    /// `LIST_AFTER_POINT_LOOKUPS`th lookup in it on, whatever the commit. Every file a program
+    /// creates is looked up first (is the name taken on the Hub?), and the mount's commit moves with
+    /// every round, so a copy of N files into a folder cost N paths-info requests: N api calls of a
+    /// window that allows a free user 1,000. Listing the folder costs one call per 1,000 entries,
+    /// once per commit round.
+    fn busy_writable_dir(&self, parent: &str) -> bool {
+        let count = self.point_lookups.get_with((String::new(), parent.to_string()), || {
+            Arc::new(std::sync::atomic::AtomicU32::new(0))
+        });
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= LIST_AFTER_POINT_LOOKUPS
+    }
+
     /// What `path` is at `commit`: from the parent's cached listing when there is one, else by a
     /// point lookup (one paths-info request, not a listing of every parent).
     pub(super) async fn node_at(&self, commit: &str, path: &str) -> VfsResult<Option<Node>> {
@@ -139,6 +171,9 @@ impl VirtualFs {
             let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
             if let Some(l) = self.listings.get(&(commit.to_string(), parent.to_string())).await {
                 return Ok(l.find(name).cloned());
+            }
+            if self.writer.is_some() && self.busy_writable_dir(parent) {
+                return Ok(self.listing_or_empty(commit, parent).await?.find(name).cloned());
             }
             if !self.points.contains_key(&(commit.to_string(), path.to_string())) {
                 self.note_point_lookup(commit, parent);
