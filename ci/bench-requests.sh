@@ -11,11 +11,13 @@
 #   model load   every file of demo/tiny-model read whole (sha256sum), checked against the Hub's;
 #   ls -lR       `ls -lR` of a dataset of 10,000 small git-stored files in one folder;
 #   cat 3        `cat` of 3 of those files;
-#   cat 10,000   `cat` of each of them, one after another.
+#   cat 10,000   `cat` of each of them, one after another;
+#   cp -r 1,000  `cp -r` of 1,000 small files (in 2 folders) into a `--write` mount, then `hubfs sync`.
 # The local Hub runs with its request windows off: these are counts, not waits (a workload past a
 # window waits for it; tests/hub_windows.rs measures that). HUBFS_BENCH_REQUESTS_N overrides 10,000.
 # Checks: the model's bytes; `cat 3` costs at most 10 resolves; `cat 10,000` at most 1.02 resolves a
-# file and `ls -lR` one api call per page of 1,000 entries and a few more. Ends with `bench-requests: N passed, M failed`.
+# file, `ls -lR` one api call per page of 1,000 entries and a few more, `cp -r` at most one api call
+# per 20 files. Ends with `bench-requests: N passed, M failed`.
 set -uo pipefail
 
 BIN="${1:?usage: ci/bench-requests.sh HUBFS_BIN}"
@@ -113,8 +115,23 @@ measure "cat $N" bash -c "cd '$MNT/all' && for f in \$(ls); do cat \$f; done | w
 check "cat of $N files, one after another, reads every file" $?
 unmount
 
+# Writes: 1,000 small files copied into a writable mount, until committed.
+curl -sf -X POST "$EP/api/repos/create" "${auth[@]}" -H 'content-type: application/json' \
+  -d '{"name":"written","organization":"local","type":"dataset"}' >/dev/null
+mkdir -p "$WORK/src/a" "$WORK/src/b"
+for i in $(seq 1 500); do echo "a $i" >"$WORK/src/a/$i.txt"; echo "b $i" >"$WORK/src/b/$i.txt"; done
+umount -l "$MNT" 2>/dev/null
+rm -rf "$MNT" "$WORK/cache" && mkdir -p "$MNT"
+"$BIN" mount --write datasets/local/written "$MNT" --daemon --cache-dir "$WORK/cache" >"$WORK/mount.out" 2>&1
+measure "cp -r 1000" bash -c "cp -r '$WORK/src/a' '$WORK/src/b' '$MNT/' && '$BIN' sync '$MNT'"
+check "cp -r of 1,000 files into a --write mount, synced" $?
+unmount
+got=$(curl -sf "$EP/api/datasets/local/written/tree/main/a" | python3 -c 'import json, sys; print(len(json.load(sys.stdin)))')
+[ "$got" = 500 ]
+check "the Hub has the copied files ($got of 500 in a/)" $?
+
 printf '\n%-12s %8s %10s %6s\n' workload api resolvers cas
-for name in "mount" "model load" "ls -lR" "cat 3" "cat $N"; do
+for name in "mount" "model load" "ls -lR" "cat 3" "cat $N" "cp -r 1000"; do
   read -r a r c <<<"${COST[$name]}"
   printf '%-12s %8s %10s %6s\n' "$name" "$a" "$r" "$c"
 done
@@ -124,6 +141,10 @@ check "ls -lR of $N files costs $lsapi api calls (a page of 1,000 entries each, 
 read -r _ catr _ <<<"${COST[cat $N]}"
 [ "$catr" -le $((N * 102 / 100)) ]
 check "cat of $N files costs $catr resolves (at most 1.02 a file)" $?
+
+read -r cpapi _ _ <<<"${COST[cp -r 1000]}"
+[ "$cpapi" -le 50 ]
+check "cp -r of 1,000 files costs $cpapi api calls, commits included (at most 50)" $?
 
 echo "bench-requests: $PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]
