@@ -43,6 +43,20 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Whether the test can run: FUSE mounts need root here.
+fn root() -> bool {
+    let ok = unsafe { libc::geteuid() } == 0;
+    if !ok {
+        eprintln!("skipped: FUSE mounts need root here");
+    }
+    ok
+}
+
+/// `name` from the environment as a number, else `default`.
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
 fn content(i: usize) -> String {
     format!("small file {i:05}\n")
 }
@@ -87,19 +101,36 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Mounts `repo` at a new dir under the isolated root with `--daemon` (the default wait bound);
-/// returns (mount dir, pid).
-fn mount(cli: &Isolated, repo: &str, tag: &str, extra: &[&str]) -> (PathBuf, i32) {
+/// `hubfs mount --daemon` of `repo` at a new dir under the isolated root with a cache dir of its
+/// own (the default wait bound), with `token` (`None`: anonymous): (mount dir, pid), or the
+/// mount's error.
+fn mount_as(
+    cli: &Isolated,
+    repo: &str,
+    tag: &str,
+    token: Option<&str>,
+    extra: &[&str],
+) -> Result<(PathBuf, i32), String> {
     let dir = cli.path(tag);
     std::fs::create_dir_all(&dir).unwrap();
     let cache = cli.path(&format!("cache-{tag}"));
-    let mut c = cli.command(Some(TOKEN));
-    c.args(["mount", repo, dir.to_str().unwrap(), "--daemon", "--cache-dir"])
+    let o = cli
+        .command(token)
+        .args(["mount", repo, dir.to_str().unwrap(), "--daemon", "--cache-dir"])
         .arg(&cache)
-        .args(extra);
-    let o = c.output().unwrap();
+        .args(extra)
+        .output()
+        .unwrap();
+    if !o.status.success() {
+        return Err(text(&o));
+    }
     let (pid, _log) = daemon_started(&o);
-    (dir, pid)
+    Ok((dir, pid))
+}
+
+/// `mount_as` with the write token, which must succeed.
+fn mount(cli: &Isolated, repo: &str, tag: &str, extra: &[&str]) -> (PathBuf, i32) {
+    mount_as(cli, repo, tag, Some(TOKEN), extra).unwrap_or_else(|e| panic!("mount {repo}: {e}"))
 }
 
 fn unmount(cli: &Isolated, dir: &Path, pid: i32) {
@@ -215,14 +246,10 @@ fn read_all(dir: &Path, n: usize, readers: usize) -> (usize, usize, f64) {
 
 #[test]
 fn small_files_wait_out_the_hubs_windows_and_no_read_fails() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: FUSE mounts need root here");
+    if !root() {
         return;
     }
-    let n: usize = std::env::var("HUBFS_WINDOW_FILES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
+    let n = env_or("HUBFS_WINDOW_FILES", 10_000);
     let rt = rt();
     let data = tempfile::tempdir().unwrap();
     let window = WINDOW_SECS.to_string();
@@ -307,8 +334,7 @@ fn small_files_wait_out_the_hubs_windows_and_no_read_fails() {
 
 #[test]
 fn a_hub_restarted_mid_read_on_a_new_cas_port_is_waited_for() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: FUSE mounts need root here");
+    if !root() {
         return;
     }
     let rt = rt();
@@ -384,35 +410,12 @@ fn a_hub_restarted_mid_read_on_a_new_cas_port_is_waited_for() {
     rt.block_on(hub.kill9());
 }
 
-/// `hubfs mount --daemon` of `repo` at a new dir with its own cache dir, anonymous (no token), in a
-/// thread: (mount dir, pid), or the mount's error.
-fn mount_anonymous(cli: &Isolated, repo: &str, tag: &str) -> Result<(PathBuf, i32), String> {
-    let dir = cli.path(tag);
-    std::fs::create_dir_all(&dir).unwrap();
-    let cache = cli.path(&format!("cache-{tag}"));
-    let o = cli
-        .command(None)
-        .args(["mount", repo, dir.to_str().unwrap(), "--daemon", "--cache-dir"])
-        .arg(&cache)
-        .output()
-        .unwrap();
-    if !o.status.success() {
-        return Err(text(&o));
-    }
-    let (pid, _) = daemon_started(&o);
-    Ok((dir, pid))
-}
-
 #[test]
 fn a_fleet_on_one_anonymous_ip_waits_for_its_windows_and_no_read_fails() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: FUSE mounts need root here");
+    if !root() {
         return;
     }
-    let nodes: usize = std::env::var("HUBFS_WINDOW_NODES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(12);
+    let nodes = env_or("HUBFS_WINDOW_NODES", 12);
     let rt = rt();
     let data = tempfile::tempdir().unwrap();
     // An anonymous IP's quotas at 4% per 10 s window: 20 api calls, 120 resolves. Every node spends
@@ -491,7 +494,7 @@ fn a_fleet_on_one_anonymous_ip_waits_for_its_windows_and_no_read_fails() {
         .map(|i| {
             let (cli, want) = (cli.clone(), want.clone());
             std::thread::spawn(move || -> Result<(PathBuf, i32, usize), String> {
-                let (dir, pid) = mount_anonymous(&cli, "demo/tiny-model", &format!("node{i}"))?;
+                let (dir, pid) = mount_as(&cli, "demo/tiny-model", &format!("node{i}"), None, &[])?;
                 let mut wrong = 0;
                 for (path, sum) in &want {
                     match std::fs::read(dir.join(path)) {

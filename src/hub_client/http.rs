@@ -202,7 +202,9 @@ impl Http {
         } else {
             self.patience
         };
-        let bucket = (url.origin() == self.origin).then(|| Bucket::of_path(url.path()));
+        let bucket = (url.origin() == self.origin)
+            .then(|| Bucket::of_path(url.path()))
+            .flatten();
         loop {
             if let Some(b) = bucket
                 && let Err(r) = self.windows.admit(b, patience, started).await
@@ -522,13 +524,13 @@ fn refusal_error(r: Refusal, ctx: &ErrorContext, attempts: u32, patience: Durati
         Refusal::TooLong { bucket, until } => format!(
             "the Hub's {} request window is spent until {}, longer than the {}s this request may wait \
              (--max-hub-wait)",
-            bucket.as_str(),
+            bucket.name(),
             rfc3339(until),
             patience.as_secs()
         ),
         Refusal::Deferred { bucket } => format!(
             "background request deferred: the rest of the Hub's {} request window is kept for reads",
-            bucket.as_str()
+            bucket.name()
         ),
     };
     let retry_after = match r {

@@ -21,50 +21,7 @@ use parking_lot::Mutex;
 use reqwest::header::HeaderMap;
 use serde::{Deserialize, Serialize};
 
-/// The Hub's request classes, as its rate-limit docs route them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Bucket {
-    /// `/api/…` (repo info, listings, paths-info, tokens, commits) and the LFS batch API.
-    Api,
-    /// Any URL with a `/resolve/` segment: file downloads.
-    Resolvers,
-    /// Anything else on the Hub's origin (web pages).
-    Pages,
-    /// The Xet CAS (reconstructions): limits of its own, undocumented.
-    Cas,
-}
-
-impl Bucket {
-    pub const ALL: [Bucket; 4] = [Bucket::Api, Bucket::Resolvers, Bucket::Pages, Bucket::Cas];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Bucket::Api => "api",
-            Bucket::Resolvers => "resolvers",
-            Bucket::Pages => "pages",
-            Bucket::Cas => "cas",
-        }
-    }
-
-    fn idx(self) -> usize {
-        self as usize
-    }
-
-    /// The bucket of a request to the Hub's own origin, from its URL path.
-    pub fn of_path(path: &str) -> Bucket {
-        if path.split('/').any(|s| s == "resolve") {
-            Bucket::Resolvers
-        } else if path.starts_with("/api/") || path.contains(".git/info/lfs/") {
-            Bucket::Api
-        } else {
-            Bucket::Pages
-        }
-    }
-
-    fn from_name(name: &str) -> Option<Bucket> {
-        Bucket::ALL.into_iter().find(|b| b.as_str() == name)
-    }
-}
+pub use crate::util::hub_bucket::Bucket;
 
 /// What the Hub's `RateLimit` header says: `"NAME";r=REMAINING;t=SECONDS`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,7 +155,7 @@ impl Windows {
         };
         let now = Instant::now();
         let mut seen = self.seen.lock();
-        let s = &mut seen[bucket.idx()];
+        let s = &mut seen[bucket.index()];
         s.requests += 1;
         if let Some(q) = parse_quota(headers) {
             s.quota = Some(q);
@@ -240,12 +197,12 @@ impl Windows {
                 let at = s.closed_until_wall.map(rfc3339).unwrap_or_default();
                 drop(seen);
                 tracing::warn!(
-                    bucket = bucket.as_str(),
+                    bucket = bucket.name(),
                     quota = %quota,
                     until = %at,
                     wait_s = wait.as_secs(),
                     "the Hub's {} window is spent: its requests wait until it resets",
-                    bucket.as_str()
+                    bucket.name()
                 );
             }
         }
@@ -263,7 +220,7 @@ impl Windows {
             let now = Instant::now();
             let (until, wall) = {
                 let mut seen = self.seen.lock();
-                let s = &mut seen[bucket.idx()];
+                let s = &mut seen[bucket.index()];
                 match s.closed_until.filter(|u| *u > now) {
                     None => {
                         if background && nearly_spent(s, now) {
@@ -293,11 +250,11 @@ impl Windows {
                     }
                 }
             };
-            tracing::debug!(bucket = bucket.as_str(), until = %rfc3339(wall), "waiting for the Hub's window");
+            tracing::debug!(bucket = bucket.name(), until = %rfc3339(wall), "waiting for the Hub's window");
             // Spread the waiters a little, so a reopened window is not met by all of them at once.
             let spread = Duration::from_millis(rand::random::<u64>() % 250);
             tokio::time::sleep_until(tokio::time::Instant::from_std(until + spread)).await;
-            self.seen.lock()[bucket.idx()].waiting -= 1;
+            self.seen.lock()[bucket.index()].waiting -= 1;
         }
     }
 
@@ -306,7 +263,7 @@ impl Windows {
     pub fn background_ok(&self, bucket: Bucket) -> bool {
         let now = Instant::now();
         let seen = self.seen.lock();
-        let s = &seen[bucket.idx()];
+        let s = &seen[bucket.index()];
         s.closed_until.is_none_or(|u| u <= now) && !nearly_spent(s, now)
     }
 
@@ -314,7 +271,7 @@ impl Windows {
     pub fn closed_until(&self, bucket: Bucket) -> Option<SystemTime> {
         let now = Instant::now();
         let seen = self.seen.lock();
-        let s = &seen[bucket.idx()];
+        let s = &seen[bucket.index()];
         s.closed_until.filter(|u| *u > now).and(s.closed_until_wall)
     }
 
@@ -329,7 +286,7 @@ impl Windows {
             .map(|(b, s)| {
                 let window_live = s.resets.is_some_and(|r| r > now);
                 BucketReport {
-                    bucket: b.as_str().to_string(),
+                    bucket: b.name().to_string(),
                     requests: s.requests,
                     refused: s.refused,
                     remaining: if window_live { s.remaining } else { s.quota },
@@ -378,16 +335,22 @@ mod tests {
 
     #[test]
     fn buckets_follow_the_hubs_routing() {
-        assert_eq!(Bucket::of_path("/gpt2/resolve/main/config.json"), Bucket::Resolvers);
-        assert_eq!(
-            Bucket::of_path("/datasets/a/b/resolve/abc/x.parquet"),
-            Bucket::Resolvers
-        );
-        assert_eq!(Bucket::of_path("/buckets/a/b/resolve/x"), Bucket::Resolvers);
-        assert_eq!(Bucket::of_path("/api/models/a/b/tree/main"), Bucket::Api);
-        assert_eq!(Bucket::of_path("/api/whoami-v2"), Bucket::Api);
-        assert_eq!(Bucket::of_path("/a/b.git/info/lfs/objects/batch"), Bucket::Api);
-        assert_eq!(Bucket::of_path("/a/b"), Bucket::Pages);
+        use Bucket::*;
+        let cases = [
+            ("/gpt2/resolve/main/config.json", Some(Resolvers)),
+            ("/datasets/a/b/resolve/abc/x.parquet", Some(Resolvers)),
+            ("/buckets/a/b/resolve/x", Some(Resolvers)),
+            ("/api/models/a/b/tree/main", Some(Api)),
+            ("/api/whoami-v2", Some(Api)),
+            ("/a/b.git/info/lfs/objects/batch", Some(Api)),
+            ("/a/b", Some(Pages)),
+            ("/admin/stats", None),
+        ];
+        for (path, want) in cases {
+            assert_eq!(Bucket::of_path(path), want, "{path}");
+        }
+        assert_eq!(Bucket::from_name("resolvers"), Some(Resolvers));
+        assert_eq!(Bucket::from_name("commits"), None);
     }
 
     #[test]

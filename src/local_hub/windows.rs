@@ -33,57 +33,11 @@ use super::state::HubState;
 /// The Hub's window: 5 minutes.
 pub const HUB_WINDOW_SECS: u64 = 300;
 
-/// What a request is counted against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Bucket {
-    Api,
-    Resolvers,
-    Pages,
-    /// The Xet CAS API: its limits are not documented, so it has no quota unless one is set.
-    Cas,
-}
-
-impl Bucket {
-    pub const ALL: [Bucket; 4] = [Bucket::Api, Bucket::Resolvers, Bucket::Pages, Bucket::Cas];
-
-    /// The name in `RateLimit` headers, messages and stats.
-    pub fn name(self) -> &'static str {
-        match self {
-            Bucket::Api => "api",
-            Bucket::Resolvers => "resolvers",
-            Bucket::Pages => "pages",
-            Bucket::Cas => "cas",
-        }
-    }
-
-    fn idx(self) -> usize {
-        self as usize
-    }
-}
+pub use crate::util::hub_bucket::Bucket;
 
 /// Bucket of a request path on the API origin; `None` for the local Hub's own `/admin/…`.
 pub fn bucket_of(path: &str) -> Option<Bucket> {
-    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    if segs.first() == Some(&"admin") {
-        return None;
-    }
-    if segs.first() == Some(&"api") || is_lfs(&segs) {
-        return Some(Bucket::Api);
-    }
-    if segs.contains(&"resolve") {
-        return Some(Bucket::Resolvers);
-    }
-    Some(Bucket::Pages)
-}
-
-/// `{ns}/{name}.git/info/lfs/…` or `{type}s/{ns}/{name}.git/info/lfs/…`: the LFS API, where the
-/// repo is, not in a file path that happens to hold `.git/info/lfs`.
-fn is_lfs(segs: &[&str]) -> bool {
-    [1, 2].iter().any(|&i| {
-        segs.get(i).is_some_and(|s| s.ends_with(".git"))
-            && segs.get(i + 1) == Some(&"info")
-            && segs.get(i + 2) == Some(&"lfs")
-    })
+    Bucket::of_path(path)
 }
 
 /// A plan's tier. Quotas per window, as the Hub documents them (Sept 2025).
@@ -538,7 +492,7 @@ impl WindowLimiter {
             k.used = [0; 4];
         }
         let reset_secs = (start_ms + window_ms - now_ms).div_ceil(1000).max(1);
-        let i = bucket.idx();
+        let i = bucket.index();
         if k.used[i] >= quota {
             k.refused[i] += 1;
             g.refused[i] += 1;
@@ -583,14 +537,14 @@ impl WindowLimiter {
                 let buckets = Bucket::ALL
                     .iter()
                     .map(|b| {
-                        let used = if current { k.used[b.idx()] } else { 0 };
+                        let used = if current { k.used[b.index()] } else { 0 };
                         let quota = s.quota(tier, *b);
                         let st = BucketStats {
                             used,
                             quota,
                             remaining: quota.map(|q| q.saturating_sub(used)),
                             reset_secs,
-                            refused: k.refused[b.idx()],
+                            refused: k.refused[b.index()],
                         };
                         (b.name(), st)
                     })
@@ -602,7 +556,7 @@ impl WindowLimiter {
             enabled: s.enabled,
             window_secs: s.window_secs,
             keys,
-            refused: Bucket::ALL.iter().map(|b| (b.name(), g.refused[b.idx()])).collect(),
+            refused: Bucket::ALL.iter().map(|b| (b.name(), g.refused[b.index()])).collect(),
         }
     }
 

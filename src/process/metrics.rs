@@ -79,7 +79,7 @@ fn windows(m: &Metrics, vfs: &VirtualFs) {
         let l = crate::metrics::BucketLabel {
             bucket: crate::hub_client::windows::Bucket::ALL
                 .iter()
-                .map(|b| b.as_str())
+                .map(|b| b.name())
                 .find(|n| *n == b.bucket)
                 .unwrap_or("other"),
         };

@@ -1,6 +1,7 @@
 //! The bottom layer: small value types and parsers that any module may use (sizes, durations, URL
 //! encoding, deterministic test bytes). Nothing here imports another hubfs module.
 
+pub mod hub_bucket;
 pub mod pattern;
 pub mod units;
 pub mod urlenc;

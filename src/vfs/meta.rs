@@ -75,19 +75,16 @@ async fn fetch_listing(client: HubClient, repo: RepoRef, commit: String, remote:
 impl VirtualFs {
     /// The listing of a directory (mount-relative path) at `commit`; one fetch however many wait.
     async fn listing(&self, commit: &str, path: &str) -> VfsResult<Arc<Listing>> {
-        let key = (commit.to_string(), path.to_string());
-        let fetch = fetch_listing(
-            self.client.clone(),
-            self.repo.clone(),
-            commit.to_string(),
-            self.remote_path(path),
-        );
-        self.listings.try_get_with(key, fetch).await.map_err(VfsError::Shared)
+        self.listing_with(commit, path, false).await
     }
 
     /// `listing`, with a folder the Hub does not have at `commit` listed (and cached) as empty: a
     /// writable mount's new folders are looked into once per file created in them.
     async fn listing_or_empty(&self, commit: &str, path: &str) -> VfsResult<Arc<Listing>> {
+        self.listing_with(commit, path, true).await
+    }
+
+    async fn listing_with(&self, commit: &str, path: &str, missing_is_empty: bool) -> VfsResult<Arc<Listing>> {
         let key = (commit.to_string(), path.to_string());
         let fetch = fetch_listing(
             self.client.clone(),
@@ -97,7 +94,9 @@ impl VirtualFs {
         );
         let fetch = async {
             match fetch.await {
-                Err(e) if e.errno() == libc::ENOENT => Ok(Arc::new(Listing { entries: Vec::new() })),
+                Err(e) if missing_is_empty && e.errno() == libc::ENOENT => {
+                    Ok(Arc::new(Listing { entries: Vec::new() }))
+                }
                 r => r,
             }
         };
