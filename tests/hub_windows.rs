@@ -43,6 +43,13 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// The tests of this file time reads against windows and start many processes: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Whether the test can run: FUSE mounts need root here.
 fn root() -> bool {
     let ok = unsafe { libc::geteuid() } == 0;
@@ -249,6 +256,7 @@ fn small_files_wait_out_the_hubs_windows_and_no_read_fails() {
     if !root() {
         return;
     }
+    let _one_at_a_time = serial();
     let n = env_or("HUBFS_WINDOW_FILES", 10_000);
     let rt = rt();
     let data = tempfile::tempdir().unwrap();
@@ -337,6 +345,7 @@ fn a_hub_restarted_mid_read_on_a_new_cas_port_is_waited_for() {
     if !root() {
         return;
     }
+    let _one_at_a_time = serial();
     let rt = rt();
     let data = tempfile::tempdir().unwrap();
     let addr = format!("127.0.0.1:{}", free_port());
@@ -415,6 +424,7 @@ fn a_fleet_on_one_anonymous_ip_waits_for_its_windows_and_no_read_fails() {
     if !root() {
         return;
     }
+    let _one_at_a_time = serial();
     let nodes = env_or("HUBFS_WINDOW_NODES", 12);
     let rt = rt();
     let data = tempfile::tempdir().unwrap();
