@@ -16,6 +16,7 @@ mod passthrough;
 pub mod read;
 pub mod remote;
 mod rename;
+mod shared_meta;
 mod small_files;
 mod special;
 mod write;

@@ -3,7 +3,8 @@
 //! node that created it fetches and uploads the block, then deletes the claim. A node that finds a
 //! claim younger than [`CLAIM_STALE`] polls for the block for up to [`CLAIM_WAIT`], and fetches it
 //! itself if it has not come, or as soon as the claim is gone without it: nothing waits on a dead
-//! claimer for longer than that.
+//! claimer for longer than that. Metadata objects are claimed the same way
+//! (`PREFIX/claims/meta/…`, see `meta`).
 
 use std::time::{Duration, Instant};
 
@@ -68,11 +69,16 @@ impl SharedTier {
 
     /// Claims the block's Hub fetch for this node, unless another node holds a fresh claim.
     pub(super) async fn claim(&self, key: &str, block: u64) -> Outcome {
+        self.claim_at(self.claim_path(key, block)).await
+    }
+
+    /// Claims the Hub fetch of what the claim object `path` stands for (a block, a metadata
+    /// object), unless another node holds a fresh claim.
+    pub(super) async fn claim_at(&self, path: object_store::path::Path) -> Outcome {
         use std::sync::atomic::Ordering;
         if self.paused() || self.0.no_claims.load(Ordering::Relaxed) {
             return Outcome::None;
         }
-        let path = self.claim_path(key, block);
         let opts = PutOptions {
             mode: PutMode::Create,
             ..Default::default()
@@ -131,13 +137,27 @@ impl SharedTier {
 
     /// Waits up to [`CLAIM_WAIT`] for a block another node claimed; `None`: fetch it yourself.
     pub(super) async fn wait_for(&self, key: &std::sync::Arc<str>, block: u64, expected_len: u64) -> Option<Bytes> {
-        let deadline = Instant::now() + CLAIM_WAIT;
         let claim = self.claim_path(key, block);
+        let got = self.wait_on_claim(&claim, || self.get(key, block, expected_len)).await;
+        if got.is_none() {
+            tracing::debug!(key = %key, block, "shared cache: claimed block did not come; fetching it");
+        }
+        got
+    }
+
+    /// Waits up to [`CLAIM_WAIT`] for what another node claimed (claim object `claim`), polling
+    /// with `look`; `None`: fetch it yourself.
+    pub(super) async fn wait_on_claim<T, L, F>(&self, claim: &object_store::path::Path, mut look: L) -> Option<T>
+    where
+        L: FnMut() -> F,
+        F: std::future::Future<Output = Lookup<T>>,
+    {
+        let deadline = Instant::now() + CLAIM_WAIT;
         let mut polls = 0u32;
         loop {
             tokio::time::sleep(POLL).await;
             polls += 1;
-            match self.get(key, block, expected_len).await {
+            match look().await {
                 Lookup::Hit(b) => {
                     self.event("waited_hit");
                     return Some(b);
@@ -150,14 +170,13 @@ impl SharedTier {
             }
             if Instant::now() >= deadline {
                 self.event("wait_expired");
-                tracing::debug!(key = %key, block, "shared cache: claimed block did not come; fetching it");
                 return None;
             }
             if polls.is_multiple_of(CLAIM_CHECK_EVERY) {
-                let head = tokio::time::timeout(CLAIM_DEADLINE, self.0.store.head(&claim)).await;
+                let head = tokio::time::timeout(CLAIM_DEADLINE, self.0.store.head(claim)).await;
                 if let Ok(Err(object_store::Error::NotFound { .. })) = head {
                     // The claimer gave up (or wrote it just now: one more look).
-                    return match self.get(key, block, expected_len).await {
+                    return match look().await {
                         Lookup::Hit(b) => {
                             self.event("waited_hit");
                             Some(b)

@@ -332,3 +332,109 @@ async fn blocks_no_uploader_is_free_for_wait_as_keys_and_a_claimed_one_keeps_its
     }
     assert_eq!(a.report().dropped, 0);
 }
+
+fn meta_key(path: &str) -> MetaKey {
+    MetaKey::new(&["v1", "models", "demo", "tiny-model", "0123"], "tree", path)
+}
+
+/// A listing as the vfs stores it (any serde value does).
+fn listing(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test]
+async fn metadata_fetched_by_one_node_is_served_to_the_next_and_damage_is_replaced() {
+    let (store, a, b) = two_nodes();
+    let fetches = AtomicUsize::new(0);
+    let fetch = |names: &'static [&'static str]| {
+        let fetches = &fetches;
+        async move {
+            fetches.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, VfsError>(listing(names))
+        }
+    };
+    let k = meta_key("sub");
+    assert_eq!(a.metadata(&k, fetch(&["x", "y"])).await.unwrap(), listing(&["x", "y"]));
+    settled(&a).await;
+    assert_eq!(a.report().meta_written, 1);
+    // The next node gets it from the tier: its fetch (here another answer) is never asked.
+    assert_eq!(b.metadata(&k, fetch(&["other"])).await.unwrap(), listing(&["x", "y"]));
+    assert_eq!(fetches.load(Ordering::SeqCst), 1);
+    assert_eq!((b.report().meta_hits, b.report().meta_misses), (1, 0));
+    // Another path, another question: not that object.
+    assert_eq!(
+        b.metadata(&meta_key("sub2"), fetch(&["z"])).await.unwrap(),
+        listing(&["z"])
+    );
+    assert_eq!(fetches.load(Ordering::SeqCst), 2);
+
+    let path = object_store::path::Path::from("p/meta/v1/models/demo/tiny-model/0123/tree/_sub");
+    let good = store.get(&path).await.unwrap().bytes().await.unwrap();
+    let damaged = |obj: Bytes| async {
+        store.put(&path, obj.into()).await.unwrap();
+        let c = SharedTier::with_store("mem://", store.clone(), "p");
+        let before = fetches.load(Ordering::SeqCst);
+        let got = c.metadata(&k, fetch(&["x", "y"])).await.unwrap();
+        assert_eq!(got, listing(&["x", "y"]));
+        assert_eq!(
+            fetches.load(Ordering::SeqCst),
+            before + 1,
+            "not served: asked of the Hub"
+        );
+        settled(&c).await;
+        assert_eq!(c.report().invalid, 1);
+        let back = store.get(&path).await.unwrap().bytes().await.unwrap();
+        assert_eq!(back, good, "replaced by a good object");
+    };
+    // Flipped bytes, a torn object, an object of another directory put under this name, and a
+    // well-formed object whose payload is not a listing.
+    let mut flipped = good.to_vec();
+    let last = flipped.len() - 2;
+    flipped[last] ^= 0x01;
+    damaged(Bytes::from(flipped)).await;
+    damaged(good.slice(..good.len() - 4)).await;
+    let foreign: PutPayload = format::encode_meta(meta_key("sub2").id(), &Bytes::from_static(b"[\"z\"]"))
+        .into_iter()
+        .collect();
+    damaged(Bytes::from(foreign.into_iter().flatten().collect::<Vec<u8>>())).await;
+    let junk: PutPayload = format::encode_meta(k.id(), &Bytes::from_static(b"{\"not\":1}"))
+        .into_iter()
+        .collect();
+    damaged(Bytes::from(junk.into_iter().flatten().collect::<Vec<u8>>())).await;
+}
+
+#[tokio::test]
+async fn nodes_asking_for_the_same_metadata_at_once_wait_for_one_fetch() {
+    let (_store, a, b) = two_nodes();
+    let k = meta_key("");
+    let slow = {
+        let (a, k) = (a.clone(), k.clone());
+        tokio::spawn(async move {
+            a.metadata(&k, async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                Ok::<_, VfsError>(listing(&["once"]))
+            })
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let got = b
+        .metadata(&k, async {
+            Err::<Vec<String>, _>(VfsError::Invalid("b must not ask the Hub"))
+        })
+        .await
+        .unwrap();
+    assert_eq!(got, listing(&["once"]));
+    assert_eq!(slow.await.unwrap().unwrap(), listing(&["once"]));
+    // A failed fetch is not stored, and its error is the caller's.
+    let err = a
+        .metadata(&meta_key("gone"), async { Err::<Vec<String>, _>(VfsError::NotFound) })
+        .await
+        .unwrap_err();
+    assert_eq!(err.errno(), libc::ENOENT);
+    settled(&a).await;
+    let got = b
+        .metadata(&meta_key("gone"), async { Ok::<_, VfsError>(listing(&["now"])) })
+        .await;
+    assert_eq!(got.unwrap(), listing(&["now"]));
+}

@@ -318,9 +318,10 @@ impl SharedTier {
         )
     }
 
-    /// Uploads queued, in flight or deferred (status; tests wait for 0).
+    /// Uploads queued, in flight or deferred, metadata objects included (status; tests wait
+    /// for 0).
     pub fn pending_uploads(&self) -> usize {
-        self.0.claimed.waiting() + self.0.unclaimed.waiting()
+        self.0.claimed.waiting() + self.0.unclaimed.waiting() + self.0.meta_uploads.pending()
     }
 }
 
