@@ -17,6 +17,7 @@ pub mod read;
 pub mod remote;
 mod rename;
 mod shared_meta;
+mod small_batch;
 mod small_files;
 mod special;
 mod write;
