@@ -281,7 +281,9 @@ async fn blocks_no_uploader_is_free_for_wait_as_keys_and_a_claimed_one_keeps_its
     a.set_disk(disk.clone(), crate::chunk_store::BufferPool::new(8 << 20, 2));
     // A key the disk tier takes (a hash of 8 hex digits at least).
     let k: Arc<str> = Arc::from("xet:00aa00aa");
-    let block = |i: u64| Bytes::from(vec![i as u8; 4096]);
+    // Larger than a small file's block, which would wait with its bytes instead.
+    const LEN: usize = (upload::KEEP_SMALL_MAX + 4096) as usize;
+    let block = |i: u64| Bytes::from(vec![i as u8; LEN]);
     let put = |i: u64, claim: Option<Claim>| {
         // On disk first, as the chunk store has it by the time an uploader reads it back.
         disk.write((k.clone(), i), &block(i));
@@ -317,7 +319,7 @@ async fn blocks_no_uploader_is_free_for_wait_as_keys_and_a_claimed_one_keeps_its
     gate.add_permits(1000);
     settled(&a).await;
     for i in (0..8).chain(100..105) {
-        match b.get(&k, i, 4096).await {
+        match b.get(&k, i, LEN as u64).await {
             Lookup::Hit(got) => assert_eq!(got, block(i), "block {i}"),
             _ => panic!("block {i} is not in the store"),
         }
@@ -437,4 +439,30 @@ async fn nodes_asking_for_the_same_metadata_at_once_wait_for_one_fetch() {
         .metadata(&meta_key("gone"), async { Ok::<_, VfsError>(listing(&["now"])) })
         .await;
     assert_eq!(got.unwrap(), listing(&["now"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_small_blocks_waits_with_its_bytes_and_every_one_lands() {
+    // Uploads held at the gate; no disk tier to read anything back from.
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let store = Arc::new(CountingStore {
+        gate: Some(gate.clone()),
+        ..Default::default()
+    });
+    let a = SharedTier::with_store("mem://", store.clone(), "p");
+    let k: Arc<str> = Arc::from("xet:00bb00bb");
+    let block = |i: u64| Bytes::from(vec![i as u8; 4096]);
+    for i in 0..300 {
+        a.write_behind(&k, i, &block(i), None);
+    }
+    assert_eq!(a.pending_uploads(), 300, "none dropped");
+    gate.add_permits(10_000);
+    settled(&a).await;
+    assert_eq!((a.report().written, a.report().dropped), (300, 0));
+    for i in 0..300 {
+        match a.get(&k, i, 4096).await {
+            Lookup::Hit(got) => assert_eq!(got, block(i), "block {i}"),
+            _ => panic!("block {i} is not in the store"),
+        }
+    }
 }
