@@ -30,6 +30,10 @@ pub enum Outcome {
     Theirs,
     /// No claims (paused, unsupported, stale claim taken over): fetch.
     None,
+    /// The store did not answer the claim in time: another node may well have claimed it and
+    /// fetched it meanwhile (SeaweedFS answers creates racing on one name a second apart), so
+    /// look once more before fetching.
+    TimedOut,
 }
 
 /// A claim this node holds; deleted when released or dropped.
@@ -69,12 +73,12 @@ impl SharedTier {
 
     /// Claims the block's Hub fetch for this node, unless another node holds a fresh claim.
     pub(super) async fn claim(&self, key: &str, block: u64) -> Outcome {
-        self.claim_at(self.claim_path(key, block)).await
+        self.claim_at(self.claim_path(key, block), CLAIM_DEADLINE).await
     }
 
     /// Claims the Hub fetch of what the claim object `path` stands for (a block, a metadata
-    /// object), unless another node holds a fresh claim.
-    pub(super) async fn claim_at(&self, path: object_store::path::Path) -> Outcome {
+    /// object), unless another node holds a fresh claim; the create has `deadline`.
+    pub(super) async fn claim_at(&self, path: object_store::path::Path, deadline: Duration) -> Outcome {
         use std::sync::atomic::Ordering;
         if self.paused() || self.0.no_claims.load(Ordering::Relaxed) {
             return Outcome::None;
@@ -85,7 +89,7 @@ impl SharedTier {
         };
         let body = Bytes::from(self.0.node.clone());
         let put = self.0.store.put_opts(&path, body.into(), opts);
-        match tokio::time::timeout(CLAIM_DEADLINE, put).await {
+        match tokio::time::timeout(deadline, put).await {
             Ok(Ok(_)) => {
                 self.event("claimed");
                 Outcome::Ours(Claim {
@@ -109,8 +113,8 @@ impl SharedTier {
             // A slow claim is not a reason to pause: lookups and uploads judge the store (a store
             // that hangs fails the lookup before this).
             Err(_) => {
-                tracing::debug!("shared cache: no answer to a claim within {CLAIM_DEADLINE:?}; fetching");
-                Outcome::None
+                tracing::debug!("shared cache: no answer to a claim within {deadline:?}; fetching unless it came");
+                Outcome::TimedOut
             }
         }
     }

@@ -123,7 +123,8 @@ pub struct SharedReport {
     /// Listings and point lookups served by the tier (after a wait for another node's claim too).
     #[serde(default)]
     pub meta_hits: u64,
-    /// Listings and point lookups this node asked the Hub for after missing the tier.
+    /// Listings and point lookups not found in the tier (then fetched from the Hub, or waited
+    /// for while another node fetched them).
     #[serde(default)]
     pub meta_misses: u64,
     #[serde(default)]
@@ -363,6 +364,10 @@ impl SharedTier {
                         None => Asked::Fetch(None),
                     },
                     claim::Outcome::None => Asked::Fetch(None),
+                    claim::Outcome::TimedOut => match self.get(key, block, expected_len).await {
+                        Lookup::Hit(b) => Asked::Found(b),
+                        _ => Asked::Fetch(None),
+                    },
                 }
             }
         }

@@ -40,6 +40,8 @@ struct CountingStore {
     claims: AtomicUsize,
     /// Block uploads wait here for a permit, when set.
     gate: Option<Arc<tokio::sync::Semaphore>>,
+    /// Claims are never answered.
+    hang_claims: bool,
 }
 
 impl std::fmt::Display for CountingStore {
@@ -58,6 +60,9 @@ impl ObjectStore for CountingStore {
     ) -> object_store::Result<object_store::PutResult> {
         if matches!(opts.mode, object_store::PutMode::Create) && location.as_ref().contains("/claims/") {
             self.claims.fetch_add(1, Ordering::SeqCst);
+            if self.hang_claims {
+                std::future::pending::<()>().await;
+            }
         }
         if let Some(gate) = self.gate.as_ref().filter(|_| location.as_ref().contains("/blocks/")) {
             let _ = gate.acquire().await;
@@ -465,4 +470,47 @@ async fn a_burst_of_small_blocks_waits_with_its_bytes_and_every_one_lands() {
             _ => panic!("block {i} is not in the store"),
         }
     }
+}
+
+#[tokio::test]
+async fn a_metadata_claim_the_store_does_not_answer_looks_again_then_asks_the_hub() {
+    let store = Arc::new(CountingStore {
+        hang_claims: true,
+        ..Default::default()
+    });
+    let a = SharedTier::with_store("mem://", store.clone(), "p");
+    // Another node writes the listing while this one's claim hangs: found on the second look.
+    let k = meta_key("x");
+    let writer = {
+        let store = store.clone();
+        let id = k.id().to_string();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let obj: PutPayload = format::encode_meta(&id, &Bytes::from_static(b"[\"theirs\"]"))
+                .into_iter()
+                .collect();
+            let path = object_store::path::Path::from("p/meta/v1/models/demo/tiny-model/0123/tree/_x");
+            store.put(&path, obj).await.unwrap();
+        })
+    };
+    let t = Instant::now();
+    let got = a
+        .metadata(&k, async {
+            Err::<Vec<String>, _>(VfsError::Invalid("must not ask the Hub"))
+        })
+        .await
+        .unwrap();
+    writer.await.unwrap();
+    assert_eq!(got, listing(&["theirs"]));
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    // Nobody wrote it: the node asks the Hub itself, a second late, and never fails.
+    let got = a
+        .metadata(&meta_key("y"), async { Ok::<_, VfsError>(listing(&["mine"])) })
+        .await;
+    assert_eq!(got.unwrap(), listing(&["mine"]));
+    assert!(!a.paused(), "a slow claim does not pause the tier");
 }
