@@ -209,6 +209,9 @@ fn a_fleet_costs_the_hub_about_one_nodes_requests() {
     assert_eq!(differences(&sums, &want), Vec::<String>::new(), "the first node");
     let one_tier = wait_uploaded(&cli, &first);
     drop(first);
+    // What a commit fixes is in the tier now: a point lookup per file and the root's listing.
+    let stored = tier_size(&cli, &url);
+    assert_eq!(stored["meta_objects"].as_u64(), Some(names.len() as u64 + 1), "{stored}");
 
     // N nodes over another empty tier, mounted one after another and reading all at once.
     let url = format!("s3://{BUCKET}/fleet-{run}");
