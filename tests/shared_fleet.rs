@@ -178,6 +178,24 @@ fn tier_counts(cli: &common::isolated::Isolated) -> BTreeMap<&'static str, u64> 
     out
 }
 
+/// The nodes' shared-tier log messages, counted (hashes and times left out), for a failure.
+fn log_summary(nodes: &[Node]) -> String {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for n in nodes {
+        let log = std::fs::read_to_string(&n.log).unwrap_or_default();
+        for l in log.lines().filter(|l| l.contains("hubfs::chunk_store::shared")) {
+            let msg = l.split("hubfs::chunk_store::shared").nth(1).unwrap_or(l);
+            let msg: String = msg
+                .split_whitespace()
+                .filter(|w| !w.contains("key=") && !w.contains("_ms=") && !w.contains("url="))
+                .collect::<Vec<_>>()
+                .join(" ");
+            *seen.entry(msg).or_default() += 1;
+        }
+    }
+    seen.iter().map(|(m, c)| format!("{c:5} {m}\n")).collect()
+}
+
 #[test]
 fn a_fleet_costs_the_hub_about_one_nodes_requests() {
     let bin = weed_bin();
@@ -211,7 +229,11 @@ fn a_fleet_costs_the_hub_about_one_nodes_requests() {
     drop(first);
     // What a commit fixes is in the tier now: a point lookup per file and the root's listing.
     let stored = tier_size(&cli, &url);
-    assert_eq!(stored["meta_objects"].as_u64(), Some(names.len() as u64 + 1), "{stored}");
+    assert_eq!(
+        stored["meta_objects"].as_u64(),
+        Some(names.len() as u64 + 1),
+        "{stored}"
+    );
 
     // N nodes over another empty tier, mounted one after another and reading all at once.
     let url = format!("s3://{BUCKET}/fleet-{run}");
@@ -266,6 +288,13 @@ fn a_fleet_costs_the_hub_about_one_nodes_requests() {
         fleet.total() as f64 / n as f64,
         one.total()
     );
+    // Past each node's own revision check, what the fleet cost against what one node did.
+    eprintln!(
+        "  beyond the mounts' repo_info: the fleet {}, one node {} ({:.2}×)",
+        fleet.total() - mounts.total(),
+        one.total() - 1,
+        (fleet.total() - mounts.total()) as f64 / (one.total() - 1) as f64
+    );
     eprintln!(
         "  wall time: mounts {:.1} s one after another, reads {:.1} s all at once; tier counts over the fleet {counts:?}; refused by the Hub's windows {refused:?}",
         mounted.as_secs_f64(),
@@ -279,7 +308,8 @@ fn a_fleet_costs_the_hub_about_one_nodes_requests() {
     );
     assert!(
         fleet.total() <= bound,
-        "the fleet cost the Hub {fleet}, more than 2 × one node's {one} + {n}"
+        "the fleet cost the Hub {fleet}, more than 2 × one node's {one} + {n}; the nodes' tier logs:\n{}",
+        log_summary(&nodes)
     );
 }
 

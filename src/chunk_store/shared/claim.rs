@@ -67,7 +67,7 @@ impl Drop for Claim {
 }
 
 impl SharedTier {
-    fn claim_path(&self, key: &str, block: u64) -> object_store::path::Path {
+    pub(super) fn claim_path(&self, key: &str, block: u64) -> object_store::path::Path {
         format::object_path(&self.0.prefix, "claims", key, block)
     }
 
@@ -133,30 +133,60 @@ impl SharedTier {
                 }
             }
             // Released between our create and this look: the block is most likely there now
-            // (`wait_for` sees the claim gone and looks once).
+            // (`wait_on_claim` sees the claim gone and looks once).
             Ok(Err(object_store::Error::NotFound { .. })) => Outcome::Theirs,
             _ => Outcome::None,
         }
     }
 
-    /// Waits up to [`CLAIM_WAIT`] for a block another node claimed; `None`: fetch it yourself.
-    pub(super) async fn wait_for(&self, key: &std::sync::Arc<str>, block: u64, expected_len: u64) -> Option<Bytes> {
-        let claim = self.claim_path(key, block);
-        let got = self.wait_on_claim(&claim, || self.get(key, block, expected_len)).await;
-        if got.is_none() {
-            tracing::debug!(key = %key, block, "shared cache: claimed block did not come; fetching it");
-        }
-        got
-    }
-
-    /// Waits up to [`CLAIM_WAIT`] for what another node claimed (claim object `claim`), polling
-    /// with `look`; `None`: fetch it yourself.
-    pub(super) async fn wait_on_claim<T, L, F>(&self, claim: &object_store::path::Path, mut look: L) -> Option<T>
+    /// Waits for what another node claimed (claim object `claim`), polling with `look`, for at
+    /// most [`CLAIM_WAIT`] in all. If the claim goes without it (its claimer gave up, or let its
+    /// claim go to a backed-up upload queue), this node claims it in turn (`create`: the
+    /// deadline of that create), so that of the nodes waiting one fetches it from the Hub and the
+    /// others wait on for the time left, instead of all of them fetching it at once.
+    pub(super) async fn wait_on_claim<T, L, F>(
+        &self,
+        claim: &object_store::path::Path,
+        create: Duration,
+        mut look: L,
+    ) -> Waited<T>
     where
         L: FnMut() -> F,
         F: std::future::Future<Output = Lookup<T>>,
     {
         let deadline = Instant::now() + CLAIM_WAIT;
+        loop {
+            match self.poll_claimed(claim, deadline, &mut look).await {
+                Polled::Hit(v) => return Waited::Found(v),
+                Polled::Gone if Instant::now() < deadline => match self.claim_at(claim.clone(), create).await {
+                    Outcome::Ours(c) => return Waited::Fetch(Some(c)),
+                    // Another waiter took it over: wait on it.
+                    Outcome::Theirs => {}
+                    Outcome::TimedOut => {
+                        return match look().await {
+                            Lookup::Hit(v) => Waited::Found(v),
+                            _ => Waited::Fetch(None),
+                        };
+                    }
+                    Outcome::None => return Waited::Fetch(None),
+                },
+                Polled::Gone | Polled::GiveUp => return Waited::Fetch(None),
+            }
+        }
+    }
+
+    /// Polls for what `claim` stands for until `deadline`, looking at the claim itself every
+    /// [`CLAIM_CHECK_EVERY`] polls.
+    async fn poll_claimed<T, L, F>(
+        &self,
+        claim: &object_store::path::Path,
+        deadline: Instant,
+        look: &mut L,
+    ) -> Polled<T>
+    where
+        L: FnMut() -> F,
+        F: std::future::Future<Output = Lookup<T>>,
+    {
         let mut polls = 0u32;
         loop {
             tokio::time::sleep(POLL).await;
@@ -164,17 +194,17 @@ impl SharedTier {
             match look().await {
                 Lookup::Hit(b) => {
                     self.event("waited_hit");
-                    return Some(b);
+                    return Polled::Hit(b);
                 }
-                Lookup::Bad => return None,
+                Lookup::Bad => return Polled::GiveUp,
                 Lookup::Miss => {}
             }
             if self.paused() {
-                return None;
+                return Polled::GiveUp;
             }
             if Instant::now() >= deadline {
                 self.event("wait_expired");
-                return None;
+                return Polled::GiveUp;
             }
             if polls.is_multiple_of(CLAIM_CHECK_EVERY) {
                 let head = tokio::time::timeout(CLAIM_DEADLINE, self.0.store.head(claim)).await;
@@ -183,12 +213,29 @@ impl SharedTier {
                     return match look().await {
                         Lookup::Hit(b) => {
                             self.event("waited_hit");
-                            Some(b)
+                            Polled::Hit(b)
                         }
-                        _ => None,
+                        _ => Polled::Gone,
                     };
                 }
             }
         }
     }
+}
+
+/// What waiting on another node's claim came to.
+pub(super) enum Waited<T> {
+    /// It came, through the tier.
+    Found(T),
+    /// Fetch it from the Hub; upload it under this claim if this node took one over.
+    Fetch(Option<Claim>),
+}
+
+/// What one stretch of polling found.
+enum Polled<T> {
+    Hit(T),
+    /// The claim went without the object.
+    Gone,
+    /// The wait is over (its time is up, the object is bad, or the tier paused).
+    GiveUp,
 }

@@ -24,7 +24,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
-use super::claim::Outcome;
+use super::claim::{Outcome, Waited};
 use super::{Claim, LOOKUP_DEADLINE, Lookup, SharedTier, UPLOAD_DEADLINE, format};
 
 /// Largest metadata object read or written (a listing of about a million entries): a larger one
@@ -156,10 +156,13 @@ impl SharedTier {
                 let claim = self.meta_path(&CLAIMS, key);
                 match self.claim_at(claim.clone(), META_CLAIM_DEADLINE).await {
                     Outcome::Ours(c) => Some(c),
-                    Outcome::Theirs => match self.wait_on_claim(&claim, || self.get_meta::<T>(key)).await {
-                        Some(v) => return Ok(v),
-                        None => None,
-                    },
+                    Outcome::Theirs => {
+                        let look = || self.get_meta::<T>(key);
+                        match self.wait_on_claim(&claim, META_CLAIM_DEADLINE, look).await {
+                            Waited::Found(v) => return Ok(v),
+                            Waited::Fetch(c) => c,
+                        }
+                    }
                     Outcome::None => None,
                     Outcome::TimedOut => match self.get_meta::<T>(key).await {
                         Lookup::Hit(v) => return Ok(v),

@@ -359,10 +359,18 @@ impl SharedTier {
                 };
                 match claimed {
                     claim::Outcome::Ours(c) => Asked::Fetch(Some(c)),
-                    claim::Outcome::Theirs => match self.wait_for(key, block, expected_len).await {
-                        Some(b) => Asked::Found(b),
-                        None => Asked::Fetch(None),
-                    },
+                    claim::Outcome::Theirs => {
+                        let claim = self.claim_path(key, block);
+                        let look = || self.get(key, block, expected_len);
+                        match self.wait_on_claim(&claim, CLAIM_DEADLINE, look).await {
+                            claim::Waited::Found(b) => Asked::Found(b),
+                            claim::Waited::Fetch(c) => {
+                                tracing::debug!(key = %key, block, took_over = c.is_some(),
+                                    "shared cache: claimed block did not come; fetching it");
+                                Asked::Fetch(c)
+                            }
+                        }
+                    }
                     claim::Outcome::None => Asked::Fetch(None),
                     claim::Outcome::TimedOut => match self.get(key, block, expected_len).await {
                         Lookup::Hit(b) => Asked::Found(b),

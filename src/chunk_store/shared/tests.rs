@@ -514,3 +514,47 @@ async fn a_metadata_claim_the_store_does_not_answer_looks_again_then_asks_the_hu
     assert_eq!(got.unwrap(), listing(&["mine"]));
     assert!(!a.paused(), "a slow claim does not pause the tier");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_goes_without_its_block_makes_one_waiter_fetch_it_not_all() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let a = SharedTier::with_store("mem://", store.clone(), "p");
+    let k = key();
+    let claim = match a.claim(&k, 0).await {
+        claim::Outcome::Ours(c) => c,
+        _ => panic!("the first claim is ours"),
+    };
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let (tier, k, fetches) = (
+                SharedTier::with_store("mem://", store.clone(), "p"),
+                k.clone(),
+                fetches.clone(),
+            );
+            tokio::spawn(async move {
+                tier.load(&k, 0, 4, async move {
+                    fetches.fetch_add(1, Ordering::SeqCst);
+                    // The Hub takes its time: the others look again meanwhile and miss.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    Ok(Bytes::from_static(b"once"))
+                })
+                .await
+                .unwrap()
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Its claimer lets it go without the block (its upload queue backed up).
+    claim.release();
+    let t = Instant::now();
+    for w in waiters {
+        assert_eq!(&w.await.unwrap().0[..], b"once");
+    }
+    assert_eq!(
+        fetches.load(Ordering::SeqCst),
+        1,
+        "one waiter took the claim over and fetched it"
+    );
+    assert!(t.elapsed() < CLAIM_WAIT, "{:?}", t.elapsed());
+}
