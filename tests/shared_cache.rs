@@ -15,7 +15,8 @@
 //! build). Without the `weed` binary (or an emulator) a test is skipped, except under CI (`CI` or
 //! `HUBFS_REQUIRE_STORES` set, as ci/test.sh does after installing them) where it fails.
 //! `HUBFS_TEST_RUST_LOG` replaces the mounts' `RUST_LOG` (e.g. `hubfs::vfs::read=trace` to see
-//! reads that went to the Hub as exact ranges).
+//! reads that went to the Hub as exact ranges). The store, node and Hub helpers are in
+//! `tests/common/shared_tier.rs`, shared with `tests/shared_fleet.rs` (a fleet's Hub requests).
 
 mod common;
 #[path = "common/shared_tier.rs"]
