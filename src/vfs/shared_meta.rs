@@ -118,7 +118,9 @@ pub(super) async fn list_dir(
         let entries = client.list_dir(repo, commit, path).await?;
         Ok::<_, HubClientError>(entries.into_iter().map(Stored::from).collect::<Vec<_>>())
     };
-    let stored = tier.metadata(&key, fetch).await?;
+    // Boxed: the tier's lookup, claim and wait make a large future, and lookups nest deep in
+    // the VirtualFs calls of a test's current-thread runtime (a stack overflow in vfs_model).
+    let stored = Box::pin(tier.metadata(&key, fetch)).await?;
     Ok(stored.into_iter().map(TreeEntry::from).collect())
 }
 
@@ -140,7 +142,8 @@ pub(super) async fn path_info(
         return fetch.await;
     };
     let fetch = async { Ok::<_, HubClientError>(fetch.await?.map(Stored::from)) };
-    Ok(tier.metadata(&key, fetch).await?.map(TreeEntry::from))
+    // Boxed, as in `list_dir`.
+    Ok(Box::pin(tier.metadata(&key, fetch)).await?.map(TreeEntry::from))
 }
 
 #[cfg(test)]
