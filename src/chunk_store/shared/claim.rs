@@ -2,9 +2,9 @@
 //! Hub a node creates `PREFIX/claims/KEY/BLOCK` only if it does not exist (`If-None-Match: *`); the
 //! node that created it fetches and uploads the block, then deletes the claim. A node that finds a
 //! claim younger than [`CLAIM_STALE`] polls for the block for up to [`CLAIM_WAIT`], and fetches it
-//! itself if it has not come, or as soon as the claim is gone without it: nothing waits on a dead
-//! claimer for longer than that. Metadata objects are claimed the same way
-//! (`PREFIX/claims/meta/…`, see `meta`).
+//! itself if it has not come: nothing waits on a dead claimer for longer than that. A claim gone
+//! without its block is claimed again by one of the nodes waiting, which fetches it while the
+//! others wait on. Metadata objects are claimed the same way (`PREFIX/claims/meta/…`, see `meta`).
 
 use std::time::{Duration, Instant};
 
