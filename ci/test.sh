@@ -144,6 +144,8 @@ run_step "cargo build" cargo build && BUILD_OK=1
 # cache tier (issue 32): built once from the Go module proxy into /var/cache/hubfs-weed (about 5 minutes
 # on 2 cores the first time, nothing after). The test then runs inside `cargo test` at 64 MiB (about
 # 40 s): 4 nodes one after another and at once, the store killed mid-read, a corrupted object.
+# tests/shared_fleet.rs (about 25 s) mounts demo/tiny-model on 32 nodes at once and counts the Hub's
+# requests, and checks a node finding everything in the tier asks the Hub only for its revision.
 run_step "SeaweedFS for the shared-cache test (ci/weed.sh build)" bash ci/weed.sh build
 # The same tier on Google Cloud Storage and Azure Blob, against their emulators: fake-gcs-server built
 # from the Go module proxy (about 1-2 minutes the first time) and Azurite from the npm registry

@@ -25,7 +25,7 @@ pub use budget::{Admission, MemoryBudget, MemoryReport, Plan, Reading};
 pub use claim::Claim;
 pub use disk::DiskTier;
 pub use hold::BlockHold;
-pub use shared::SharedTier;
+pub use shared::{MetaKey, SharedTier};
 
 use crate::chunk_store::buffer_pool::BufferPool;
 use crate::vfs::error::{VfsError, VfsResult};

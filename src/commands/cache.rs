@@ -1,5 +1,5 @@
-//! `hubfs cache shared URL`: how big the shared cache tier is under a prefix, and trimming it to a
-//! size (oldest blocks first). Bucket lifecycle rules are the way to bound it for good
+//! `hubfs cache shared URL`: how big the shared cache tier is under a prefix (blocks, metadata
+//! objects, claims), and trimming its blocks to a size (oldest first). Bucket lifecycle rules are the way to bound it for good
 //! (docs/CONFIGURATION.md); this is for looking and for a one-off trim.
 
 use anyhow::Context;
@@ -12,7 +12,8 @@ use crate::chunk_store::SharedTier;
 #[derive(Subcommand, Debug)]
 pub enum CacheCommand {
     /// Size of the shared cache tier at URL (s3://, gs:// or az://bucket/prefix, credentials as
-    /// for --shared-cache): blocks, bytes, claims; with --trim-to, delete the oldest blocks until it fits.
+    /// for --shared-cache): blocks, bytes, metadata objects, claims; with --trim-to, delete the
+    /// oldest blocks until they fit.
     Shared {
         url: String,
         /// Delete the oldest blocks (by upload time) until the blocks take at most SIZE, e.g. 500G
@@ -48,6 +49,12 @@ async fn shared(url: &str, trim_to: Option<u64>, json: bool) -> anyhow::Result<(
         .try_collect()
         .await
         .with_context(|| format!("listing {url}"))?;
+    let meta: Vec<object_store::ObjectMeta> = store
+        .list(Some(&under("meta")))
+        .try_collect()
+        .await
+        .with_context(|| format!("listing {url}"))?;
+    let meta_bytes: u64 = meta.iter().map(|m| m.size).sum();
     let claims: Vec<object_store::ObjectMeta> = store
         .list(Some(&under("claims")))
         .try_collect()
@@ -86,13 +93,16 @@ async fn shared(url: &str, trim_to: Option<u64>, json: bool) -> anyhow::Result<(
     if json {
         let v = serde_json::json!({
             "url": url, "blocks": count, "bytes": bytes, "claims": claims.len() as u64 - stale,
+            "meta_objects": meta.len() as u64, "meta_bytes": meta_bytes,
             "deleted_blocks": deleted, "freed_bytes": freed, "deleted_claims": stale,
         });
         println!("{v}");
     } else {
         println!(
-            "{url}: {count} blocks, {} ({bytes} bytes), {} claims",
+            "{url}: {count} blocks, {} ({bytes} bytes), {} metadata objects ({}), {} claims",
             human(bytes),
+            meta.len(),
+            human(meta_bytes),
             claims.len() as u64 - stale
         );
         if trim_to.is_some() {

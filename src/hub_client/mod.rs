@@ -124,6 +124,12 @@ impl HubClient {
         &self.inner.endpoint
     }
 
+    /// Whether listings and paths-info ask for each entry's last commit (`tree_expand`): the
+    /// answers differ, so caches of them key on it.
+    pub fn tree_expand(&self) -> bool {
+        self.inner.tree_expand
+    }
+
     /// Replaces the token every later request carries (a rotated token: a Kubernetes secret
     /// rewritten by kubelet's republish). Clones share it. Xet tokens already fetched stay valid
     /// until they expire. The old token is still scrubbed from messages.

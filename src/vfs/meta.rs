@@ -1,12 +1,14 @@
 //! What a path is and the attributes it shows: tree lookups at a commit (the listing and point
-//! caches, keyed by commit), the overlay laid over them on a writable mount, and merged listings.
+//! caches, keyed by commit; below them the shared tier, `shared_meta`, then the Hub), the overlay
+//! laid over them on a writable mount, and merged listings.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::error::{VfsError, VfsResult};
 use super::remote::{ContentId, FileMeta};
-use super::{Found, Node, VirtualFs};
+use super::{Found, Node, VirtualFs, shared_meta};
+use crate::chunk_store::SharedTier;
 use crate::hub_client::{HubClient, RepoRef, TreeEntry};
 use crate::write::overlay::Entry;
 
@@ -63,9 +65,16 @@ pub(super) fn node_from_entry(commit: &str, e: &TreeEntry) -> (String, Node) {
     }
 }
 
-/// Fetches the listing of repo directory `remote` at `commit`, sorted by name.
-async fn fetch_listing(client: HubClient, repo: RepoRef, commit: String, remote: String) -> VfsResult<Arc<Listing>> {
-    let entries = client.list_dir(&repo, &commit, &remote).await?;
+/// Fetches the listing of repo directory `remote` at `commit`, sorted by name: from the shared
+/// tier `tier` when it has it, else from the Hub.
+async fn fetch_listing(
+    client: HubClient,
+    tier: Option<SharedTier>,
+    repo: RepoRef,
+    commit: String,
+    remote: String,
+) -> VfsResult<Arc<Listing>> {
+    let entries = shared_meta::list_dir(&client, tier.as_ref(), &repo, &commit, &remote).await?;
     let mut entries: Vec<(String, Node)> = entries.iter().map(|e| node_from_entry(&commit, e)).collect();
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     entries.dedup_by(|a, b| a.0 == b.0);
@@ -88,6 +97,7 @@ impl VirtualFs {
         let key = (commit.to_string(), path.to_string());
         let fetch = fetch_listing(
             self.client.clone(),
+            self.reader.store.shared().cloned(),
             self.repo.clone(),
             commit.to_string(),
             self.remote_path(path),
@@ -124,6 +134,7 @@ impl VirtualFs {
         };
         let fetch = fetch_listing(
             self.client.clone(),
+            self.reader.store.shared().cloned(),
             self.repo.clone(),
             commit.to_string(),
             self.remote_path(parent),
@@ -181,14 +192,9 @@ impl VirtualFs {
         let key = (commit.to_string(), path.to_string());
         let fetch = async {
             let remote = self.remote_path(path);
-            let found = self
-                .client
-                .paths_info(&self.repo, commit, std::slice::from_ref(&remote))
-                .await?;
-            let node = found
-                .iter()
-                .find(|e| entry_path(e) == remote)
-                .map(|e| node_from_entry(commit, e).1);
+            let tier = self.reader.store.shared();
+            let found = shared_meta::path_info(&self.client, tier, &self.repo, commit, &remote).await?;
+            let node = found.as_ref().map(|e| node_from_entry(commit, e).1);
             if node.is_some() || !self.repo.is_bucket() || remote.is_empty() {
                 return Ok::<_, VfsError>(node);
             }
@@ -312,12 +318,6 @@ impl VirtualFs {
 
 fn basename(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
-}
-
-fn entry_path(e: &TreeEntry) -> &str {
-    match e {
-        TreeEntry::File { path, .. } | TreeEntry::Dir { path, .. } => path,
-    }
 }
 
 impl VirtualFs {

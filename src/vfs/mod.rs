@@ -16,6 +16,8 @@ mod passthrough;
 pub mod read;
 pub mod remote;
 mod rename;
+mod shared_meta;
+mod small_batch;
 mod small_files;
 mod special;
 mod write;

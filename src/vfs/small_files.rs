@@ -4,7 +4,8 @@
 //! one batch reconstruction, one fetch per joined xorb range). Order does not matter because a
 //! batch is not a guess about the next file: every file of the folder is wanted by a reader that
 //! goes through the folder, and files uploaded together sit side by side in a xorb, so fetching
-//! them together is nearly free.
+//! them together is nearly free. A batch's request names only the files no cache tier (memory,
+//! disk, the shared tier) holds (`small_batch`): a node that has them all asks the Hub nothing.
 //!
 //! What a reader can cause is bounded: fetching starts at the second open, and a folder may have
 //! at most `FIRST × 2^(files opened − 1)` files started, so reading three files of a 10,000-file
@@ -22,12 +23,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use futures::FutureExt;
 use parking_lot::Mutex;
 
 use super::meta::Listing;
 use super::remote::FileMeta;
+use super::small_batch::{Gather, Member};
 use super::{Node, VirtualFs};
 use crate::chunk_store::BLOCK_SIZE;
 
@@ -66,9 +67,6 @@ pub(super) struct Folder {
     exhausted: bool,
 }
 
-/// Content of a batch by content key (empty when it failed), shared by the files it holds.
-type Shared = futures::future::Shared<futures::future::BoxFuture<'static, Arc<HashMap<Arc<str>, Bytes>>>>;
-
 impl VirtualFs {
     /// A small Xet file `meta`, entry `idx` of `listing`, was opened at `commit`: take note, and
     /// start the batches the folder has earned. Returns once the opened file itself is cached, if
@@ -101,9 +99,9 @@ impl VirtualFs {
         }
         batches.extend(split(rest));
         for batch in batches {
-            let shared = self.start_batch(&batch, commit);
+            let gather = self.gather(batch.len(), commit);
             for file in batch {
-                let fut = self.load_from(shared.clone(), file.clone(), commit);
+                let fut = self.load_from(gather.member(), file.clone(), commit);
                 if file.id.key() == opened_key {
                     own = Some(fut);
                 } else {
@@ -116,24 +114,30 @@ impl VirtualFs {
         }
     }
 
-    /// The batch request for `files`, started at once, its answer shared.
-    fn start_batch(&self, files: &[FileMeta], commit: &str) -> Shared {
-        let (remote, files, commit) = (self.reader.remote.clone(), files.to_vec(), commit.to_string());
-        let task = tokio::spawn(async move {
-            match remote.fetch_small_batch(&files, &commit).await {
-                Ok(m) => m,
-                Err(e) => {
-                    tracing::debug!(files = files.len(), error = %e, "batch of small files failed");
-                    HashMap::new()
+    /// A batch of `members` files at `commit`, whose requests go out only for the files no
+    /// cache tier holds (`small_batch`).
+    fn gather(&self, members: usize, commit: &str) -> Gather {
+        let (remote, commit) = (self.reader.remote.clone(), commit.to_string());
+        let request = move |files: Vec<FileMeta>| {
+            let (remote, commit) = (remote.clone(), commit.clone());
+            async move {
+                match remote.fetch_small_batch(&files, &commit).await {
+                    Ok(m) => m,
+                    Err(e) => {
+                        tracing::debug!(files = files.len(), error = %e, "batch of small files failed");
+                        HashMap::new()
+                    }
                 }
             }
-        });
-        async move { Arc::new(task.await.unwrap_or_default()) }.boxed().shared()
+            .boxed()
+        };
+        Gather::new(Box::new(request), members)
     }
 
-    /// Loads `file` into the chunk store from `batch`, or on its own if the batch lacks it (a
-    /// reader may be waiting on this load, so it must end with the bytes when it can).
-    fn load_from(&self, batch: Shared, file: FileMeta, commit: &str) -> impl Future<Output = ()> + Send + 'static {
+    /// Loads `file` into the chunk store: from a cache tier that has it, else from its batch
+    /// (`member`), or on its own if the batch lacks it (a reader may be waiting on this load, so
+    /// it must end with the bytes when it can).
+    fn load_from(&self, member: Member, file: FileMeta, commit: &str) -> impl Future<Output = ()> + Send + 'static {
         let (store, remote, commit) = (
             self.reader.store.clone(),
             self.reader.remote.clone(),
@@ -141,10 +145,11 @@ impl VirtualFs {
         );
         async move {
             let key = file.id.key();
+            // Asked only when memory, disk and the shared tier missed; dropped unasked otherwise,
+            // which tells the batch this file needs no request.
             let fetch = async {
-                let got = batch.await;
-                match got.get(&key) {
-                    Some(b) => Ok(b.clone()),
+                match member.want(&file).await {
+                    Some(b) => Ok(b),
                     None => remote.fetch_block(&file, &commit, 0, BLOCK_SIZE).await,
                 }
             };

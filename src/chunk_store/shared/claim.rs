@@ -2,8 +2,9 @@
 //! Hub a node creates `PREFIX/claims/KEY/BLOCK` only if it does not exist (`If-None-Match: *`); the
 //! node that created it fetches and uploads the block, then deletes the claim. A node that finds a
 //! claim younger than [`CLAIM_STALE`] polls for the block for up to [`CLAIM_WAIT`], and fetches it
-//! itself if it has not come, or as soon as the claim is gone without it: nothing waits on a dead
-//! claimer for longer than that.
+//! itself if it has not come: nothing waits on a dead claimer for longer than that. A claim gone
+//! without its block is claimed again by one of the nodes waiting, which fetches it while the
+//! others wait on. Metadata objects are claimed the same way (`PREFIX/claims/meta/…`, see `meta`).
 
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,10 @@ pub enum Outcome {
     Theirs,
     /// No claims (paused, unsupported, stale claim taken over): fetch.
     None,
+    /// The store did not answer the claim in time: another node may well have claimed it and
+    /// fetched it meanwhile (SeaweedFS answers creates racing on one name a second apart), so
+    /// look once more before fetching.
+    TimedOut,
 }
 
 /// A claim this node holds; deleted when released or dropped.
@@ -62,24 +67,29 @@ impl Drop for Claim {
 }
 
 impl SharedTier {
-    fn claim_path(&self, key: &str, block: u64) -> object_store::path::Path {
+    pub(super) fn claim_path(&self, key: &str, block: u64) -> object_store::path::Path {
         format::object_path(&self.0.prefix, "claims", key, block)
     }
 
     /// Claims the block's Hub fetch for this node, unless another node holds a fresh claim.
     pub(super) async fn claim(&self, key: &str, block: u64) -> Outcome {
+        self.claim_at(self.claim_path(key, block), CLAIM_DEADLINE).await
+    }
+
+    /// Claims the Hub fetch of what the claim object `path` stands for (a block, a metadata
+    /// object), unless another node holds a fresh claim; the create has `deadline`.
+    pub(super) async fn claim_at(&self, path: object_store::path::Path, deadline: Duration) -> Outcome {
         use std::sync::atomic::Ordering;
         if self.paused() || self.0.no_claims.load(Ordering::Relaxed) {
             return Outcome::None;
         }
-        let path = self.claim_path(key, block);
         let opts = PutOptions {
             mode: PutMode::Create,
             ..Default::default()
         };
         let body = Bytes::from(self.0.node.clone());
         let put = self.0.store.put_opts(&path, body.into(), opts);
-        match tokio::time::timeout(CLAIM_DEADLINE, put).await {
+        match tokio::time::timeout(deadline, put).await {
             Ok(Ok(_)) => {
                 self.event("claimed");
                 Outcome::Ours(Claim {
@@ -103,8 +113,8 @@ impl SharedTier {
             // A slow claim is not a reason to pause: lookups and uploads judge the store (a store
             // that hangs fails the lookup before this).
             Err(_) => {
-                tracing::debug!("shared cache: no answer to a claim within {CLAIM_DEADLINE:?}; fetching");
-                Outcome::None
+                tracing::debug!("shared cache: no answer to a claim within {deadline:?}; fetching unless it came");
+                Outcome::TimedOut
             }
         }
     }
@@ -123,49 +133,109 @@ impl SharedTier {
                 }
             }
             // Released between our create and this look: the block is most likely there now
-            // (`wait_for` sees the claim gone and looks once).
+            // (`wait_on_claim` sees the claim gone and looks once).
             Ok(Err(object_store::Error::NotFound { .. })) => Outcome::Theirs,
             _ => Outcome::None,
         }
     }
 
-    /// Waits up to [`CLAIM_WAIT`] for a block another node claimed; `None`: fetch it yourself.
-    pub(super) async fn wait_for(&self, key: &std::sync::Arc<str>, block: u64, expected_len: u64) -> Option<Bytes> {
+    /// Waits for what another node claimed (claim object `claim`), polling with `look`, for at
+    /// most [`CLAIM_WAIT`] in all. If the claim goes without it (its claimer gave up, or let its
+    /// claim go to a backed-up upload queue), this node claims it in turn (`create`: the
+    /// deadline of that create), so that of the nodes waiting one fetches it from the Hub and the
+    /// others wait on for the time left, instead of all of them fetching it at once.
+    pub(super) async fn wait_on_claim<T, L, F>(
+        &self,
+        claim: &object_store::path::Path,
+        create: Duration,
+        mut look: L,
+    ) -> Waited<T>
+    where
+        L: FnMut() -> F,
+        F: std::future::Future<Output = Lookup<T>>,
+    {
         let deadline = Instant::now() + CLAIM_WAIT;
-        let claim = self.claim_path(key, block);
+        loop {
+            match self.poll_claimed(claim, deadline, &mut look).await {
+                Polled::Hit(v) => return Waited::Found(v),
+                Polled::Gone if Instant::now() < deadline => match self.claim_at(claim.clone(), create).await {
+                    Outcome::Ours(c) => return Waited::Fetch(Some(c)),
+                    // Another waiter took it over: wait on it.
+                    Outcome::Theirs => {}
+                    Outcome::TimedOut => {
+                        return match look().await {
+                            Lookup::Hit(v) => Waited::Found(v),
+                            _ => Waited::Fetch(None),
+                        };
+                    }
+                    Outcome::None => return Waited::Fetch(None),
+                },
+                Polled::Gone | Polled::GiveUp => return Waited::Fetch(None),
+            }
+        }
+    }
+
+    /// Polls for what `claim` stands for until `deadline`, looking at the claim itself every
+    /// [`CLAIM_CHECK_EVERY`] polls.
+    async fn poll_claimed<T, L, F>(
+        &self,
+        claim: &object_store::path::Path,
+        deadline: Instant,
+        look: &mut L,
+    ) -> Polled<T>
+    where
+        L: FnMut() -> F,
+        F: std::future::Future<Output = Lookup<T>>,
+    {
         let mut polls = 0u32;
         loop {
             tokio::time::sleep(POLL).await;
             polls += 1;
-            match self.get(key, block, expected_len).await {
+            match look().await {
                 Lookup::Hit(b) => {
                     self.event("waited_hit");
-                    return Some(b);
+                    return Polled::Hit(b);
                 }
-                Lookup::Bad => return None,
+                Lookup::Bad => return Polled::GiveUp,
                 Lookup::Miss => {}
             }
             if self.paused() {
-                return None;
+                return Polled::GiveUp;
             }
             if Instant::now() >= deadline {
                 self.event("wait_expired");
-                tracing::debug!(key = %key, block, "shared cache: claimed block did not come; fetching it");
-                return None;
+                return Polled::GiveUp;
             }
             if polls.is_multiple_of(CLAIM_CHECK_EVERY) {
-                let head = tokio::time::timeout(CLAIM_DEADLINE, self.0.store.head(&claim)).await;
+                let head = tokio::time::timeout(CLAIM_DEADLINE, self.0.store.head(claim)).await;
                 if let Ok(Err(object_store::Error::NotFound { .. })) = head {
                     // The claimer gave up (or wrote it just now: one more look).
-                    return match self.get(key, block, expected_len).await {
+                    return match look().await {
                         Lookup::Hit(b) => {
                             self.event("waited_hit");
-                            Some(b)
+                            Polled::Hit(b)
                         }
-                        _ => None,
+                        _ => Polled::Gone,
                     };
                 }
             }
         }
     }
+}
+
+/// What waiting on another node's claim came to.
+pub(super) enum Waited<T> {
+    /// It came, through the tier.
+    Found(T),
+    /// Fetch it from the Hub; upload it under this claim if this node took one over.
+    Fetch(Option<Claim>),
+}
+
+/// What one stretch of polling found.
+enum Polled<T> {
+    Hit(T),
+    /// The claim went without the object.
+    Gone,
+    /// The wait is over (its time is up, the object is bad, or the tier paused).
+    GiveUp,
 }

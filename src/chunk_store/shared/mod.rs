@@ -12,6 +12,10 @@
 //!   of its own if this node claimed it; a block no uploader is free for waits as its key and is
 //!   read back from the disk tier (a claimed one keeping its claim while its lane keeps pace), so
 //!   a store slower than the Hub costs no memory; a read never waits for an upload.
+//! - Metadata (`meta`): what a commit fixes (a directory's listing, a point lookup's answer) is
+//!   looked up and written behind the same way, as objects under `PREFIX/meta/`, keyed by repo,
+//!   commit and path, with the same verified header, so a fleet mounting one revision lists it
+//!   on the Hub about once.
 //! - Failure is a slowdown: every store request has a deadline; an error or an expired deadline
 //!   pauses the tier for [`PAUSE`] (reads go straight to the Hub), then it is tried again.
 //!
@@ -22,6 +26,7 @@
 mod aws_profile;
 mod claim;
 pub mod format;
+mod meta;
 mod open;
 mod upload;
 
@@ -33,6 +38,7 @@ use bytes::Bytes;
 use object_store::{ObjectStore, ObjectStoreExt};
 
 pub use claim::{CLAIM_STALE, Claim};
+pub use meta::{MAX_META_BYTES, MetaKey};
 pub use open::{SCHEMES, supported as supported_url};
 
 /// Deadline of a block lookup (the GET and its body): past it the read goes to the Hub.
@@ -69,7 +75,8 @@ pub enum SharedError {
 #[derive(Clone)]
 pub struct SharedTier(Arc<Inner>);
 
-/// Lock order: `paused_until`, `missing` and the lanes' backlogs are leaves, never held together.
+/// Lock order: `paused_until`, `missing` and the lanes' backlogs are leaves, never held together;
+/// the metadata uploads take no lock.
 struct Inner {
     store: Arc<dyn ObjectStore>,
     /// Object path prefix inside the bucket (no leading or trailing `/`).
@@ -83,10 +90,13 @@ struct Inner {
     pace: upload::Pace,
     /// The disk tier deferred blocks are read back from (set when the store has one).
     disk: std::sync::OnceLock<(super::DiskTier, super::BufferPool)>,
+    /// Write-behind of metadata objects (`meta`).
+    meta_uploads: meta::Uploads,
     /// Set once the store refused a conditional create as unsupported: no claims from then on.
     no_claims: AtomicBool,
-    /// Counts for `hubfs status`: hits, misses, invalid, written, dropped.
-    counts: [std::sync::atomic::AtomicU64; 5],
+    /// Counts for `hubfs status`: hits, misses, invalid, written, dropped; metadata hits,
+    /// misses, written.
+    counts: [std::sync::atomic::AtomicU64; 8],
     /// This process in claim objects (host and pid), for whoever looks at the bucket.
     node: String,
     /// Files whose last lookup missed (see `load`); bounded by [`MISS_RUNS`].
@@ -110,11 +120,20 @@ pub struct SharedReport {
     pub invalid: u64,
     pub written: u64,
     pub dropped: u64,
+    /// Listings and point lookups served by the tier (after a wait for another node's claim too).
+    #[serde(default)]
+    pub meta_hits: u64,
+    /// Listings and point lookups not found in the tier (then fetched from the Hub, or waited
+    /// for while another node fetched them).
+    #[serde(default)]
+    pub meta_misses: u64,
+    #[serde(default)]
+    pub meta_written: u64,
 }
 
-/// What a lookup found.
-pub enum Lookup {
-    Hit(Bytes),
+/// What a lookup found: a block's bytes, or a metadata object's value.
+pub enum Lookup<T = Bytes> {
+    Hit(T),
     Miss,
     /// An object that is not the block (torn, of another block, damaged): fetch and replace it.
     Bad,
@@ -140,6 +159,7 @@ impl SharedTier {
             claimed: upload::Lane::new(),
             unclaimed: upload::Lane::new(),
             pace: Default::default(),
+            meta_uploads: Default::default(),
             disk: std::sync::OnceLock::new(),
             no_claims: AtomicBool::new(false),
             counts: Default::default(),
@@ -154,9 +174,12 @@ impl SharedTier {
         let i = match outcome {
             "hit" => 0,
             "miss" => 1,
-            "invalid" => 2,
+            "invalid" | "meta_invalid" => 2,
             "written" => 3,
-            "dropped" => 4,
+            "dropped" | "meta_dropped" => 4,
+            "meta_hit" => 5,
+            "meta_miss" => 6,
+            "meta_written" => 7,
             _ => return,
         };
         self.0.counts[i].fetch_add(1, Ordering::Relaxed);
@@ -174,6 +197,9 @@ impl SharedTier {
             invalid: c(2),
             written: c(3),
             dropped: c(4),
+            meta_hits: c(5),
+            meta_misses: c(6),
+            meta_written: c(7),
         }
     }
 
@@ -333,11 +359,23 @@ impl SharedTier {
                 };
                 match claimed {
                     claim::Outcome::Ours(c) => Asked::Fetch(Some(c)),
-                    claim::Outcome::Theirs => match self.wait_for(key, block, expected_len).await {
-                        Some(b) => Asked::Found(b),
-                        None => Asked::Fetch(None),
-                    },
+                    claim::Outcome::Theirs => {
+                        let claim = self.claim_path(key, block);
+                        let look = || self.get(key, block, expected_len);
+                        match self.wait_on_claim(&claim, CLAIM_DEADLINE, look).await {
+                            claim::Waited::Found(b) => Asked::Found(b),
+                            claim::Waited::Fetch(c) => {
+                                tracing::debug!(key = %key, block, took_over = c.is_some(),
+                                    "shared cache: claimed block did not come; fetching it");
+                                Asked::Fetch(c)
+                            }
+                        }
+                    }
                     claim::Outcome::None => Asked::Fetch(None),
+                    claim::Outcome::TimedOut => match self.get(key, block, expected_len).await {
+                        Lookup::Hit(b) => Asked::Found(b),
+                        _ => Asked::Fetch(None),
+                    },
                 }
             }
         }

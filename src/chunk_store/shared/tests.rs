@@ -40,6 +40,8 @@ struct CountingStore {
     claims: AtomicUsize,
     /// Block uploads wait here for a permit, when set.
     gate: Option<Arc<tokio::sync::Semaphore>>,
+    /// Claims are never answered.
+    hang_claims: bool,
 }
 
 impl std::fmt::Display for CountingStore {
@@ -58,6 +60,9 @@ impl ObjectStore for CountingStore {
     ) -> object_store::Result<object_store::PutResult> {
         if matches!(opts.mode, object_store::PutMode::Create) && location.as_ref().contains("/claims/") {
             self.claims.fetch_add(1, Ordering::SeqCst);
+            if self.hang_claims {
+                std::future::pending::<()>().await;
+            }
         }
         if let Some(gate) = self.gate.as_ref().filter(|_| location.as_ref().contains("/blocks/")) {
             let _ = gate.acquire().await;
@@ -281,7 +286,9 @@ async fn blocks_no_uploader_is_free_for_wait_as_keys_and_a_claimed_one_keeps_its
     a.set_disk(disk.clone(), crate::chunk_store::BufferPool::new(8 << 20, 2));
     // A key the disk tier takes (a hash of 8 hex digits at least).
     let k: Arc<str> = Arc::from("xet:00aa00aa");
-    let block = |i: u64| Bytes::from(vec![i as u8; 4096]);
+    // Larger than a small file's block, which would wait with its bytes instead.
+    const LEN: usize = (upload::KEEP_SMALL_MAX + 4096) as usize;
+    let block = |i: u64| Bytes::from(vec![i as u8; LEN]);
     let put = |i: u64, claim: Option<Claim>| {
         // On disk first, as the chunk store has it by the time an uploader reads it back.
         disk.write((k.clone(), i), &block(i));
@@ -317,7 +324,7 @@ async fn blocks_no_uploader_is_free_for_wait_as_keys_and_a_claimed_one_keeps_its
     gate.add_permits(1000);
     settled(&a).await;
     for i in (0..8).chain(100..105) {
-        match b.get(&k, i, 4096).await {
+        match b.get(&k, i, LEN as u64).await {
             Lookup::Hit(got) => assert_eq!(got, block(i), "block {i}"),
             _ => panic!("block {i} is not in the store"),
         }
@@ -331,4 +338,223 @@ async fn blocks_no_uploader_is_free_for_wait_as_keys_and_a_claimed_one_keeps_its
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(a.report().dropped, 0);
+}
+
+fn meta_key(path: &str) -> MetaKey {
+    MetaKey::new(&["v1", "models", "demo", "tiny-model", "0123"], "tree", path)
+}
+
+/// A listing as the vfs stores it (any serde value does).
+fn listing(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test]
+async fn metadata_fetched_by_one_node_is_served_to_the_next_and_damage_is_replaced() {
+    let (store, a, b) = two_nodes();
+    let fetches = AtomicUsize::new(0);
+    let fetch = |names: &'static [&'static str]| {
+        let fetches = &fetches;
+        async move {
+            fetches.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, VfsError>(listing(names))
+        }
+    };
+    let k = meta_key("sub");
+    assert_eq!(a.metadata(&k, fetch(&["x", "y"])).await.unwrap(), listing(&["x", "y"]));
+    settled(&a).await;
+    assert_eq!(a.report().meta_written, 1);
+    // The next node gets it from the tier: its fetch (here another answer) is never asked.
+    assert_eq!(b.metadata(&k, fetch(&["other"])).await.unwrap(), listing(&["x", "y"]));
+    assert_eq!(fetches.load(Ordering::SeqCst), 1);
+    assert_eq!((b.report().meta_hits, b.report().meta_misses), (1, 0));
+    // Another path, another question: not that object.
+    assert_eq!(
+        b.metadata(&meta_key("sub2"), fetch(&["z"])).await.unwrap(),
+        listing(&["z"])
+    );
+    assert_eq!(fetches.load(Ordering::SeqCst), 2);
+
+    let path = object_store::path::Path::from("p/meta/v1/models/demo/tiny-model/0123/tree/_sub");
+    let good = store.get(&path).await.unwrap().bytes().await.unwrap();
+    let damaged = |obj: Bytes| async {
+        store.put(&path, obj.into()).await.unwrap();
+        let c = SharedTier::with_store("mem://", store.clone(), "p");
+        let before = fetches.load(Ordering::SeqCst);
+        let got = c.metadata(&k, fetch(&["x", "y"])).await.unwrap();
+        assert_eq!(got, listing(&["x", "y"]));
+        assert_eq!(
+            fetches.load(Ordering::SeqCst),
+            before + 1,
+            "not served: asked of the Hub"
+        );
+        settled(&c).await;
+        assert_eq!(c.report().invalid, 1);
+        let back = store.get(&path).await.unwrap().bytes().await.unwrap();
+        assert_eq!(back, good, "replaced by a good object");
+    };
+    // Flipped bytes, a torn object, an object of another directory put under this name, and a
+    // well-formed object whose payload is not a listing.
+    let mut flipped = good.to_vec();
+    let last = flipped.len() - 2;
+    flipped[last] ^= 0x01;
+    damaged(Bytes::from(flipped)).await;
+    damaged(good.slice(..good.len() - 4)).await;
+    let foreign: PutPayload = format::encode_meta(meta_key("sub2").id(), &Bytes::from_static(b"[\"z\"]"))
+        .into_iter()
+        .collect();
+    damaged(Bytes::from(foreign.into_iter().flatten().collect::<Vec<u8>>())).await;
+    let junk: PutPayload = format::encode_meta(k.id(), &Bytes::from_static(b"{\"not\":1}"))
+        .into_iter()
+        .collect();
+    damaged(Bytes::from(junk.into_iter().flatten().collect::<Vec<u8>>())).await;
+}
+
+#[tokio::test]
+async fn nodes_asking_for_the_same_metadata_at_once_wait_for_one_fetch() {
+    let (_store, a, b) = two_nodes();
+    let k = meta_key("");
+    let slow = {
+        let (a, k) = (a.clone(), k.clone());
+        tokio::spawn(async move {
+            a.metadata(&k, async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                Ok::<_, VfsError>(listing(&["once"]))
+            })
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let got = b
+        .metadata(&k, async {
+            Err::<Vec<String>, _>(VfsError::Invalid("b must not ask the Hub"))
+        })
+        .await
+        .unwrap();
+    assert_eq!(got, listing(&["once"]));
+    assert_eq!(slow.await.unwrap().unwrap(), listing(&["once"]));
+    // A failed fetch is not stored, and its error is the caller's.
+    let err = a
+        .metadata(&meta_key("gone"), async { Err::<Vec<String>, _>(VfsError::NotFound) })
+        .await
+        .unwrap_err();
+    assert_eq!(err.errno(), libc::ENOENT);
+    settled(&a).await;
+    let got = b
+        .metadata(&meta_key("gone"), async { Ok::<_, VfsError>(listing(&["now"])) })
+        .await;
+    assert_eq!(got.unwrap(), listing(&["now"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_small_blocks_waits_with_its_bytes_and_every_one_lands() {
+    // Uploads held at the gate; no disk tier to read anything back from.
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let store = Arc::new(CountingStore {
+        gate: Some(gate.clone()),
+        ..Default::default()
+    });
+    let a = SharedTier::with_store("mem://", store.clone(), "p");
+    let k: Arc<str> = Arc::from("xet:00bb00bb");
+    let block = |i: u64| Bytes::from(vec![i as u8; 4096]);
+    for i in 0..300 {
+        a.write_behind(&k, i, &block(i), None);
+    }
+    assert_eq!(a.pending_uploads(), 300, "none dropped");
+    gate.add_permits(10_000);
+    settled(&a).await;
+    assert_eq!((a.report().written, a.report().dropped), (300, 0));
+    for i in 0..300 {
+        match a.get(&k, i, 4096).await {
+            Lookup::Hit(got) => assert_eq!(got, block(i), "block {i}"),
+            _ => panic!("block {i} is not in the store"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_metadata_claim_the_store_does_not_answer_looks_again_then_asks_the_hub() {
+    let store = Arc::new(CountingStore {
+        hang_claims: true,
+        ..Default::default()
+    });
+    let a = SharedTier::with_store("mem://", store.clone(), "p");
+    // Another node writes the listing while this one's claim hangs: found on the second look.
+    let k = meta_key("x");
+    let writer = {
+        let store = store.clone();
+        let id = k.id().to_string();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let obj: PutPayload = format::encode_meta(&id, &Bytes::from_static(b"[\"theirs\"]"))
+                .into_iter()
+                .collect();
+            let path = object_store::path::Path::from("p/meta/v1/models/demo/tiny-model/0123/tree/_x");
+            store.put(&path, obj).await.unwrap();
+        })
+    };
+    let t = Instant::now();
+    let got = a
+        .metadata(&k, async {
+            Err::<Vec<String>, _>(VfsError::Invalid("must not ask the Hub"))
+        })
+        .await
+        .unwrap();
+    writer.await.unwrap();
+    assert_eq!(got, listing(&["theirs"]));
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    // Nobody wrote it: the node asks the Hub itself, a second late, and never fails.
+    let got = a
+        .metadata(&meta_key("y"), async { Ok::<_, VfsError>(listing(&["mine"])) })
+        .await;
+    assert_eq!(got.unwrap(), listing(&["mine"]));
+    assert!(!a.paused(), "a slow claim does not pause the tier");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_goes_without_its_block_makes_one_waiter_fetch_it_not_all() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let a = SharedTier::with_store("mem://", store.clone(), "p");
+    let k = key();
+    let claim = match a.claim(&k, 0).await {
+        claim::Outcome::Ours(c) => c,
+        _ => panic!("the first claim is ours"),
+    };
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let (tier, k, fetches) = (
+                SharedTier::with_store("mem://", store.clone(), "p"),
+                k.clone(),
+                fetches.clone(),
+            );
+            tokio::spawn(async move {
+                tier.load(&k, 0, 4, async move {
+                    fetches.fetch_add(1, Ordering::SeqCst);
+                    // The Hub takes its time: the others look again meanwhile and miss.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    Ok(Bytes::from_static(b"once"))
+                })
+                .await
+                .unwrap()
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Its claimer lets it go without the block (its upload queue backed up).
+    claim.release();
+    let t = Instant::now();
+    for w in waiters {
+        assert_eq!(&w.await.unwrap().0[..], b"once");
+    }
+    assert_eq!(
+        fetches.load(Ordering::SeqCst),
+        1,
+        "one waiter took the claim over and fetched it"
+    );
+    assert!(t.elapsed() < CLAIM_WAIT, "{:?}", t.elapsed());
 }

@@ -8,7 +8,10 @@
 //! is read back from the disk tier when an uploader gets to it; a claimed one keeps its claim
 //! while it waits, as long as the lane's backlog drains within [`CLAIM_WAIT`] at the uploads'
 //! measured pace (past that, its claim goes so that waiters fetch it themselves, and it waits on
-//! the other lane).
+//! the other lane). A small block (a small file's, at most [`KEEP_SMALL_MAX`]) waits with a copy of
+//! its bytes instead, up to [`KEPT_BYTES_MAX`] per lane: a burst of small files outruns the disk
+//! tier's write queue, and a block the queue turned away is on disk only once memory lets it go,
+//! so read back from disk it was dropped (246 of 303 files of a batched folder were).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -31,6 +34,11 @@ const MAX_PENDING: usize = 16;
 /// Blocks waiting as keys at most on the unclaimed lane: 8 GiB of content. Past it a block is
 /// dropped.
 const MAX_BACKLOG: usize = 1024;
+
+/// Blocks up to this size wait for an uploader with a copy of their bytes (see the module doc),
+/// as long as a lane's copies stay within [`KEPT_BYTES_MAX`].
+pub(super) const KEEP_SMALL_MAX: u64 = 1 << 20;
+const KEPT_BYTES_MAX: u64 = 16 << 20;
 
 /// A deferred block not on disk yet is tried again after this, twice as long each time up to
 /// [`DEFERRED_RETRY_MAX`], [`DEFERRED_TRIES`] times in all (about 40 s), then dropped. Its disk
@@ -56,6 +64,8 @@ pub(super) struct Lane {
     /// Blocks with their bytes: queued, read back, or uploading.
     in_flight: AtomicUsize,
     backlog: parking_lot::Mutex<VecDeque<Deferred>>,
+    /// Bytes of the small blocks waiting in the backlog with their bytes.
+    kept: AtomicU64,
 }
 
 impl Lane {
@@ -65,7 +75,20 @@ impl Lane {
             pending: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
             backlog: Default::default(),
+            kept: AtomicU64::new(0),
         }
+    }
+
+    /// Room for a copy of a small block of `len` bytes in the backlog (taken if `true`).
+    fn keep(&self, len: u64) -> bool {
+        if len > KEEP_SMALL_MAX {
+            return false;
+        }
+        if self.kept.fetch_add(len, Ordering::AcqRel) + len <= KEPT_BYTES_MAX {
+            return true;
+        }
+        self.kept.fetch_sub(len, Ordering::AcqRel);
+        false
     }
 
     fn waiting(&self) -> usize {
@@ -79,6 +102,9 @@ struct Deferred {
     key: Arc<str>,
     block: u64,
     len: u64,
+    /// A small block's bytes (a copy: a slice could keep a whole reply alive); `None`: read
+    /// back from the disk tier.
+    data: Option<Bytes>,
     /// Released once the block is written or given up.
     claim: Option<Claim>,
     /// Times its disk read missed (see [`DEFERRED_RETRY`]), and when to read it next.
@@ -150,17 +176,23 @@ impl SharedTier {
             }
             lane.pending.fetch_sub(1, Ordering::AcqRel);
         }
-        if disk {
+        let len = data.len() as u64;
+        let keep = lane.keep(len);
+        if disk || keep {
             let mut backlog = lane.backlog.lock();
             let room = match id {
                 LaneId::Claimed => self.0.pace.claimed_backlog(),
                 LaneId::Unclaimed => MAX_BACKLOG,
             };
+            if backlog.len() >= room && keep {
+                lane.kept.fetch_sub(len, Ordering::AcqRel);
+            }
             if backlog.len() < room {
                 backlog.push_back(Deferred {
                     key: key.clone(),
                     block,
-                    len: data.len() as u64,
+                    len,
+                    data: keep.then(|| Bytes::copy_from_slice(data)),
                     claim,
                     tries: 0,
                     not_before: None,
@@ -242,26 +274,36 @@ impl SharedTier {
                 }
                 d
             };
-            let Some(d) = popped else {
+            let Some(mut d) = popped else {
                 // Taken by another drainer, or the backlog is empty: look again.
                 continue;
             };
+            let kept = d.data.take();
+            if kept.is_some() {
+                lane.kept.fetch_sub(d.len, Ordering::AcqRel);
+            }
             let done = || lane.in_flight.fetch_sub(1, Ordering::AcqRel);
             if self.paused() {
                 self.event("dropped");
                 done();
                 continue;
             }
-            let Some((disk, pool)) = self.0.disk.get().cloned() else {
-                done();
-                return;
+            let data = match (kept, self.0.disk.get().cloned()) {
+                (Some(data), _) => Some(data),
+                (None, Some((disk, pool))) => {
+                    let k = (d.key.clone(), d.block);
+                    let len = d.len;
+                    tokio::task::spawn_blocking(move || disk.read(&k, len, &pool))
+                        .await
+                        .ok()
+                        .flatten()
+                }
+                (None, None) => {
+                    self.event("dropped");
+                    done();
+                    continue;
+                }
             };
-            let k = (d.key.clone(), d.block);
-            let len = d.len;
-            let data = tokio::task::spawn_blocking(move || disk.read(&k, len, &pool))
-                .await
-                .ok()
-                .flatten();
             match data {
                 Some(data) => {
                     self.upload(permit, &d.key, d.block, data).await;
@@ -318,9 +360,10 @@ impl SharedTier {
         )
     }
 
-    /// Uploads queued, in flight or deferred (status; tests wait for 0).
+    /// Uploads queued, in flight or deferred, metadata objects included (status; tests wait
+    /// for 0).
     pub fn pending_uploads(&self) -> usize {
-        self.0.claimed.waiting() + self.0.unclaimed.waiting()
+        self.0.claimed.waiting() + self.0.unclaimed.waiting() + self.0.meta_uploads.pending()
     }
 }
 
