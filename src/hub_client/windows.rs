@@ -79,11 +79,17 @@ struct Seen {
 }
 
 /// Why a request was not sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
+    #[error(
+        "the Hub's {} request window is spent until {}, later than this request may wait (--max-hub-wait)",
+        bucket.name(),
+        rfc3339(*until)
+    )]
     /// The bucket reopens after the caller's patience runs out.
     TooLong { bucket: Bucket, until: SystemTime },
     /// Background work yields: the bucket is closed or nearly spent.
+    #[error("background request deferred: the rest of the Hub's {} request window is kept for reads", bucket.name())]
     Deferred { bucket: Bucket },
 }
 

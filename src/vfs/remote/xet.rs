@@ -264,9 +264,7 @@ impl Fetcher {
         loop {
             // Presigned xorb URLs are the CDN's, outside the CAS's windows.
             if api && let Err(r) = self.windows.admit(Bucket::Cas, self.patience, started).await {
-                return Err(FetchError::Fatal(VfsError::Xet(format!(
-                    "CAS request not sent: {r:?} (the CAS's request window is spent)"
-                ))));
+                return Err(FetchError::Fatal(VfsError::Xet(format!("CAS request not sent: {r}"))));
             }
             attempt += 1;
             let t = Instant::now();
