@@ -259,8 +259,9 @@ impl Windows {
             tracing::debug!(bucket = bucket.name(), until = %rfc3339(wall), "waiting for the Hub's window");
             // Spread the waiters a little, so a reopened window is not met by all of them at once.
             let spread = Duration::from_millis(rand::random::<u64>() % 250);
+            // Counted out when the wait ends or is given up (a reader interrupted, a fetch aborted).
+            let _waiting = Waiting { windows: self, bucket };
             tokio::time::sleep_until(tokio::time::Instant::from_std(until + spread)).await;
-            self.seen.lock()[bucket.index()].waiting -= 1;
         }
     }
 
@@ -310,6 +311,20 @@ impl Windows {
                 }
             })
             .collect()
+    }
+}
+
+/// A demand request waiting for `bucket` to reopen, counted in `Seen::waiting` while it lives.
+struct Waiting<'a> {
+    windows: &'a Windows,
+    bucket: Bucket,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut seen = self.windows.seen.lock();
+        let s = &mut seen[self.bucket.index()];
+        s.waiting = s.waiting.saturating_sub(1);
     }
 }
 
@@ -406,6 +421,21 @@ mod tests {
         assert_eq!(r.len(), 1);
         assert_eq!((r[0].requests, r[0].refused, r[0].deferred), (1, 1, 1));
         assert_eq!(r[0].waiting_until, None, "reopened");
+    }
+
+    #[tokio::test]
+    async fn a_wait_given_up_is_counted_out() {
+        let w = Windows::default();
+        let h = headers("\"api\";r=0;t=60", "\"fixed window\";\"api\";q=5;w=300");
+        w.observe(Bucket::Api, 429, &h);
+        let started = Instant::now();
+        let waited = tokio::time::timeout(
+            Duration::from_millis(100),
+            w.admit(Bucket::Api, Duration::from_secs(600), started),
+        )
+        .await;
+        assert!(waited.is_err(), "still waiting for the reset");
+        assert_eq!(w.report()[0].waiting, 0, "the abandoned wait is not counted");
     }
 
     #[tokio::test]
