@@ -194,18 +194,10 @@ impl SharedTier {
             r.bytes().await.map(Some)
         })
         .await;
-        let obj = match got {
-            Ok(Ok(Some(obj))) => obj,
-            Ok(Ok(None)) => return self.bad_meta(key, &"larger than any metadata object"),
-            Ok(Err(object_store::Error::NotFound { .. })) => return Lookup::Miss,
-            Ok(Err(e)) => {
-                self.pause("lookup", &e);
-                return Lookup::Miss;
-            }
-            Err(_) => {
-                self.pause("lookup", &format!("no answer within {LOOKUP_DEADLINE:?}"));
-                return Lookup::Miss;
-            }
+        let obj = match self.looked_up(got) {
+            Some(Some(obj)) => obj,
+            Some(None) => return self.bad_meta(key, &"larger than any metadata object"),
+            None => return Lookup::Miss,
         };
         let id = key.id.clone();
         let parsed = tokio::task::spawn_blocking(move || {

@@ -252,17 +252,8 @@ impl SharedTier {
         }
         let path = self.block_path(key, block);
         let got = tokio::time::timeout(LOOKUP_DEADLINE, async { self.0.store.get(&path).await?.bytes().await }).await;
-        let obj = match got {
-            Ok(Ok(obj)) => obj,
-            Ok(Err(object_store::Error::NotFound { .. })) => return Lookup::Miss,
-            Ok(Err(e)) => {
-                self.pause("lookup", &e);
-                return Lookup::Miss;
-            }
-            Err(_) => {
-                self.pause("lookup", &format!("no answer within {LOOKUP_DEADLINE:?}"));
-                return Lookup::Miss;
-            }
+        let Some(obj) = self.looked_up(got) else {
+            return Lookup::Miss;
         };
         let k = key.clone();
         let checked = tokio::task::spawn_blocking(move || format::decode(&obj, &k, block, expected_len)).await;
@@ -278,6 +269,23 @@ impl SharedTier {
                 Lookup::Bad
             }
             Err(_) => Lookup::Miss,
+        }
+    }
+
+    /// What a lookup under [`LOOKUP_DEADLINE`] found: the object, or `None` for a miss. A store
+    /// error or an expired deadline is a miss that also pauses the tier.
+    fn looked_up<T>(&self, got: Result<object_store::Result<T>, tokio::time::error::Elapsed>) -> Option<T> {
+        match got {
+            Ok(Ok(obj)) => Some(obj),
+            Ok(Err(object_store::Error::NotFound { .. })) => None,
+            Ok(Err(e)) => {
+                self.pause("lookup", &e);
+                None
+            }
+            Err(_) => {
+                self.pause("lookup", &format!("no answer within {LOOKUP_DEADLINE:?}"));
+                None
+            }
         }
     }
 
