@@ -25,6 +25,7 @@
 #      rsync and shuffled readers, loopback and 30 ms, at most 0.1 Hub requests per Xet file)
 #      ci/bench-metrics.sh (what --metrics-addr costs: an idle mount scraped every second, a cold read scraped)
 #      ci/bench-requests.sh (the Hub requests per bucket of a mount, a model load, ls -lR and small files)
+#      ci/bench-metadata.sh (find, ls -lR, du, os.walk, os.scandir, stat over 10,000 files: one listing per folder)
 #   6. final line `N passed, M failed` (cargo tests + the scripts' checks; a failed fmt/clippy/build step
 #      counts as one failure); exit status non-zero if any step failed.
 #
@@ -250,6 +251,10 @@ script_step "bench: metrics scrape cost" bench-metrics 1 bash ci/bench-metrics.s
 # The Hub requests per bucket (api, resolvers, CAS) of a mount, a model load, ls -lR, 3 and 10,000 small
 # files (about 2 minutes); checks few resolves for 3 files and one per file for 10,000
 script_step "bench: Hub requests per workload" bench-requests 1 bash ci/bench-requests.sh "$HUBFS_BIN"
+# Tree walks (find, ls -lR, du, os.walk, os.scandir with stat, stat of every file) over 10,000 small files
+# in 20 folders under the Hub's request windows (under a minute): every walk sees every file and costs one
+# listing per folder; figures beside hf-mount's when ~/.cache/peers has it
+script_step "bench: metadata walks" bench-metadata 1 bash ci/bench-metadata.sh "$HUBFS_BIN" 20 500
 
 # ---------------------------------------------------------------------------------------------------------
 # 6. summary

@@ -261,6 +261,28 @@ fn model_tree_bytes_and_erofs() {
     assert_eq!(errno_of(std::fs::File::open(root.join("nope"))), libc::ENOENT);
     let long = "x".repeat(256);
     assert_eq!(errno_of(std::fs::metadata(root.join(long))), libc::ENAMETOOLONG);
+
+    // No extended attributes: what a file system without them answers, every time (the kernel
+    // answers itself after the first, so `ls -l` costs no request per file for its label and ACL).
+    let cfg = std::ffi::CString::new(root.join("config.json").into_os_string().into_encoded_bytes()).unwrap();
+    // (A POSIX ACL is the kernel's to answer: none, ENODATA.)
+    for (attr, want) in [
+        ("security.selinux", libc::EOPNOTSUPP),
+        ("user.x", libc::EOPNOTSUPP),
+        ("system.posix_acl_access", libc::ENODATA),
+        ("security.selinux", libc::EOPNOTSUPP),
+    ] {
+        let name = std::ffi::CString::new(attr).unwrap();
+        let mut buf = [0u8; 64];
+        // SAFETY: valid NUL-terminated strings and a buffer of the length given.
+        let rc = unsafe { libc::getxattr(cfg.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        let err = std::io::Error::last_os_error().raw_os_error();
+        assert_eq!((rc, err), (-1, Some(want)), "getxattr {attr}");
+    }
+    // SAFETY: a valid NUL-terminated path and a buffer of the length given.
+    let rc = unsafe { libc::listxattr(cfg.as_ptr(), [0 as libc::c_char; 64].as_mut_ptr(), 64) };
+    let err = std::io::Error::last_os_error().raw_os_error();
+    assert_eq!((rc, err), (-1, Some(libc::EOPNOTSUPP)), "listxattr");
     m.unmount().unwrap();
 }
 

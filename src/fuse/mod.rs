@@ -29,6 +29,7 @@ const _: () = assert!(MAX_READ as u64 == crate::vfs::READAHEAD_OTHER);
 pub mod ceiling;
 mod convert;
 mod passthrough;
+mod plus;
 pub mod readahead;
 mod served;
 mod warm;
@@ -36,12 +37,15 @@ mod warm;
 pub use warm::page_cache_bytes;
 
 use passthrough::Passthrough;
+use plus::PlusPolicy;
 
 pub struct FuseAdapter {
     vfs: Arc<VirtualFs>,
     rt: tokio::runtime::Handle,
     ttl: Duration,
     passthrough: Arc<Passthrough>,
+    /// How many entries READDIRPLUS first pages carry (`plus`).
+    plus: Arc<PlusPolicy>,
 }
 
 impl FuseAdapter {
@@ -52,6 +56,7 @@ impl FuseAdapter {
             rt,
             ttl,
             passthrough: Arc::new(Passthrough::default()),
+            plus: Arc::new(PlusPolicy::default()),
         }
     }
 
@@ -145,11 +150,16 @@ impl Filesystem for FuseAdapter {
         let Some(name) = name_of(name) else {
             return reply.error(Errno::ENOENT);
         };
-        let (vfs, ttl) = (self.vfs.clone(), self.ttl);
+        let (vfs, ttl, plus) = (self.vfs.clone(), self.ttl, self.plus.clone());
         self.rt.spawn(async move {
             let _t = crate::metrics::timer("fuse", "lookup");
             match vfs.lookup(parent.0, &name).await {
-                Ok(a) => reply.entry(&ttl, &to_fuse(&a), Generation(0)),
+                Ok(a) => {
+                    if a.kind != crate::vfs::Kind::Dir {
+                        plus.file_looked_up(parent.0);
+                    }
+                    reply.entry(&ttl, &to_fuse(&a), Generation(0))
+                }
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -629,14 +639,26 @@ impl Filesystem for FuseAdapter {
         let vfs = self.vfs.clone();
         self.rt.spawn(async move {
             let _t = crate::metrics::timer("fuse", "opendir");
-            match vfs.opendir(ino.0).await {
-                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            match vfs.opendir_keep(ino.0).await {
+                // Read-only mounts let the kernel cache the listing's pages (a second `find` or
+                // `os.walk` sends no READDIR), and keep them while the commit stays the same.
+                Ok((fh, keep)) => {
+                    let mut flags = FopenFlags::empty();
+                    if !vfs.is_writable() {
+                        flags |= FopenFlags::FOPEN_CACHE_DIR;
+                    }
+                    if keep {
+                        flags |= FopenFlags::FOPEN_KEEP_CACHE;
+                    }
+                    reply.opened(FileHandle(fh), flags)
+                }
                 Err(e) => reply.error(errno(&e)),
             }
         });
     }
 
     fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        self.plus.plain_page(offset);
         let entries = match self.vfs.dir_entries(fh.0) {
             Ok(e) => e,
             Err(e) => return reply.error(errno(&e)),
@@ -655,7 +677,8 @@ impl Filesystem for FuseAdapter {
             (Ok(e), Ok(d)) => (e, d),
             (Err(e), _) | (_, Err(e)) => return reply.error(errno(&e)),
         };
-        for (i, e) in entries.iter().enumerate().skip(offset as usize) {
+        let limit = self.plus.limit(ino.0, offset);
+        for (i, e) in entries.iter().enumerate().skip(offset as usize).take(limit) {
             let dots = e.name == "." || e.name == "..";
             // The snapshot is from opendir: on a writable mount the name may have been deleted,
             // renamed over or recreated since, and a cached entry would tie the name to a file
@@ -668,19 +691,20 @@ impl Filesystem for FuseAdapter {
             } else {
                 self.ttl
             };
+            // Every entry readdirplus returns (but . and ..) counts as a lookup for the kernel:
+            // counted here, and given back if it does not fit in this reply.
             if !dots {
-                let now = self.vfs.entry_ino(&dir, &e.name);
+                let now = self.vfs.entry_lookup(&dir, &e.name);
                 if now != e.attr.ino {
                     attr.ino = INodeNo(now);
                     ttl = Duration::ZERO;
                 }
             }
             if reply.add(attr.ino, i as u64 + 1, &e.name, &ttl, &attr, Generation(0)) {
+                if !dots {
+                    self.vfs.forget(attr.ino.0, 1);
+                }
                 break;
-            }
-            // Every entry readdirplus returns (but . and ..) counts as a lookup for the kernel.
-            if !dots {
-                self.vfs.note_entry_lookup(&dir, &e.name);
             }
         }
         reply.ok();
@@ -711,12 +735,18 @@ impl Filesystem for FuseAdapter {
         }
     }
 
+    /// The Hub stores no extended attributes. ENOSYS makes the kernel answer every later
+    /// getxattr itself (EOPNOTSUPP, what a file system without them says) instead of sending it:
+    /// `ls -l` asks two per file (its SELinux label and ACL), which were two round trips per
+    /// entry of an `ls -lR`, 200,000 requests over 100,000 files.
     fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
-        reply.error(Errno::from_i32(libc::ENODATA));
+        reply.error(Errno::ENOSYS);
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
-        if size == 0 { reply.size(0) } else { reply.data(&[]) }
+    /// As getxattr: `cp -a` and Python's `shutil.copystat` list each file's attributes, and take
+    /// EOPNOTSUPP as "none".
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::ENOSYS);
     }
 
     fn setxattr(

@@ -6,6 +6,9 @@
 //! write). A record is made the first time anything about a path changes through the mount, and
 //! from then on it is what the mount shows.
 
+use std::time::SystemTime;
+
+use super::remote::FileMeta;
 use super::{Attr, Found, Ino, Kind, VirtualFs};
 use crate::write::metadata::{Meta, MetaStore, Special, Stamp};
 
@@ -51,30 +54,11 @@ impl VirtualFs {
     /// `attr_at` with the record already in hand.
     pub(super) fn attr_with(&self, ino: Ino, found: &Found, rec: Option<&Meta>) -> Attr {
         let w = self.writer.is_some();
-        let (kind, size, perm, nlink, t) = match found {
-            Found::Dir => (Kind::Dir, 0, if w { 0o755 } else { 0o555 }, 2, self.mtime),
-            Found::Remote(m) => (
-                Kind::File,
-                m.size,
-                if w { 0o644 } else { 0o444 },
-                1,
-                m.last_commit.unwrap_or(self.mtime),
-            ),
-            Found::Local(d) => (Kind::File, d.size(), 0o644, 1, d.mtime()),
-            Found::Special => (Kind::Fifo, 0, 0o644, 1, self.mtime),
-        };
-        let mut a = Attr {
-            ino,
-            kind,
-            size,
-            atime: t,
-            mtime: t,
-            ctime: t,
-            perm,
-            nlink,
-            uid: self.opts.uid,
-            gid: self.opts.gid,
-            rdev: 0,
+        let mut a = match found {
+            Found::Dir => self.bare_attr(ino, Kind::Dir, 0, if w { 0o755 } else { 0o555 }, 2, self.mtime),
+            Found::Remote(m) => self.remote_attr(ino, m),
+            Found::Local(d) => self.bare_attr(ino, Kind::File, d.size(), 0o644, 1, d.mtime()),
+            Found::Special => self.bare_attr(ino, Kind::Fifo, 0, 0o644, 1, self.mtime),
         };
         // A directory's record never describes a file at the same path, nor the reverse.
         let Some(r) = rec.filter(|r| r.dir == matches!(found, Found::Dir)) else {
@@ -108,6 +92,28 @@ impl VirtualFs {
             }
         }
         a
+    }
+
+    /// A Hub file's attributes with no record laid over them (all a read-only mount shows).
+    pub(super) fn remote_attr(&self, ino: Ino, m: &FileMeta) -> Attr {
+        let perm = if self.writer.is_some() { 0o644 } else { 0o444 };
+        self.bare_attr(ino, Kind::File, m.size, perm, 1, m.last_commit.unwrap_or(self.mtime))
+    }
+
+    fn bare_attr(&self, ino: Ino, kind: Kind, size: u64, perm: u16, nlink: u32, t: SystemTime) -> Attr {
+        Attr {
+            ino,
+            kind,
+            size,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            perm,
+            nlink,
+            uid: self.opts.uid,
+            gid: self.opts.gid,
+            rdev: 0,
+        }
     }
 
     /// The record `path` would have now: its own, or one made from what it shows.

@@ -67,7 +67,7 @@ pub(super) fn node_from_entry(commit: &str, e: &TreeEntry) -> (String, Node) {
 
 /// Fetches the listing of repo directory `remote` at `commit`, sorted by name: from the shared
 /// tier `tier` when it has it, else from the Hub.
-async fn fetch_listing(
+pub(super) async fn fetch_listing(
     client: HubClient,
     tier: Option<SharedTier>,
     repo: RepoRef,
@@ -83,7 +83,7 @@ async fn fetch_listing(
 
 impl VirtualFs {
     /// The listing of a directory (mount-relative path) at `commit`; one fetch however many wait.
-    async fn listing(&self, commit: &str, path: &str) -> VfsResult<Arc<Listing>> {
+    pub(super) async fn listing(&self, commit: &str, path: &str) -> VfsResult<Arc<Listing>> {
         self.listing_with(commit, path, false).await
     }
 

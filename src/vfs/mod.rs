@@ -20,6 +20,7 @@ mod shared_meta;
 mod small_batch;
 mod small_files;
 mod special;
+mod walk_ahead;
 mod write;
 
 use std::collections::HashMap;
@@ -178,7 +179,7 @@ struct Revision {
 }
 
 /// Lock order: `revision` (async) → `handles` → `last_content` → the overlay (in `writer`) → the
-/// inode table; the sync locks are never held across an `.await`.
+/// inode table; `dirs_listed` is a leaf; the sync locks are never held across an `.await`.
 pub struct VirtualFs {
     client: HubClient,
     repo: RepoRef,
@@ -196,10 +197,15 @@ pub struct VirtualFs {
     cursors: moka::sync::Cache<String, Arc<Mutex<listing_prefetch::Cursor>>>,
     /// Folders whose small Xet files readers are going through, by (commit, folder) (`small_files`).
     folders: moka::sync::Cache<(String, String), Arc<Mutex<small_files::Folder>>>,
+    /// Tree walks whose next folders' listings are fetched ahead of them (`walk_ahead`).
+    walks: walk_ahead::Walks,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
     /// The Hub content the kernel's cached pages of an inode can only have come from (see
     /// `add_handle_keep`); no entry: unknown, the next open drops them.
     last_content: Mutex<HashMap<Ino, ContentId>>,
+    /// The commit each directory was last listed at by opendir (read-only mounts), so the kernel
+    /// keeps its cached pages of a listing that cannot have changed.
+    dirs_listed: Mutex<HashMap<Ino, String>>,
     next_fh: AtomicU64,
     reader: Reader,
     mtime: SystemTime,
@@ -212,11 +218,19 @@ fn is_commit_id(s: &str) -> bool {
     s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// `a/b` (without a slash where one side is empty). Called for every entry of every listing
+/// served, so it allocates once and skips the formatting machinery.
 fn join(a: &str, b: &str) -> String {
     match (a.is_empty(), b.is_empty()) {
         (true, _) => b.to_string(),
         (_, true) => a.to_string(),
-        _ => format!("{a}/{b}"),
+        _ => {
+            let mut s = String::with_capacity(a.len() + 1 + b.len());
+            s.push_str(a);
+            s.push('/');
+            s.push_str(b);
+            s
+        }
     }
 }
 
@@ -315,8 +329,10 @@ impl VirtualFs {
             folders: moka::sync::Cache::builder()
                 .max_capacity(small_files::FOLLOWED_FOLDERS)
                 .build(),
+            walks: walk_ahead::Walks::default(),
             handles: Mutex::new(HashMap::new()),
             last_content: Mutex::new(HashMap::new()),
+            dirs_listed: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             mtime: info.last_modified.unwrap_or_else(SystemTime::now),
             opts,
@@ -484,30 +500,65 @@ impl VirtualFs {
 
     /// Takes the directory snapshot that every later page of this listing is served from.
     pub async fn opendir(&self, ino: Ino) -> VfsResult<u64> {
+        Ok(self.opendir_keep(ino).await?.0)
+    }
+
+    /// `opendir`, also saying whether a kernel that caches directory pages may keep what it
+    /// cached of this one: on a read-only mount, when the listing is at the same commit as at the
+    /// directory's previous opendir (a revision that moved drops them).
+    pub async fn opendir_keep(&self, ino: Ino) -> VfsResult<(u64, bool)> {
         let path = self.path_of(ino)?;
         let commit = self.commit().await?;
-        match self.find(&commit, &path).await? {
+        let fh = self.snapshot_dir(ino, &path, &commit).await?;
+        let keep = self.writer.is_none()
+            && self.dirs_listed.lock().insert(ino, commit.clone()).as_deref() == Some(commit.as_str());
+        Ok((fh, keep))
+    }
+
+    async fn snapshot_dir(&self, ino: Ino, path: &str, commit: &str) -> VfsResult<u64> {
+        match self.find(commit, path).await? {
             Some(Found::Dir) => {}
             Some(_) => return Err(VfsError::NotDir),
             None => return Err(VfsError::NotFound),
         }
-        let merged = self.merged_listing(&commit, &path).await?;
+        // A read-only mount's listing is served as the Hub listed it, with no copy of each
+        // file's metadata made on the way (an `ls -lR` lists every entry of the repo).
+        let (listed, merged) = if self.writer.is_none() {
+            (Some(self.listing(commit, path).await?), Vec::new())
+        } else {
+            (None, self.merged_listing(commit, path).await?)
+        };
+        self.note_opendir(commit, path).await;
         let parent_path = path.rsplit_once('/').map(|(p, _)| p).unwrap_or("");
         let parent_ino = match path.rsplit_once('/') {
             Some((p, _)) => self.ino_at(p, 0),
             None => ROOT_INO,
         };
-        let mut entries = Vec::with_capacity(merged.len() + 2);
+        let count = listed.as_ref().map_or(merged.len(), |l| l.entries.len());
+        let mut entries = Vec::with_capacity(count + 2);
         entries.push(DirEntry {
             name: ".".into(),
-            attr: self.attr_at(ino, Some(&path), &Found::Dir),
+            attr: self.attr_at(ino, Some(path), &Found::Dir),
         });
         entries.push(DirEntry {
             name: "..".into(),
             attr: self.attr_at(parent_ino, Some(parent_path), &Found::Dir),
         });
+        let none = Vec::new();
+        for (name, node) in listed.as_ref().map_or(&none, |l| &l.entries) {
+            let child = join(path, name);
+            let child_ino = self.ino_at(&child, 0);
+            let attr = match node {
+                Node::Dir => self.attr_with(child_ino, &Found::Dir, None),
+                Node::File(m) => self.remote_attr(child_ino, m),
+            };
+            entries.push(DirEntry {
+                name: name.clone(),
+                attr,
+            });
+        }
         for (name, found) in &merged {
-            let child = join(&path, name);
+            let child = join(path, name);
             let child_ino = self.ino_at(&child, 0);
             entries.push(DirEntry {
                 name: name.clone(),
@@ -566,14 +617,12 @@ impl VirtualFs {
         }
     }
 
-    /// The number `name` in `dir` has now (not counted as a lookup).
-    pub fn entry_ino(&self, dir: &str, name: &str) -> Ino {
-        self.ino_at(&join(dir, name), 0)
-    }
-
-    /// A readdirplus entry was handed to the kernel: it now holds one reference to the child.
-    pub fn note_entry_lookup(&self, parent_fh_path: &str, name: &str) {
-        self.ino_at(&join(parent_fh_path, name), 1);
+    /// A readdirplus entry is about to be handed to the kernel, which then holds one reference to
+    /// the child: counts it and returns the number `name` in `dir` has now. One table visit per
+    /// entry, where a listing is served; an entry that did not fit in the reply is given back
+    /// with `forget(ino, 1)`.
+    pub fn entry_lookup(&self, dir: &str, name: &str) -> Ino {
+        self.ino_at(&join(dir, name), 1)
     }
 
     /// A directory entry's handle was handed to an NFS client, which may use it at any time.
@@ -605,7 +654,7 @@ impl VirtualFs {
         }
     }
 
-    /// Path of a directory inode, for `note_entry_lookup`.
+    /// Path of a directory inode, for `entry_lookup`.
     pub fn dir_path(&self, ino: Ino) -> VfsResult<String> {
         self.path_of(ino)
     }
@@ -752,6 +801,11 @@ impl VirtualFs {
 
     pub fn is_writable(&self) -> bool {
         self.writer.is_some()
+    }
+
+    /// Folder listings fetched ahead of tree walks so far (`walk_ahead`).
+    pub fn listings_fetched_ahead(&self) -> u64 {
+        self.walks.fetched()
     }
 
     /// Open file and directory handles (every frontend's).
