@@ -138,7 +138,17 @@ impl Passthrough {
             self.served.dropped(ino);
         }
         let (path, warm) = match vfs.passthrough_file(fh) {
-            Some((path, size)) => (Some(path), self.served.holds_most(ino, size)),
+            Some((path, size)) => {
+                let warm = self.served.holds_most(ino, size);
+                tracing::debug!(
+                    ino,
+                    size,
+                    held = self.served.held(ino, size),
+                    keep = flags.contains(FopenFlags::FOPEN_KEEP_CACHE),
+                    "open of a whole cached file"
+                );
+                (Some(path), warm)
+            }
             None => (None, false),
         };
         let mut guard = self.state.lock();

@@ -87,12 +87,12 @@ impl Served {
     /// Whether the kernel's page cache of `ino` holds at least half of its `size` bytes (so a plain
     /// open reads more from memory than passthrough could, the cache file being cold).
     pub(super) fn holds_most(&self, ino: u64, size: u64) -> bool {
-        size > 0
-            && self
-                .inodes
-                .lock()
-                .get(&ino)
-                .is_some_and(|r| r.ranges.covered(size) * 2 >= size)
+        size > 0 && self.held(ino, size) * 2 >= size
+    }
+
+    /// Bytes of `ino`'s first `size` the kernel's page cache holds, as far as the session can tell.
+    pub(super) fn held(&self, ino: u64, size: u64) -> u64 {
+        self.inodes.lock().get(&ino).map_or(0, |r| r.ranges.covered(size))
     }
 }
 

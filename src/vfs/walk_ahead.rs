@@ -5,7 +5,9 @@
 //!
 //! So once a walk has opened [`STREAK`] subfolders of one directory, the listings of the
 //! [`AHEAD`] subfolders listed after the one it opened are fetched in the background,
-//! [`CONCURRENT`] at a time, and every later open there moves that window on. The walk then finds
+//! [`CONCURRENT`] at a time, and every later open there moves that window on. A walk going the
+//! other way (a stack of folders popped from its end, as an `os.scandir` loop keeps it) gets the
+//! folders listed before the one it opened instead. The walk then finds
 //! them cached or joins a fetch under way. What it costs the request budget: the same listings the
 //! walk would fetch anyway, plus at most `AHEAD` that it never opens if it stops early. Each fetch
 //! checks the api window before it starts (a prefetch never spends the last tenth of a window, see
@@ -41,8 +43,12 @@ const FOLLOWED: u64 = 1_024;
 struct Cursor {
     /// Subfolders opened.
     opened: u32,
-    /// Listing index up to which fetches were started.
+    /// Listing index of the last one.
+    last: Option<usize>,
+    /// Listing index up to which fetches were started, going forward.
     ahead: usize,
+    /// Lowest listing index a fetch was started at, going backward.
+    behind: Option<usize>,
 }
 
 /// Per-mount state of the walks being followed.
@@ -78,6 +84,16 @@ fn folders_after(entries: &[(String, Node)], idx: usize, from: usize) -> Vec<usi
         .collect()
 }
 
+/// The indexes of the last `AHEAD` folders listed before `idx`, nearest first, below `below`.
+fn folders_before(entries: &[(String, Node)], idx: usize, below: usize) -> Vec<usize> {
+    (0..idx.min(entries.len()))
+        .rev()
+        .filter(|&i| matches!(entries[i].1, Node::Dir))
+        .take(AHEAD)
+        .filter(|&i| i < below)
+        .collect()
+}
+
 impl VirtualFs {
     /// Folder `path` was opened (opendir) at `commit`: follow the walk of its parent and fetch the
     /// listings of the folders after it once the walk shows.
@@ -102,11 +118,21 @@ impl VirtualFs {
             if c.opened < STREAK {
                 return;
             }
-            let next = folders_after(&listing.entries, idx, c.ahead);
-            if let Some(&last) = next.last() {
-                c.ahead = last + 1;
+            let backward = c.last.is_some_and(|last| idx < last);
+            c.last = Some(idx);
+            if backward {
+                let next = folders_before(&listing.entries, idx, c.behind.unwrap_or(usize::MAX));
+                if let Some(&lowest) = next.last() {
+                    c.behind = Some(lowest);
+                }
+                next
+            } else {
+                let next = folders_after(&listing.entries, idx, c.ahead);
+                if let Some(&last) = next.last() {
+                    c.ahead = last + 1;
+                }
+                next
             }
-            next
         };
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
@@ -191,5 +217,15 @@ mod tests {
             vec![4 + AHEAD],
             "the window moves by one"
         );
+        // Backward: nearest first, below what was started.
+        assert_eq!(folders_before(&e, 5, usize::MAX), vec![4, 2, 0]);
+        assert_eq!(folders_before(&e, 5, 2), vec![0], "2 and 4 were started before");
+        assert_eq!(
+            folders_before(&e, 0, usize::MAX),
+            Vec::<usize>::new(),
+            "the first folder"
+        );
+        assert_eq!(folders_before(&many, 39, usize::MAX).len(), AHEAD);
+        assert_eq!(folders_before(&many, 39, usize::MAX)[AHEAD - 1], 39 - AHEAD);
     }
 }
