@@ -1,3 +1,6 @@
+// The binary is a thin shell over the library; it holds no unsafe code of its own.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use std::process::ExitCode;
 
 use clap::Parser;
