@@ -19,7 +19,8 @@ pub mod local_hub;
 
 /// Core: the content-addressed chunk store (memory and disk tiers, buffer pool).
 pub mod chunk_store;
-/// Core: VirtualFs, the POSIX semantics both frontends share.
+/// Core, above the chunk store and the write layer: VirtualFs, the POSIX semantics both
+/// frontends share.
 pub mod vfs;
 /// Core: what a writable mount keeps on local disk (staging, metadata journal, uploads).
 pub mod write;
