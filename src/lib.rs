@@ -1,10 +1,10 @@
 //! hubfs: mount Hugging Face Hub repositories as local directories, with an offline local Hub.
 //!
-//! Every `unsafe` block states the invariant it relies on in a `// SAFETY:` comment; the few that
-//! remain are listed in docs/ARCHITECTURE.md ("Unsafe code").
-//!
-//! Layers, bottom to top (docs/ARCHITECTURE.md; `tests/layers.rs` checks that no module imports
-//! one above it):
+//! Layers, bottom to top (docs/ARCHITECTURE.md; `tests/layers.rs` checks that a module imports
+//! only modules of lower layers):
+
+// A block the compiler cannot check states the invariant it relies on in a `// SAFETY:` comment;
+// the few there are, and why each remains, are listed in docs/ARCHITECTURE.md.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 /// Bottom: the process's Prometheus metrics, which every layer records into; imports util only.

@@ -1,4 +1,4 @@
-// The binary is a thin shell over the library; it holds no unsafe code of its own.
+// As in the library: a block the compiler cannot check must say why it holds.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::process::ExitCode;
