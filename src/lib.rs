@@ -1,7 +1,11 @@
 //! hubfs: mount Hugging Face Hub repositories as local directories, with an offline local Hub.
 //!
-//! Layers, bottom to top (docs/ARCHITECTURE.md; `tests/layers.rs` checks that no module imports
-//! one above it):
+//! Layers, bottom to top (docs/ARCHITECTURE.md; `tests/layers.rs` checks that a module imports
+//! only modules of lower layers):
+
+// A block the compiler cannot check states the invariant it relies on in a `// SAFETY:` comment;
+// the few there are, and why each remains, are listed in docs/ARCHITECTURE.md.
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 /// Bottom: the process's Prometheus metrics, which every layer records into; imports util only.
 pub mod metrics;
@@ -15,7 +19,8 @@ pub mod local_hub;
 
 /// Core: the content-addressed chunk store (memory and disk tiers, buffer pool).
 pub mod chunk_store;
-/// Core: VirtualFs, the POSIX semantics both frontends share.
+/// Core, above the chunk store and the write layer: VirtualFs, the POSIX semantics both
+/// frontends share.
 pub mod vfs;
 /// Core: what a writable mount keeps on local disk (staging, metadata journal, uploads).
 pub mod write;

@@ -1,3 +1,6 @@
+// As in the library: a block the compiler cannot check must say why it holds.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use std::process::ExitCode;
 
 use clap::Parser;

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use criterion::{Criterion, Throughput};
 use hubfs::chunk_store::buffer_pool::BufferPool;
 use hubfs::chunk_store::{BLOCK_SIZE, ChunkStore, DiskTier};
+use hubfs::vfs::error::VfsError;
 use hubfs::vfs::read::{MAX_WINDOW_BLOCKS, ReadState, classify, prefetch_blocks};
 
 use crate::Ids;
@@ -179,7 +180,9 @@ pub fn bench_chunk_store(c: &mut Criterion, ids: &mut Ids) {
     rt.block_on(async {
         for idx in 0..16 {
             let b = block.clone();
-            mem.get_or_fetch(&key, idx, len, async move { Ok(b) }).await.unwrap();
+            mem.get_or_fetch(&key, idx, len, async move { Ok::<_, VfsError>(b) })
+                .await
+                .unwrap();
         }
         for idx in 0..16 {
             assert_eq!(mem.get(&key, idx, len).await.unwrap(), block, "block {idx}");
@@ -229,7 +232,11 @@ pub fn bench_chunk_store(c: &mut Criterion, ids: &mut Ids) {
                 for _ in 0..iters {
                     next += 1;
                     let blk = block.clone();
-                    black_box(mem.get_or_fetch(&key, next, len, async move { Ok(blk) }).await.unwrap());
+                    black_box(
+                        mem.get_or_fetch(&key, next, len, async move { Ok::<_, VfsError>(blk) })
+                            .await
+                            .unwrap(),
+                    );
                 }
                 t.elapsed()
             })

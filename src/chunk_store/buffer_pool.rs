@@ -167,35 +167,26 @@ impl PooledBuf {
     /// rounded up to the device block, whose excess past the end of file stays unused. Errors
     /// with `UnexpectedEof` if the file ends before `len` bytes.
     pub fn pread_from(&mut self, file: &std::fs::File, offset: u64, len: usize, room: usize) -> std::io::Result<()> {
-        use std::os::fd::AsRawFd;
         let room = room.max(len);
         self.buf.reserve(room);
         let mut done = 0usize;
         while done < len {
             let at = self.buf.len();
-            // SAFETY: `reserve` made room for `room` bytes past the current length, and
-            // `done < len <= room`, so the kernel writes within the allocation; no Rust reference
-            // to the uninitialised bytes is made.
-            let n = unsafe {
-                libc::pread(
-                    file.as_raw_fd(),
-                    self.buf.as_mut_ptr().add(at).cast(),
-                    room - done,
-                    (offset + done as u64) as libc::off_t,
-                )
+            // The read lands in the spare capacity, in place (the buffer keeps its alignment); one
+            // read may fill `room - done` bytes, of which the first `len - done` are kept.
+            let spare = &mut self.buf.spare_capacity_mut()[..room - done];
+            let n = match rustix::io::pread(file, spare, offset + done as u64) {
+                Ok((filled, _)) => filled.len(),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
             };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
             if n == 0 {
                 return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
             }
-            let keep = (n as usize).min(len - done);
-            // SAFETY: the kernel wrote `n >= keep` bytes at `at`, within the reserved capacity.
+            let keep = n.min(len - done);
+            // SAFETY: `pread` initialised `n >= keep` bytes of the spare capacity starting at `at`
+            // (it returned them as a filled slice), and `at + keep <= at + room - done` lies within the
+            // capacity `reserve` made, so the first `at + keep` bytes are initialised.
             unsafe { self.buf.set_len(at + keep) };
             done += keep;
         }

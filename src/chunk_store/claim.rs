@@ -103,7 +103,9 @@ mod tests {
             "no room left"
         );
         // A load by another caller (the read that joins) starts at once, with the claim's room.
-        let load = s.get_or_fetch(&key, 3, 5, async { Ok(Bytes::from_static(b"block")) });
+        let load = s.get_or_fetch(&key, 3, 5, async {
+            Ok::<_, std::io::Error>(Bytes::from_static(b"block"))
+        });
         let got = tokio::time::timeout(Duration::from_secs(5), load).await;
         assert_eq!(
             &got.expect("took the claimed room, waited for none").unwrap()[..],

@@ -13,12 +13,10 @@
 //! cut to its real length afterwards. Filesystems that refuse `O_DIRECT` (tmpfs, some overlays) get the
 //! buffered write, and the caller then drops the pages it wrote.
 
-use std::alloc::Layout;
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
-use std::ptr::NonNull;
 
 use parking_lot::Mutex;
 
@@ -31,38 +29,28 @@ const CHUNK: usize = 1 << 20;
 /// Idle scratch buffers kept (one per concurrent disk writer).
 const MAX_IDLE: usize = 4;
 
-/// A `CHUNK`-byte buffer aligned to `ALIGN`.
+/// A `CHUNK`-byte window aligned to `ALIGN`, inside an allocation `ALIGN` bytes larger (the
+/// allocator does not promise the alignment, the window's offset makes it).
 struct Scratch {
-    ptr: NonNull<u8>,
-}
-
-// SAFETY: the buffer is plain memory owned by this value; it is only used by one thread at a time
-// (taken out of the pool, used, put back).
-unsafe impl Send for Scratch {}
-
-fn layout() -> Layout {
-    // Invariant: CHUNK and ALIGN are non-zero constants and ALIGN is a power of two.
-    Layout::from_size_align(CHUNK, ALIGN).expect("constant, valid layout")
+    buf: Vec<u8>,
+    /// Where the aligned window starts in `buf`.
+    start: usize,
 }
 
 impl Scratch {
+    /// `None` when the allocation fails (the caller then reports out-of-memory instead of aborting).
     fn new() -> Option<Scratch> {
-        // SAFETY: the layout has a non-zero size. Zeroed, so the memory is initialised bytes.
-        let p = unsafe { std::alloc::alloc_zeroed(layout()) };
-        NonNull::new(p).map(|ptr| Scratch { ptr })
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(CHUNK + ALIGN).ok()?;
+        // Zeroed once, so the window is initialised bytes.
+        buf.resize(CHUNK + ALIGN, 0);
+        let base = buf.as_ptr() as usize;
+        let start = base.next_multiple_of(ALIGN) - base;
+        Some(Scratch { buf, start })
     }
 
     fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: ptr points to CHUNK initialised bytes (zeroed at allocation) that we own
-        // exclusively (`&mut self`).
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), CHUNK) }
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with the same layout, freed once.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout()) }
+        &mut self.buf[self.start..self.start + CHUNK]
     }
 }
 
@@ -135,21 +123,12 @@ fn write_chunks(file: &File, data: &[u8], scratch: &mut Scratch) -> std::io::Res
 /// Writes `data` to a new file at `path` through the page cache, then asks the kernel to write the
 /// pages out and drop them (the fallback where `O_DIRECT` is refused).
 pub(super) fn write_new_buffered(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
     let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(path)?;
     f.write_all(data)?;
     // Best effort: pages still dirty are skipped by DONTNEED; the write-out request makes most of
     // them clean first.
-    // SAFETY: plain syscalls on a descriptor we own.
-    unsafe {
-        libc::sync_file_range(
-            f.as_raw_fd(),
-            0,
-            0,
-            libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER,
-        );
-        libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
-    }
+    let _ = crate::util::linux::write_out(&f);
+    drop_pages(&f);
     Ok(())
 }
 
@@ -184,11 +163,8 @@ pub(super) fn read_at(path: &Path, offset: u64, len: usize, out: &mut PooledBuf)
 /// Drops the page-cache pages of `file` (after a block was read from it into memory, where the
 /// chunk store and the FUSE page cache hold it from then on).
 pub(super) fn drop_pages(file: &File) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: a plain syscall on a descriptor we own.
-    unsafe {
-        libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
-    }
+    // Best effort: a filesystem that ignores the advice keeps its pages.
+    let _ = rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::DontNeed);
 }
 
 #[cfg(test)]

@@ -371,7 +371,7 @@ mod tests {
     }
 
     #[test]
-    fn unsafe_keys_are_not_cached() {
+    fn keys_that_are_no_safe_file_name_are_not_cached() {
         assert!(rel_path("xet:../../etc", 0).is_none());
         assert!(rel_path("../x:abcdef0123", 0).is_none());
         assert!(rel_path("git:abc", 0).is_none());

@@ -10,6 +10,7 @@ pub mod buffer_pool;
 mod claim;
 mod direct;
 mod disk;
+mod error;
 mod hold;
 pub mod shared;
 mod spill;
@@ -24,11 +25,11 @@ use bytes::Bytes;
 pub use budget::{Admission, MemoryBudget, MemoryReport, Plan, Reading};
 pub use claim::Claim;
 pub use disk::DiskTier;
+pub use error::ChunkStoreError;
 pub use hold::BlockHold;
 pub use shared::{MetaKey, SharedTier};
 
 use crate::chunk_store::buffer_pool::BufferPool;
-use crate::vfs::error::{VfsError, VfsResult};
 
 /// Size of one cached block.
 pub const BLOCK_SIZE: u64 = 8 << 20;
@@ -441,26 +442,34 @@ impl ChunkStore {
 
     /// The block, from a hold, memory, disk, the shared tier, or `fetch` on a miss of all; one load per block however
     /// many callers wait. Fetched blocks are written to disk in the background, and kept for the
-    /// holds on them.
-    pub async fn get_or_fetch<F>(&self, key: &Arc<str>, block: u64, expected_len: u64, fetch: F) -> VfsResult<Bytes>
+    /// holds on them. A failed fetch's error `E` comes back to every caller waiting on the load.
+    pub async fn get_or_fetch<F, E>(
+        &self,
+        key: &Arc<str>,
+        block: u64,
+        expected_len: u64,
+        fetch: F,
+    ) -> Result<Bytes, ChunkStoreError<E>>
     where
-        F: Future<Output = VfsResult<Bytes>>,
+        F: Future<Output = Result<Bytes, E>>,
+        E: Send + Sync + 'static,
     {
         self.get_or_fetch_admitted(key, block, expected_len, None, fetch).await
     }
 
     /// `get_or_fetch` for a load already admitted (a prefetch): `admission` is the room it took.
     /// Without one, a load waits for room in the memory budget first.
-    pub async fn get_or_fetch_admitted<F>(
+    pub async fn get_or_fetch_admitted<F, E>(
         &self,
         key: &Arc<str>,
         block: u64,
         expected_len: u64,
         admission: Option<Admission>,
         fetch: F,
-    ) -> VfsResult<Bytes>
+    ) -> Result<Bytes, ChunkStoreError<E>>
     where
-        F: Future<Output = VfsResult<Bytes>>,
+        F: Future<Output = Result<Bytes, E>>,
+        E: Send + Sync + 'static,
     {
         // Memory first, as `get`: a hold is for what memory let go of.
         if let Some(b) = self.mem.get(&(key.clone(), block)).await {
@@ -503,7 +512,7 @@ impl ChunkStore {
             .mem
             .try_get_with((key.clone(), block), load)
             .await
-            .map_err(VfsError::Shared)?;
+            .map_err(ChunkStoreError::Fetch)?;
         self.holds.fill(key, block, &b);
         Ok(b)
     }
@@ -512,6 +521,21 @@ impl ChunkStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fetch that has its block at once.
+    fn ready(b: &'static [u8]) -> std::io::Result<Bytes> {
+        Ok(Bytes::from_static(b))
+    }
+
+    /// A fetch's error: the file is not there.
+    fn gone() -> std::io::Error {
+        std::io::ErrorKind::NotFound.into()
+    }
+
+    /// Whether a load failed with [`gone`]'s error.
+    fn is_gone(r: Result<Bytes, ChunkStoreError<std::io::Error>>) -> bool {
+        matches!(r, Err(ChunkStoreError::Fetch(e)) if e.kind() == std::io::ErrorKind::NotFound)
+    }
 
     #[tokio::test]
     async fn single_fetch_per_block() {
@@ -525,7 +549,7 @@ mod tests {
                 s.get_or_fetch(&key, 3, 5, async {
                     calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                    Ok(Bytes::from_static(b"block"))
+                    ready(b"block")
                 })
                 .await
                 .unwrap()
@@ -549,7 +573,7 @@ mod tests {
         let t = tokio::spawn(async move {
             s2.get_or_fetch(&k2, 2, 1, async {
                 let _ = wait.await;
-                Err(VfsError::NotFound)
+                Err(gone())
             })
             .await
         });
@@ -569,17 +593,15 @@ mod tests {
         let key: Arc<str> = Arc::from("k");
         let hold = s.hold(&key, 0);
         assert_eq!(s.held_bytes(), 0, "held, not loaded yet");
-        let b = s.get_or_fetch(&key, 0, 4, async { Ok(Bytes::from_static(b"zero")) });
+        let b = s.get_or_fetch(&key, 0, 4, async { ready(b"zero") });
         assert_eq!(&b.await.unwrap()[..], b"zero");
         assert_eq!(s.held_bytes(), 4);
         for i in 1..5 {
-            s.get_or_fetch(&key, i, 4, async { Ok(Bytes::from_static(b"more")) })
-                .await
-                .unwrap();
+            s.get_or_fetch(&key, i, 4, async { ready(b"more") }).await.unwrap();
         }
         s.mem.run_pending_tasks().await;
         assert!(s.mem.get(&(key.clone(), 0)).await.is_none(), "evicted from memory");
-        let again = s.get_or_fetch(&key, 0, 4, async { Err(VfsError::NotFound) });
+        let again = s.get_or_fetch(&key, 0, 4, async { Err(gone()) });
         assert_eq!(&again.await.unwrap()[..], b"zero", "served from the hold, not fetched");
         assert_eq!(s.get_range(&key, 0, 4, 1, 3).await.as_deref(), Some(&b"er"[..]));
         // A second hold of the same block keeps it when the first goes.
@@ -588,7 +610,7 @@ mod tests {
         assert_eq!(s.held_bytes(), 4);
         drop(second);
         assert_eq!(s.held_bytes(), 0, "let go with the last hold");
-        let r = s.get_or_fetch(&key, 0, 4, async { Err(VfsError::NotFound) }).await;
+        let r = s.get_or_fetch(&key, 0, 4, async { Err(gone()) }).await;
         assert!(r.is_err(), "no longer held: a miss fetches");
     }
 
@@ -596,9 +618,9 @@ mod tests {
     async fn errors_are_not_cached() {
         let s = ChunkStore::new(1 << 20);
         let key: Arc<str> = Arc::from("k");
-        let r = s.get_or_fetch(&key, 0, 1, async { Err(VfsError::NotFound) }).await;
-        assert_eq!(r.unwrap_err().errno(), libc::ENOENT);
-        let r = s.get_or_fetch(&key, 0, 1, async { Ok(Bytes::from_static(b"x")) }).await;
+        let r = s.get_or_fetch(&key, 0, 1, async { Err(gone()) }).await;
+        assert!(is_gone(r));
+        let r = s.get_or_fetch(&key, 0, 1, async { ready(b"x") }).await;
         assert_eq!(&r.unwrap()[..], b"x");
     }
 
@@ -608,10 +630,7 @@ mod tests {
         let key: Arc<str> = Arc::from("xet:00112233445566778899");
         {
             let s = ChunkStore::with_disk(1 << 20, dir.path(), 1 << 20).unwrap();
-            let b = s
-                .get_or_fetch(&key, 0, 4, async { Ok(Bytes::from_static(b"disk")) })
-                .await
-                .unwrap();
+            let b = s.get_or_fetch(&key, 0, 4, async { ready(b"disk") }).await.unwrap();
             assert_eq!(&b[..], b"disk");
             // The write is in the background: the block is on its way to disk until it is there.
             assert!(
@@ -662,10 +681,7 @@ mod tests {
             "a block of another length is not it"
         );
         assert_eq!(disk.read_range(&k, 4, 2, 5), None, "past the block's end");
-        let b = s
-            .get_or_fetch(&key, 0, 4, async { Err(VfsError::NotFound) })
-            .await
-            .unwrap();
+        let b = s.get_or_fetch(&key, 0, 4, async { Err(gone()) }).await.unwrap();
         assert_eq!(&b[..], b"disk");
     }
 }

@@ -11,7 +11,6 @@
 //! blocks were, and evicted like them.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -109,8 +108,7 @@ impl DiskTier {
             }
             out.sync_data()?;
             // The copy went through the page cache; the blocks' readers have their bytes already.
-            // SAFETY: a plain syscall on a descriptor we own.
-            unsafe { libc::posix_fadvise(out.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+            let _ = rustix::fs::fadvise(&out, 0, None, rustix::fs::Advice::DontNeed);
             std::fs::rename(&tmp, &path)?;
             Ok(true)
         })();
@@ -134,22 +132,18 @@ impl DiskTier {
 
 /// Copies `len` bytes of `src` (from its start) into `out` at `at`, in the kernel.
 fn copy_range(src: &File, out: &File, at: u64, len: u64) -> std::io::Result<()> {
-    let (mut off_in, mut off_out): (libc::loff_t, libc::loff_t) = (0, at as libc::loff_t);
+    let (mut off_in, mut off_out) = (0u64, at);
     let mut left = len as usize;
     while left > 0 {
-        // SAFETY: both descriptors are open files we own; the offsets are ours to update.
-        let n = unsafe { libc::copy_file_range(src.as_raw_fd(), &mut off_in, out.as_raw_fd(), &mut off_out, left, 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
+        let n = match rustix::fs::copy_file_range(src, Some(&mut off_in), out, Some(&mut off_out), left) {
+            Ok(n) => n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        };
         if n == 0 {
             return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
         }
-        left -= n as usize;
+        left -= n;
     }
     Ok(())
 }

@@ -152,8 +152,7 @@ impl SourceArgs {
         }
         client.tree_expand = self.file_times == "last-commit";
         client.patience = self.max_hub_wait;
-        // SAFETY: getuid/getgid have no preconditions.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let (uid, gid) = (rustix::process::getuid().as_raw(), rustix::process::getgid().as_raw());
         let vfs = VfsOptions {
             metadata_ttl: self.metadata_ttl,
             uid: self.uid.unwrap_or(uid),

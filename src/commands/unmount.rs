@@ -47,9 +47,8 @@ pub fn run(dir: &Path) -> anyhow::Result<()> {
 
 /// Asks the mount's process to stop (SIGTERM: it unmounts, drains and exits) and waits for it.
 fn stop(r: &MountRecord, dir: &Path) -> anyhow::Result<()> {
-    // SAFETY: kill only sends a signal; the record was checked to name a live process.
-    if unsafe { libc::kill(r.pid as libc::pid_t, libc::SIGTERM) } != 0 {
-        let e = std::io::Error::last_os_error();
+    // The record was checked to name a live process.
+    if let Err(e) = crate::process::signals::send(r.pid, rustix::process::Signal::TERM) {
         bail!("cannot stop hubfs (pid {}) serving {}: {e}", r.pid, dir.display());
     }
     wait_for_exit(r)

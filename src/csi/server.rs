@@ -5,8 +5,6 @@
 //! unmounted the source) or a SIGTERM, then commits what is pending within the drain timeout.
 
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd};
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -94,19 +92,10 @@ fn settings(cfg: &ServeConfig, token: Option<String>) -> (HubClientConfig, VfsOp
 /// `hubfs csi-serve`.
 pub fn run() -> anyhow::Result<()> {
     // Run by hand, descriptor 3 is closed or something else: say so instead of taking it.
-    // SAFETY: fstat only fills the zeroed struct.
-    let is_socket = unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        libc::fstat(HANDOFF_FD, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK
-    };
-    if !is_socket {
+    let Some(mut sock) = crate::process::child::take_inherited_socket(HANDOFF_FD) else {
         anyhow::bail!("csi-serve is started by `hubfs csi-node` with a FUSE descriptor, not by hand");
-    }
-    // SAFETY: the plugin put the socket at this descriptor before exec (checked above to be a
-    // socket); nothing else in this process owns it.
-    let mut sock = unsafe { UnixStream::from_raw_fd(HANDOFF_FD) };
-    let (bytes, fuse_fd) =
-        super::fdpass::recv_fd(sock.as_raw_fd(), 1 << 16).context("receiving the FUSE descriptor")?;
+    };
+    let (bytes, fuse_fd) = super::fdpass::recv_fd(&sock, 1 << 16).context("receiving the FUSE descriptor")?;
     let cfg: ServeConfig = serde_json::from_slice(&bytes).context("the handoff message")?;
     // Until here stderr (the same file, appended to) caught anything; from now on the log rotates
     // and stderr (panics) follows it.

@@ -8,14 +8,14 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use rustix::process::Signal;
 use tonic::Status;
 
 use super::fdpass;
@@ -24,6 +24,7 @@ use super::mountinfo;
 use super::server::{HANDOFF_FD, ServeConfig};
 use super::state::{SourceRecord, StateDir, proc_start, server_alive};
 use super::volume::VolumeSpec;
+use crate::process::signals;
 
 /// How long a new server may take to open the repo and answer the handoff.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -136,21 +137,12 @@ fn internal(what: &'static str, err: impl Into<std::io::Error>) -> SourceError {
 /// Whether the FUSE mount at `dir` answers ENOTCONN (its server is gone). A hung server never
 /// answers: the probe gives up after two seconds and says "not dead".
 pub fn answers_enotconn(dir: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
+    let dir = dir.to_path_buf();
     let (tx, rx) = std::sync::mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name("hubfs-csi-probe".into())
         .spawn(move || {
-            // SAFETY: statfs fills the zeroed struct; `c` is a valid path.
-            let r = unsafe {
-                let mut s: libc::statfs = std::mem::zeroed();
-                libc::statfs(c.as_ptr(), &mut s)
-            };
-            let errno = (r < 0)
-                .then(|| std::io::Error::last_os_error().raw_os_error())
-                .flatten();
+            let errno = rustix::fs::statfs(&dir).err().map(|e| e.raw_os_error());
             let _ = tx.send(errno);
         });
     if spawned.is_err() {
@@ -401,38 +393,21 @@ impl Sources {
             .open(self.state.source_dir(key).join("server.log"))
             .map_err(|e| fail(None, internal("server log", e)))?;
         let log2 = log.try_clone().map_err(|e| fail(None, internal("server log", e)))?;
-        let their_fd = theirs.as_raw_fd();
         let mut cmd = Command::new(&self.exe);
         cmd.arg("csi-serve")
             .env_remove("HF_TOKEN")
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2);
-        // SAFETY: only async-signal-safe calls (setsid, dup2, fcntl) between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                // Its own session: a plugin restart (or its process group's death) leaves it running.
-                if libc::setsid() < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let r = if their_fd == HANDOFF_FD {
-                    libc::fcntl(HANDOFF_FD, libc::F_SETFD, 0)
-                } else {
-                    libc::dup2(their_fd, HANDOFF_FD)
-                };
-                if r < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        // Its own session: a plugin restart (or its process group's death) leaves it running.
+        crate::process::child::new_session_with_fd(&mut cmd, theirs.as_fd(), HANDOFF_FD);
         let mut child = cmd
             .spawn()
             .map_err(|e| fail(None, internal("starting hubfs csi-serve", e)))?;
         drop(theirs);
         let msg = serde_json::to_vec(&cfg)
             .map_err(|e| fail(Some(&mut child), internal("handoff", std::io::Error::other(e))))?;
-        if let Err(e) = fdpass::send_fd(ours.as_raw_fd(), &msg, fd.as_raw_fd()) {
+        if let Err(e) = fdpass::send_fd(&ours, &msg, &fd) {
             return Err(fail(Some(&mut child), internal("handing the FUSE descriptor over", e)));
         }
         // Only the server may hold the device now: if it dies, the kernel aborts the connection
@@ -565,13 +540,12 @@ impl Sources {
                 if let Some(dev) = &dev {
                     abort_connection(dev);
                 }
-                // SAFETY: kill only sends a signal; the pid is checked alive with its start time.
-                unsafe { libc::kill(r.record.pid as i32, libc::SIGTERM) };
+                // The pid is checked alive with its start time.
+                let _ = signals::send(r.record.pid, Signal::TERM);
                 aborted = true;
             } else if start.elapsed() > limit + KILL_AFTER_ABORT {
                 tracing::warn!(key, pid = r.record.pid, "SIGKILL");
-                // SAFETY: as above.
-                unsafe { libc::kill(r.record.pid as i32, libc::SIGKILL) };
+                let _ = signals::send(r.record.pid, Signal::KILL);
                 break;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -632,8 +606,8 @@ impl Sources {
                 }
                 (Some(r), None) => {
                     if alive {
-                        // SAFETY: kill only sends a signal to the recorded, live server.
-                        unsafe { libc::kill(r.pid as i32, libc::SIGTERM) };
+                        // The recorded, live server.
+                        let _ = signals::send(r.pid, Signal::TERM);
                     }
                     self.state.remove_source(&key);
                 }

@@ -42,14 +42,7 @@ pub struct StateDir {
 const TMPFS_MAGIC: i64 = 0x0102_1994;
 
 fn is_tmpfs(p: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
-    // SAFETY: statfs fills the zeroed struct; `c` is a valid path.
-    unsafe {
-        let mut s: libc::statfs = std::mem::zeroed();
-        libc::statfs(c.as_ptr(), &mut s) == 0 && s.f_type as i64 == TMPFS_MAGIC
-    }
+    rustix::fs::statfs(p).is_ok_and(|s| s.f_type == TMPFS_MAGIC)
 }
 
 impl StateDir {

@@ -17,7 +17,6 @@
 //! pattern; the page cache it fills is the kernel's to reclaim.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -182,64 +181,28 @@ fn unread_since_written(file: &File) -> bool {
 /// Sets `file`'s atime to now after a whole read, so a filesystem mounted `noatime` also shows
 /// the next open that the disk has served it.
 fn mark_read(file: &File) {
-    let times = [
-        libc::timespec {
+    use rustix::fs::{Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
+    let times = Timestamps {
+        last_access: Timespec {
             tv_sec: 0,
-            tv_nsec: libc::UTIME_NOW,
+            tv_nsec: UTIME_NOW,
         },
-        libc::timespec {
+        last_modification: Timespec {
             tv_sec: 0,
-            tv_nsec: libc::UTIME_OMIT,
+            tv_nsec: UTIME_OMIT,
         },
-    ];
-    // SAFETY: two timespecs, as futimens takes them, on an open descriptor.
-    if unsafe { libc::futimens(file.as_raw_fd(), times.as_ptr()) } != 0 {
-        tracing::debug!(error = %std::io::Error::last_os_error(), "marking a warmed cache file read");
-    }
-}
-
-/// `cachestat(2)` (Linux 6.5+, the same number on every architecture; passthrough needs 6.9).
-const SYS_CACHESTAT: libc::c_long = 451;
-
-#[repr(C)]
-struct CachestatRange {
-    off: u64,
-    len: u64,
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct Cachestat {
-    nr_cache: u64,
-    nr_dirty: u64,
-    nr_writeback: u64,
-    nr_evicted: u64,
-    nr_recently_evicted: u64,
-}
-
-/// Bytes of `file` in the page cache, from `cachestat(2)`, which counts without reading or
-/// mapping (probing with `RWF_NOWAIT` reads would start readahead, and a mapping sets atime);
-/// `None` where the kernel cannot answer.
-pub fn page_cache_bytes(file: &File) -> Option<u64> {
-    let range = CachestatRange { off: 0, len: 0 };
-    let mut stat = Cachestat::default();
-    // SAFETY: the kernel reads `range` and writes `stat`, both live and of the layout the
-    // syscall defines; flags must be 0.
-    let rc = unsafe {
-        libc::syscall(
-            SYS_CACHESTAT,
-            file.as_raw_fd(),
-            &range as *const CachestatRange,
-            &mut stat as *mut Cachestat,
-            0u32,
-        )
     };
-    if rc != 0 {
-        return None;
+    if let Err(e) = rustix::fs::futimens(file, &times) {
+        tracing::debug!(error = %std::io::Error::from(e), "marking a warmed cache file read");
     }
-    // SAFETY: sysconf has no preconditions.
-    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-    Some(stat.nr_cache.saturating_mul(page))
+}
+
+/// Bytes of `file` in the page cache, from `cachestat(2)` (Linux 6.5+; passthrough needs 6.9),
+/// which counts without reading or mapping (probing with `RWF_NOWAIT` reads would start
+/// readahead, and a mapping sets atime); `None` where the kernel cannot answer.
+pub fn page_cache_bytes(file: &File) -> Option<u64> {
+    let pages = crate::util::linux::cached_pages(file)?;
+    Some(pages.saturating_mul(rustix::param::page_size() as u64))
 }
 
 /// Whether less than half of `file`'s `size` bytes are in the page cache; a kernel that cannot
@@ -307,8 +270,7 @@ mod tests {
         }
         f.sync_all().unwrap();
         // Clean pages of a synced file go with DONTNEED.
-        // SAFETY: a plain syscall on an open descriptor.
-        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
         let size = 24 << 20;
         let f = File::open(&path).unwrap();
         if !is_cold(&f, size) {
@@ -322,8 +284,7 @@ mod tests {
         assert!(!is_cold(&f, size), "the warmer left the file out of the page cache");
         drop(stop);
         // Read once since written: even out of the page cache again, it is the kernel's.
-        // SAFETY: as above.
-        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
         assert!(!unread_since_written(&f));
         let stop = w.start(&path).expect("a slot");
         idle(&w);

@@ -47,7 +47,7 @@ pub use error::{ErrorContext, HubClientError};
 pub use http::{MAX_RETRY_WAIT, backoff as backoff_for};
 pub use lfs_upload::LfsUploadAction;
 pub use repo::{ParsedRepo, RepoKind, RepoRef, encode_path, encode_revision};
-pub use types::{FileHead, RepoInfo, TreeEntry, XetToken};
+pub use types::{ContentId, FileHead, FileMeta, RepoInfo, TreeEntry, XetToken};
 pub use whoami::{FineGrained, REPO_WRITE, Scope, TokenRole, Whoami, WriteAccess};
 
 /// How long a redirect target (a presigned CDN URL) is reused for the same (repo, commit, path).

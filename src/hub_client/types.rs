@@ -1,9 +1,48 @@
 //! What the Hub answers, as the rest of hubfs sees it, and the JSON shapes they are read from.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde::Deserialize;
+
+/// How a file's bytes are addressed: by Xet hash, LFS sha256 or git blob id. The key doubles as
+/// the chunk store's content key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ContentId {
+    Xet(String),
+    Lfs(String),
+    Git(String),
+}
+
+impl ContentId {
+    pub fn key(&self) -> Arc<str> {
+        match self {
+            ContentId::Xet(h) => Arc::from(format!("xet:{h}")),
+            ContentId::Lfs(h) => Arc::from(format!("sha256:{h}")),
+            ContentId::Git(h) => Arc::from(format!("git:{h}")),
+        }
+    }
+}
+
+/// A file as the core knows it: where it is, how big, what content (from a tree listing or
+/// paths-info; VirtualFs reads it, a writable mount's overlay remembers it for moved files).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileMeta {
+    /// Path in the repo (subfolder mounts included).
+    pub remote_path: String,
+    /// The commit this entry was listed at. Bytes fetched by path are fetched at this commit, never
+    /// at a later one: after a move or delete of `remote_path` has landed, a later commit may hold
+    /// nothing or other bytes there, while this one is immutable.
+    pub commit: Arc<str>,
+    pub size: u64,
+    pub id: ContentId,
+    /// sha256 of the content, known for LFS and Xet files (lets a rename re-commit it by reference).
+    pub sha256: Option<String>,
+    /// The date of the last commit that changed the file, when the Hub was asked for it
+    /// (`--file-times last-commit`): the file's mtime.
+    pub last_commit: Option<std::time::SystemTime>,
+}
 
 /// `GET /api/{type}s/{repo}/revision/{rev}`.
 #[derive(Debug, Clone, PartialEq, Eq)]

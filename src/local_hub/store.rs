@@ -96,13 +96,8 @@ fn write_file(path: &Path, data: &[u8], sync: bool) -> std::io::Result<()> {
 
 /// Flushes everything written under `dir`'s filesystem (one syscall for a commit's many objects).
 fn sync_filesystem(dir: &Path) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
     let f = std::fs::File::open(dir)?;
-    // SAFETY: `f` is an open descriptor for the duration of the call.
-    if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(rustix::fs::syncfs(&f)?)
 }
 
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> HubResult<T> {

@@ -426,8 +426,7 @@ fn process_uptime() -> Option<f64> {
         .next()?
         .parse()
         .ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = rustix::param::clock_ticks_per_second();
     (hz > 0).then(|| (boot - start_ticks / hz as f64).max(0.0))
 }
 

@@ -12,7 +12,6 @@
 //!   handed over on the child's stdin, one line, before anything else.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
@@ -57,15 +56,7 @@ pub fn run_detached() -> anyhow::Result<()> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    super::child::new_session(&mut cmd);
     let mut child = cmd.spawn().context("starting the mount process")?;
     {
         let mut stdin = child.stdin.take().context("child stdin")?;
@@ -148,20 +139,27 @@ pub fn take_handover() -> Option<Option<String>> {
     let mut line = String::new();
     // One line, bounded: a token is short.
     let _ = BufReader::new(std::io::stdin().lock().take(64 << 10)).read_line(&mut line);
-    if let Err(e) = redirect(libc::STDIN_FILENO) {
+    if let Err(e) = redirect(Std::In) {
         tracing::warn!(error = %e, "could not detach stdin");
     }
     let t = line.trim().to_string();
     Some((!t.is_empty()).then_some(t))
 }
 
-/// Points `fd` at /dev/null.
-fn redirect(fd: i32) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
+/// One of the three standard descriptors.
+enum Std {
+    In,
+    Out,
+    Err,
+}
+
+/// Points `fd` at /dev/null (dup2 replaces it atomically).
+fn redirect(fd: Std) -> std::io::Result<()> {
     let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;
-    // SAFETY: both descriptors are valid; dup2 atomically replaces `fd`.
-    if unsafe { libc::dup2(null.as_raw_fd(), fd) } < 0 {
-        return Err(std::io::Error::last_os_error());
+    match fd {
+        Std::In => rustix::stdio::dup2_stdin(&null)?,
+        Std::Out => rustix::stdio::dup2_stdout(&null)?,
+        Std::Err => rustix::stdio::dup2_stderr(&null)?,
     }
     Ok(())
 }
@@ -172,20 +170,16 @@ pub fn detach() {
     if let Err(e) = std::io::stdout().flush() {
         tracing::debug!(error = %e, "flushing stdout before detaching");
     }
-    // SAFETY: installing SIG_IGN has no preconditions. The session has no terminal, so a SIGHUP can
-    // only come from someone who means it as "reload"; we have nothing to reload.
-    unsafe {
-        libc::signal(libc::SIGHUP, libc::SIG_IGN);
-    }
+    super::signals::ignore_hangup();
     let stderr = match crate::process::logging::log_file() {
         Some(f) => f.redirect_stderr(),
-        None => redirect(libc::STDERR_FILENO),
+        None => redirect(Std::Err),
     };
     if let Err(e) = stderr {
         tracing::warn!(error = %e, "could not detach stderr");
     }
     // Last: the parent waits for the end of this pipe, and takes it to mean "detached".
-    if let Err(e) = redirect(libc::STDOUT_FILENO) {
+    if let Err(e) = redirect(Std::Out) {
         tracing::warn!(error = %e, "could not detach stdout");
     }
 }

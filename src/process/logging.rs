@@ -7,7 +7,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{IsTerminal, Write};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -57,7 +56,7 @@ impl LogFile {
     /// Points fd 2 at the log file, now and after every rotation.
     pub fn redirect_stderr(&self) -> std::io::Result<()> {
         let mut g = self.inner.lock();
-        dup_onto(&g.file, libc::STDERR_FILENO)?;
+        rustix::stdio::dup2_stderr(&g.file)?;
         g.owns_stderr = true;
         Ok(())
     }
@@ -99,47 +98,22 @@ impl LogFile {
         }
         g.len = 0;
         if g.owns_stderr {
-            dup_onto(&g.file, libc::STDERR_FILENO)?;
+            rustix::stdio::dup2_stderr(&g.file)?;
         }
         Ok(())
     }
 }
 
-/// Swaps the names `a` and `b` in one step (Linux 3.15+).
+/// Swaps the names `a` and `b` in one step (`renameat2(RENAME_EXCHANGE)`, Linux 3.15+).
 fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let (a, b) = (
-        std::ffi::CString::new(a.as_os_str().as_bytes())?,
-        std::ffi::CString::new(b.as_os_str().as_bytes())?,
-    );
-    // SAFETY: two NUL-terminated paths that outlive the call; AT_FDCWD for relative ones.
-    let rc = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    Ok(renameat_with(CWD, a, CWD, b, RenameFlags::EXCHANGE)?)
 }
 
 fn open_append(path: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     // 0600: a log may name private repos and paths.
     OpenOptions::new().create(true).append(true).mode(0o600).open(path)
-}
-
-fn dup_onto(file: &File, fd: i32) -> std::io::Result<()> {
-    // SAFETY: both descriptors are valid; dup2 atomically replaces `fd`.
-    if unsafe { libc::dup2(file.as_raw_fd(), fd) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// Where log lines go: stderr until [`init_file`] installs a file.

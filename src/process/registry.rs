@@ -67,8 +67,7 @@ pub fn dir() -> anyhow::Result<PathBuf> {
         std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
         return Ok(d);
     }
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
+    let uid = rustix::process::getuid().as_raw();
     let candidates = if uid == 0 {
         vec![PathBuf::from("/run/hubfs"), PathBuf::from("/tmp/hubfs-0")]
     } else {

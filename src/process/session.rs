@@ -279,12 +279,10 @@ pub fn mount(req: MountRequest, rt: &tokio::runtime::Runtime) -> anyhow::Result<
 
 /// `hubfs unmount DIR`.
 pub fn unmount(dir: &Path) -> anyhow::Result<()> {
-    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).context("mountpoint path")?;
-    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
-    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
-        return Ok(());
-    }
-    let err = std::io::Error::last_os_error();
+    let err = match rustix::mount::unmount(dir, rustix::mount::UnmountFlags::empty()) {
+        Ok(()) => return Ok(()),
+        Err(e) => std::io::Error::from(e),
+    };
     let status = std::process::Command::new("fusermount3").arg("-u").arg(dir).status();
     if matches!(status, Ok(s) if s.success()) {
         return Ok(());

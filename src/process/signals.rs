@@ -1,5 +1,6 @@
 //! The process's tokio runtime and its stop signals (SIGINT, SIGTERM), shared by every command that
-//! serves something until it is stopped.
+//! serves something until it is stopped; signals sent to other hubfs processes, and the one signal
+//! a detached mount ignores (SIGHUP).
 
 /// The multi-threaded runtime every long-running command uses; SIGUSR1/SIGUSR2 change its log
 /// level while it runs ([`super::logging::level_signals`]).
@@ -39,4 +40,27 @@ impl StopSignals {
 pub async fn wait_for_signal() -> anyhow::Result<()> {
     StopSignals::new()?.recv().await;
     Ok(())
+}
+
+/// Sends `sig` to the process `pid` (a recorded hubfs process, checked alive by its caller). A pid
+/// that is no single process (0, or past `i32::MAX`, which kill(2) would take for a process group)
+/// is refused with EINVAL instead of signalling a group.
+pub fn send(pid: u32, sig: rustix::process::Signal) -> std::io::Result<()> {
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    Ok(rustix::process::kill_process(pid, sig)?)
+}
+
+/// Ignores SIGHUP from now on (`SIG_IGN`, which the processes it starts inherit too). A detached
+/// mount leads a session with no terminal, so a SIGHUP can only come from someone who means it as
+/// "reload"; there is nothing to reload, and the default action would kill the mount.
+pub fn ignore_hangup() {
+    // SAFETY: installing `SIG_IGN` replaces the disposition with no handler code to run, so no
+    // async-signal-safety rule applies, and it has no other precondition. rustix and std offer
+    // no safe call for it.
+    unsafe {
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+    }
 }

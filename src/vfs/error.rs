@@ -1,6 +1,7 @@
 //! Errors of the filesystem core, and their errno: the one place where a failure becomes a number
 //! the kernel (or the NFS adapter) understands.
 
+use crate::chunk_store::ChunkStoreError;
 use crate::hub_client::HubClientError;
 
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +87,15 @@ impl From<std::io::Error> for VfsError {
         match e.raw_os_error() {
             Some(libc::ENOSPC) | Some(libc::EDQUOT) => VfsError::NoSpace(e.to_string()),
             _ => VfsError::Io(e.to_string()),
+        }
+    }
+}
+
+impl From<ChunkStoreError<VfsError>> for VfsError {
+    /// A block load's failure is its fetch's error, shared by every caller that waited on it.
+    fn from(e: ChunkStoreError<VfsError>) -> Self {
+        match e {
+            ChunkStoreError::Fetch(e) => VfsError::Shared(e),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use futures::future::try_join_all;
 
-use super::error::VfsResult;
+use super::error::{VfsError, VfsResult};
 use super::remote::{FileMeta, Remote};
 use crate::chunk_store::{BLOCK_SIZE, BlockHold, ChunkStore, Claim, Reading};
 use crate::hub_client::RepoKind;
@@ -168,6 +168,7 @@ impl Reader {
                 self.remote.fetch_block(file, commit, start, BLOCK_SIZE),
             )
             .await
+            .map_err(VfsError::from)
     }
 
     /// Brings a file of one block at most into the cache (listing-order prefetch), if the memory
@@ -191,6 +192,7 @@ impl Reader {
             .get_or_fetch_admitted(&key, 0, len, Some(room), fetch)
             .await
             .map(|_| ())
+            .map_err(VfsError::from)
     }
 
     /// Reads `[offset, offset + size)` of `file`; short only at end of file. The handle's state is

@@ -87,41 +87,9 @@ const XET_HTTP_RANGE_MAX: u64 = 4 << 20;
 /// reconstructions (`fetch_small_batch`).
 pub const SMALL_FILE_MAX: u64 = 1 << 20;
 
-/// How a file's bytes are addressed. The key doubles as the chunk store's content key.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum ContentId {
-    Xet(String),
-    Lfs(String),
-    Git(String),
-}
-
-impl ContentId {
-    pub fn key(&self) -> Arc<str> {
-        match self {
-            ContentId::Xet(h) => Arc::from(format!("xet:{h}")),
-            ContentId::Lfs(h) => Arc::from(format!("sha256:{h}")),
-            ContentId::Git(h) => Arc::from(format!("git:{h}")),
-        }
-    }
-}
-
-/// A file as the core knows it: where it is, how big, what content.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileMeta {
-    /// Path in the repo (subfolder mounts included).
-    pub remote_path: String,
-    /// The commit this entry was listed at. Bytes fetched by path are fetched at this commit, never
-    /// at a later one: after a move or delete of `remote_path` has landed, a later commit may hold
-    /// nothing or other bytes there, while this one is immutable.
-    pub commit: Arc<str>,
-    pub size: u64,
-    pub id: ContentId,
-    /// sha256 of the content, known for LFS and Xet files (lets a rename re-commit it by reference).
-    pub sha256: Option<String>,
-    /// The date of the last commit that changed the file, when the Hub was asked for it
-    /// (`--file-times last-commit`): the file's mtime.
-    pub last_commit: Option<std::time::SystemTime>,
-}
+/// A file of the repo (path, size, content id) and its content's address: Hub data that the
+/// write layer shares, hence kept in the Hub client.
+pub use crate::hub_client::{ContentId, FileMeta};
 
 pub struct Remote {
     client: HubClient,

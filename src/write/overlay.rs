@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::staging::DirtyFile;
-use crate::vfs::remote::FileMeta;
+use crate::hub_client::FileMeta;
 
 #[derive(Clone)]
 pub enum Entry {

@@ -61,9 +61,7 @@ impl StagingArea {
             .truncate(false)
             .write(true)
             .open(dir.join("lock"))?;
-        // SAFETY: flock on a file descriptor we own; no memory is shared with the kernel.
-        let rc = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
+        if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
             return Err(std::io::Error::new(
                 ErrorKind::WouldBlock,
                 format!(

@@ -302,15 +302,9 @@ impl SharedTier {
     /// file's last lookup missed, the lookup and the claim go out together, so a miss costs the
     /// Hub fetch one round trip to the store instead of two. A hit found that way lets its
     /// claim go at once; a file whose blocks are found asks the lookup alone (no claim writes).
-    pub async fn load<F>(
-        &self,
-        key: &Arc<str>,
-        block: u64,
-        expected_len: u64,
-        fetch: F,
-    ) -> crate::vfs::error::VfsResult<(Bytes, bool)>
+    pub async fn load<F, E>(&self, key: &Arc<str>, block: u64, expected_len: u64, fetch: F) -> Result<(Bytes, bool), E>
     where
-        F: std::future::Future<Output = crate::vfs::error::VfsResult<Bytes>>,
+        F: std::future::Future<Output = Result<Bytes, E>>,
     {
         let t = Instant::now();
         let claim = match self.ask(key, block, expected_len).await {

@@ -11,7 +11,11 @@ use object_store::ObjectStoreExt;
 use object_store::memory::InMemory;
 
 use super::*;
-use crate::vfs::error::VfsError;
+
+/// A fetch's error: the file is not there.
+fn gone() -> std::io::Error {
+    std::io::ErrorKind::NotFound.into()
+}
 
 fn key() -> Arc<str> {
     Arc::from("xet:00aa")
@@ -123,7 +127,7 @@ async fn a_block_fetched_by_one_node_is_served_to_the_next_and_damage_is_replace
     let fetches = AtomicUsize::new(0);
     let fetch = || async {
         fetches.fetch_add(1, Ordering::SeqCst);
-        Ok(Bytes::from_static(b"eight by"))
+        Ok::<_, std::io::Error>(Bytes::from_static(b"eight by"))
     };
     let (got, shared) = a.load(&key(), 2, 8, fetch()).await.unwrap();
     assert_eq!((&got[..], shared), (&b"eight by"[..], false));
@@ -171,13 +175,13 @@ async fn a_node_waits_for_a_block_another_claimed_and_a_dead_claim_is_waited_on_
     let slow = tokio::spawn(async move {
         a.load(&ka, 0, 4, async {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            Ok(Bytes::from_static(b"once"))
+            Ok::<_, std::io::Error>(Bytes::from_static(b"once"))
         })
         .await
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     let (got, shared) = b
-        .load(&kb, 0, 4, async { Err(VfsError::Invalid("B must not fetch")) })
+        .load(&kb, 0, 4, async { Err(std::io::Error::other("B must not fetch")) })
         .await
         .unwrap();
     assert_eq!((&got[..], shared), (&b"once"[..], true));
@@ -188,7 +192,9 @@ async fn a_node_waits_for_a_block_another_claimed_and_a_dead_claim_is_waited_on_
     store.put(&claim, Bytes::from_static(b"gone:1").into()).await.unwrap();
     let t = Instant::now();
     let (got, shared) = b
-        .load(&Arc::from("xet:dead"), 0, 4, async { Ok(Bytes::from_static(b"mine")) })
+        .load(&Arc::from("xet:dead"), 0, 4, async {
+            Ok::<_, std::io::Error>(Bytes::from_static(b"mine"))
+        })
         .await
         .unwrap();
     assert_eq!((&got[..], shared), (&b"mine"[..], false));
@@ -218,15 +224,17 @@ async fn a_store_that_is_not_there_pauses_the_tier_and_reads_go_to_the_hub() {
     let tier = SharedTier::with_store("s3://b/p", Arc::new(s3), "p");
     let t = Instant::now();
     let (got, shared) = tier
-        .load(&key(), 0, 2, async { Ok(Bytes::from_static(b"ok")) })
+        .load(&key(), 0, 2, async {
+            Ok::<_, std::io::Error>(Bytes::from_static(b"ok"))
+        })
         .await
         .unwrap();
     assert_eq!((&got[..], shared), (&b"ok"[..], false));
     assert!(t.elapsed() < LOOKUP_DEADLINE, "a refused store fails fast");
     assert!(tier.paused(), "and pauses the tier");
     // Paused: no request at all, the fetch's own error is the only one a load returns.
-    let r = tier.load(&key(), 1, 2, async { Err(VfsError::NotFound) }).await;
-    assert_eq!(r.unwrap_err().errno(), libc::ENOENT);
+    let r = tier.load(&key(), 1, 2, async { Err(gone()) }).await;
+    assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::NotFound);
 }
 
 #[tokio::test]
@@ -239,7 +247,7 @@ async fn a_run_of_misses_asks_lookup_and_claim_together_and_a_hit_in_it_lets_the
     let fetches = AtomicUsize::new(0);
     let fetch = || async {
         fetches.fetch_add(1, Ordering::SeqCst);
-        Ok(Bytes::from_static(b"eight by"))
+        Ok::<_, std::io::Error>(Bytes::from_static(b"eight by"))
     };
     // Node b puts block 1 in the tier; node a then misses block 0: its file is in a run of misses.
     b.load(&key(), 1, 8, fetch()).await.unwrap();
@@ -357,7 +365,7 @@ async fn metadata_fetched_by_one_node_is_served_to_the_next_and_damage_is_replac
         let fetches = &fetches;
         async move {
             fetches.fetch_add(1, Ordering::SeqCst);
-            Ok::<_, VfsError>(listing(names))
+            Ok::<_, std::io::Error>(listing(names))
         }
     };
     let k = meta_key("sub");
@@ -419,7 +427,7 @@ async fn nodes_asking_for_the_same_metadata_at_once_wait_for_one_fetch() {
         tokio::spawn(async move {
             a.metadata(&k, async {
                 tokio::time::sleep(Duration::from_millis(300)).await;
-                Ok::<_, VfsError>(listing(&["once"]))
+                Ok::<_, std::io::Error>(listing(&["once"]))
             })
             .await
         })
@@ -427,7 +435,7 @@ async fn nodes_asking_for_the_same_metadata_at_once_wait_for_one_fetch() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     let got = b
         .metadata(&k, async {
-            Err::<Vec<String>, _>(VfsError::Invalid("b must not ask the Hub"))
+            Err::<Vec<String>, _>(std::io::Error::other("b must not ask the Hub"))
         })
         .await
         .unwrap();
@@ -435,13 +443,13 @@ async fn nodes_asking_for_the_same_metadata_at_once_wait_for_one_fetch() {
     assert_eq!(slow.await.unwrap().unwrap(), listing(&["once"]));
     // A failed fetch is not stored, and its error is the caller's.
     let err = a
-        .metadata(&meta_key("gone"), async { Err::<Vec<String>, _>(VfsError::NotFound) })
+        .metadata(&meta_key("gone"), async { Err::<Vec<String>, _>(gone()) })
         .await
         .unwrap_err();
-    assert_eq!(err.errno(), libc::ENOENT);
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
     settled(&a).await;
     let got = b
-        .metadata(&meta_key("gone"), async { Ok::<_, VfsError>(listing(&["now"])) })
+        .metadata(&meta_key("gone"), async { Ok::<_, std::io::Error>(listing(&["now"])) })
         .await;
     assert_eq!(got.unwrap(), listing(&["now"]));
 }
@@ -496,7 +504,7 @@ async fn a_metadata_claim_the_store_does_not_answer_looks_again_then_asks_the_hu
     let t = Instant::now();
     let got = a
         .metadata(&k, async {
-            Err::<Vec<String>, _>(VfsError::Invalid("must not ask the Hub"))
+            Err::<Vec<String>, _>(std::io::Error::other("must not ask the Hub"))
         })
         .await
         .unwrap();
@@ -509,7 +517,7 @@ async fn a_metadata_claim_the_store_does_not_answer_looks_again_then_asks_the_hu
     );
     // Nobody wrote it: the node asks the Hub itself, a second late, and never fails.
     let got = a
-        .metadata(&meta_key("y"), async { Ok::<_, VfsError>(listing(&["mine"])) })
+        .metadata(&meta_key("y"), async { Ok::<_, std::io::Error>(listing(&["mine"])) })
         .await;
     assert_eq!(got.unwrap(), listing(&["mine"]));
     assert!(!a.paused(), "a slow claim does not pause the tier");
@@ -537,7 +545,7 @@ async fn a_claim_that_goes_without_its_block_makes_one_waiter_fetch_it_not_all()
                     fetches.fetch_add(1, Ordering::SeqCst);
                     // The Hub takes its time: the others look again meanwhile and miss.
                     tokio::time::sleep(Duration::from_millis(200)).await;
-                    Ok(Bytes::from_static(b"once"))
+                    Ok::<_, std::io::Error>(Bytes::from_static(b"once"))
                 })
                 .await
                 .unwrap()
