@@ -293,8 +293,15 @@ fn read_counters_match_the_hubs_own_and_tiers_serve_a_re_read() {
         "a re-read asks nothing of the Hub"
     );
     assert_eq!(d2("hubfs_block_lookups_total", &[("source", "hub")]), 0.0);
-    assert!(mem > 0.0 && disk > 0.0, "memory {mem}, disk {disk}");
-    assert!(d2("hubfs_block_loaded_bytes_total", &[("source", "disk")]) > 0.0);
+    // Which tier serves each block depends on when the memory tier's evictions ran (on a loaded
+    // machine it may still hold the whole file for a moment): every block comes from one of them,
+    // and a block found on disk is counted as loaded from it.
+    assert!(mem + disk > 0.0, "memory {mem}, disk {disk}");
+    assert_eq!(
+        d2("hubfs_block_loaded_bytes_total", &[("source", "disk")]) > 0.0,
+        disk > 0.0,
+        "disk loads counted with disk lookups"
+    );
     assert_eq!(d2("hubfs_read_bytes_total", &[]), want.len() as f64);
     // A 32 MiB memory tier read through 64 MiB twice has dropped blocks.
     assert!(third.sum("hubfs_cache_evictions_total", &[("tier", "memory")]) > 0.0);
