@@ -155,20 +155,31 @@ async fn a_walk_that_stops_costs_at_most_the_window_ahead_and_one_folder_costs_n
 }
 
 #[tokio::test]
-async fn a_directory_keeps_its_cached_pages_only_at_the_same_commit() {
+async fn a_directory_keeps_its_cached_pages_only_at_the_same_commit_within_the_ttl() {
     let (hub, repo) = setup().await;
-    // The branch is resolved again after 20 ms, so the test can move it.
-    let vfs = mount(&hub, &repo, Duration::from_millis(20)).await;
+    // The branch is resolved again after 1 s, so the test can move it.
+    let vfs = mount(&hub, &repo, Duration::from_secs(1)).await;
     let d = vfs.lookup(ROOT_INO, &folder(3)).await.unwrap();
-    let (fh, keep) = vfs.opendir_keep(d.ino).await.unwrap();
-    vfs.releasedir(fh);
-    assert!(!keep, "first listing: nothing cached to keep");
-    let (fh, keep) = vfs.opendir_keep(d.ino).await.unwrap();
-    vfs.releasedir(fh);
-    assert!(keep, "same commit: the kernel keeps its pages");
-    let (fh, keep) = vfs.opendir_keep(ROOT_INO).await.unwrap();
-    vfs.releasedir(fh);
-    assert!(!keep, "another directory is decided on its own");
+    let opendir = |ino| {
+        let vfs = &vfs;
+        async move {
+            let (fh, keep) = vfs.opendir_keep(ino).await.unwrap();
+            let n = vfs.dir_entries(fh).unwrap().len();
+            vfs.releasedir(fh);
+            (n, keep)
+        }
+    };
+    assert_eq!(
+        opendir(d.ino).await,
+        (5, false),
+        "first listing: nothing cached to keep"
+    );
+    assert_eq!(
+        opendir(d.ino).await,
+        (5, true),
+        "same commit: the kernel keeps its pages"
+    );
+    assert!(!opendir(ROOT_INO).await.1, "another directory is decided on its own");
 
     // The branch moves: the next opendir shows the new commit and drops the kernel's pages.
     let c = common::client();
@@ -184,12 +195,15 @@ async fn a_directory_keeps_its_cached_pages_only_at_the_same_commit() {
         &lines,
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let (fh, keep) = vfs.opendir_keep(d.ino).await.unwrap();
-    assert_eq!(vfs.dir_entries(fh).unwrap().len(), 6, "the new file is listed");
-    vfs.releasedir(fh);
-    assert!(!keep, "a new commit: the kernel drops what it cached");
-    let (fh, keep) = vfs.opendir_keep(d.ino).await.unwrap();
-    vfs.releasedir(fh);
-    assert!(keep, "and keeps it again at that commit");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(
+        opendir(d.ino).await,
+        (6, false),
+        "a new commit: the new file, pages dropped"
+    );
+    assert_eq!(opendir(d.ino).await, (6, true), "and kept again at that commit");
+
+    // Past the TTL at the same commit: dropped, so a READDIRPLUS renews every entry's attributes.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(opendir(d.ino).await, (6, false), "older than the TTL");
 }

@@ -636,18 +636,21 @@ impl Filesystem for FuseAdapter {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let vfs = self.vfs.clone();
+        let (vfs, plus) = (self.vfs.clone(), self.plus.clone());
         self.rt.spawn(async move {
             let _t = crate::metrics::timer("fuse", "opendir");
             match vfs.opendir_keep(ino.0).await {
                 // Read-only mounts let the kernel cache the listing's pages (a second `find` or
-                // `os.walk` sends no READDIR), and keep them while the commit stays the same.
+                // `os.walk` sends no READDIR), and keep them while the commit stays the same,
+                // within the TTL. Not pages from a short first page: their entries carry no
+                // attributes, and a program that stats them would LOOKUP each one, where a new
+                // READDIRPLUS gives them all.
                 Ok((fh, keep)) => {
                     let mut flags = FopenFlags::empty();
                     if !vfs.is_writable() {
                         flags |= FopenFlags::FOPEN_CACHE_DIR;
                     }
-                    if keep {
+                    if keep && !plus.listed_short(ino.0) {
                         flags |= FopenFlags::FOPEN_KEEP_CACHE;
                     }
                     reply.opened(FileHandle(fh), flags)

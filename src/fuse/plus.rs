@@ -71,6 +71,7 @@ impl PlusPolicy {
             let _ = self
                 .hold
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| h.checked_sub(1));
+            self.whole(dir);
             return usize::MAX;
         }
         let mut short = self.short.lock();
@@ -79,6 +80,11 @@ impl PlusPolicy {
         }
         short.insert(dir);
         SHORT
+    }
+
+    /// A first page of `dir` goes out whole.
+    fn whole(&self, dir: u64) {
+        self.short.lock().remove(&dir);
     }
 
     /// The kernel asked for a page of `dir` past the first without attributes.
@@ -93,6 +99,12 @@ impl PlusPolicy {
         if !self.stat_walks.load(Ordering::Relaxed) && self.short.lock().contains(&parent) {
             self.stat_seen();
         }
+    }
+
+    /// Whether `dir`'s last first page was short (the kernel's cached pages of it, if any, carry
+    /// no attributes).
+    pub(super) fn listed_short(&self, dir: u64) -> bool {
+        self.short.lock().contains(&dir)
     }
 
     fn stat_seen(&self) {
@@ -120,6 +132,7 @@ mod tests {
         assert!(!p.stat_walks());
         assert_eq!(p.limit(2, 0), SHORT);
         assert_eq!(p.limit(3, 0), SHORT);
+        assert!(p.listed_short(2) && p.listed_short(3) && !p.listed_short(1));
         // A folder looked up in a short-listed directory: find descending, not a stat walk.
         p.file_looked_up(99);
         assert!(!p.stat_walks(), "a directory never listed short says nothing");
@@ -135,6 +148,8 @@ mod tests {
         }
         // The last whole first page of the hold.
         assert_eq!(p.limit(4, 0), usize::MAX);
+        assert_eq!(p.limit(3, 0), usize::MAX);
+        assert!(!p.listed_short(3), "listed whole since");
         // A READDIR at the first page says nothing (the kernel sends none there in auto mode).
         p.plain_page(0);
         assert!(p.stat_walks());

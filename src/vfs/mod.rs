@@ -203,9 +203,9 @@ pub struct VirtualFs {
     /// The Hub content the kernel's cached pages of an inode can only have come from (see
     /// `add_handle_keep`); no entry: unknown, the next open drops them.
     last_content: Mutex<HashMap<Ino, ContentId>>,
-    /// The commit each directory was last listed at by opendir (read-only mounts), so the kernel
-    /// keeps its cached pages of a listing that cannot have changed.
-    dirs_listed: Mutex<HashMap<Ino, String>>,
+    /// The commit each directory was last listed at by opendir, and when (read-only mounts), so
+    /// the kernel keeps its cached pages of a listing that cannot have changed.
+    dirs_listed: Mutex<HashMap<Ino, (String, Instant)>>,
     next_fh: AtomicU64,
     reader: Reader,
     mtime: SystemTime,
@@ -505,13 +505,19 @@ impl VirtualFs {
 
     /// `opendir`, also saying whether a kernel that caches directory pages may keep what it
     /// cached of this one: on a read-only mount, when the listing is at the same commit as at the
-    /// directory's previous opendir (a revision that moved drops them).
+    /// directory's previous opendir, and that one was less than the metadata TTL ago. A revision
+    /// that moved drops them, and so does age: past the TTL the kernel's entries are stale too,
+    /// and a fresh READDIRPLUS renews all their attributes at once where cached pages would leave
+    /// a LOOKUP per entry to `ls -l`.
     pub async fn opendir_keep(&self, ino: Ino) -> VfsResult<(u64, bool)> {
         let path = self.path_of(ino)?;
         let commit = self.commit().await?;
         let fh = self.snapshot_dir(ino, &path, &commit).await?;
-        let keep = self.writer.is_none()
-            && self.dirs_listed.lock().insert(ino, commit.clone()).as_deref() == Some(commit.as_str());
+        let keep = self.writer.is_none() && {
+            let now = Instant::now();
+            let last = self.dirs_listed.lock().insert(ino, (commit.clone(), now));
+            last.is_some_and(|(c, at)| c == commit && now.duration_since(at) < self.opts.metadata_ttl)
+        };
         Ok((fh, keep))
     }
 
