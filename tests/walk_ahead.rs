@@ -87,6 +87,24 @@ async fn fetched_ahead(vfs: &VirtualFs, n: u64) -> u64 {
     vfs.listings_fetched_ahead()
 }
 
+/// Lists the folders `order` names, one after another.
+async fn walk(vfs: &VirtualFs, order: impl Iterator<Item = usize>) {
+    for i in order {
+        list(vfs, i).await;
+    }
+}
+
+/// After a whole walk: most folders were listed ahead of it (not all: in process and with no
+/// latency, the walk reaches some first), and none twice.
+async fn assert_walked(hub: &LocalHub, vfs: &VirtualFs, before: u64) {
+    assert!(fetched_ahead(vfs, (FOLDERS / 2) as u64).await >= (FOLDERS / 2) as u64);
+    assert_eq!(
+        api(hub) - before,
+        FOLDERS as u64,
+        "the walk cost one listing per folder"
+    );
+}
+
 #[tokio::test]
 async fn a_walk_finds_the_next_folders_listed_and_costs_one_listing_each() {
     let (hub, repo) = setup().await;
@@ -98,17 +116,8 @@ async fn a_walk_finds_the_next_folders_listed_and_costs_one_listing_each() {
     // Two folders in a row: the next AHEAD are fetched in the background.
     assert_eq!(fetched_ahead(&vfs, AHEAD).await, AHEAD);
     assert_eq!(api(&hub) - before, 2 + AHEAD, "one listing per folder, none twice");
-    for i in 2..FOLDERS {
-        list(&vfs, i).await;
-    }
-    // The folders after the first two were listed ahead of the walk (but for those the walk, in
-    // process and with no latency, reached first), each once.
-    assert!(fetched_ahead(&vfs, (FOLDERS / 2) as u64).await >= (FOLDERS / 2) as u64);
-    assert_eq!(
-        api(&hub) - before,
-        FOLDERS as u64,
-        "the walk cost one listing per folder"
-    );
+    walk(&vfs, 2..FOLDERS).await;
+    assert_walked(&hub, &vfs, before).await;
 }
 
 #[tokio::test]
@@ -118,15 +127,8 @@ async fn a_walk_from_the_end_gets_the_folders_before_it() {
     list_root(&vfs).await;
     let before = api(&hub);
     // A stack of folders popped from its end (os.scandir loops, some rsync orders).
-    for i in (0..FOLDERS).rev() {
-        list(&vfs, i).await;
-    }
-    assert!(fetched_ahead(&vfs, (FOLDERS / 2) as u64).await >= (FOLDERS / 2) as u64);
-    assert_eq!(
-        api(&hub) - before,
-        FOLDERS as u64,
-        "the walk cost one listing per folder"
-    );
+    walk(&vfs, (0..FOLDERS).rev()).await;
+    assert_walked(&hub, &vfs, before).await;
 }
 
 #[tokio::test]

@@ -20,10 +20,12 @@ pub(super) struct Listing {
 
 impl Listing {
     fn find(&self, name: &str) -> Option<&Node> {
-        self.entries
-            .binary_search_by(|(n, _)| n.as_str().cmp(name))
-            .ok()
-            .map(|i| &self.entries[i].1)
+        self.index(name).map(|i| &self.entries[i].1)
+    }
+
+    /// Where `name` is in the listing.
+    fn index(&self, name: &str) -> Option<usize> {
+        self.entries.binary_search_by(|(n, _)| n.as_str().cmp(name)).ok()
     }
 }
 
@@ -82,6 +84,16 @@ pub(super) async fn fetch_listing(
 }
 
 impl VirtualFs {
+    /// Where `path` stands in its parent's listing at `commit`, when that listing is cached (never
+    /// fetched for this): the parent's path, the listing and the entry's index in it. What the
+    /// readers and walks that follow listing order start from.
+    pub(super) async fn cached_place<'a>(&self, commit: &str, path: &'a str) -> Option<(&'a str, Arc<Listing>, usize)> {
+        let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+        let listing = self.listings.get(&(commit.to_string(), parent.to_string())).await?;
+        let idx = listing.index(name)?;
+        Some((parent, listing, idx))
+    }
+
     /// The listing of a directory (mount-relative path) at `commit`; one fetch however many wait.
     pub(super) async fn listing(&self, commit: &str, path: &str) -> VfsResult<Arc<Listing>> {
         self.listing_with(commit, path, false).await

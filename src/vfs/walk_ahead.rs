@@ -101,11 +101,7 @@ impl VirtualFs {
         if self.writer.is_some() || path.is_empty() {
             return;
         }
-        let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
-        let Some(listing) = self.listings.get(&(commit.to_string(), parent.to_string())).await else {
-            return;
-        };
-        let Ok(idx) = listing.entries.binary_search_by(|(n, _)| n.as_str().cmp(name)) else {
+        let Some((parent, listing, idx)) = self.cached_place(commit, path).await else {
             return;
         };
         let cursor = self
