@@ -26,6 +26,7 @@
 #      ci/bench-metrics.sh (what --metrics-addr costs: an idle mount scraped every second, a cold read scraped)
 #      ci/bench-requests.sh (the Hub requests per bucket of a mount, a model load, ls -lR and small files)
 #      ci/bench-metadata.sh (find, ls -lR, du, os.walk, os.scandir, stat over 10,000 files: one listing per folder)
+#      ci/bench-publish.sh (cp -r of 500 small + 4 x 64 MiB into a --write mount beside upload_folder)
 #   6. final line `N passed, M failed` (cargo tests + the scripts' checks; a failed fmt/clippy/build step
 #      counts as one failure); exit status non-zero if any step failed.
 #
@@ -255,6 +256,9 @@ script_step "bench: Hub requests per workload" bench-requests 1 bash ci/bench-re
 # in 20 folders under the Hub's request windows (under a minute): every walk sees every file and costs one
 # listing per folder; figures beside hf-mount's when ~/.cache/peers has it
 script_step "bench: metadata walks" bench-metadata 1 bash ci/bench-metadata.sh "$HUBFS_BIN" 20 500
+# Publishing 500 small files + 4 x 64 MiB by cp -r into a --write mount (default close and --close stage,
+# then hubfs sync) beside upload_folder (about a minute): every file's bytes on the Hub, at most 8 commits
+script_step "bench: publishing a folder" bench-publish 1 bash ci/bench-publish.sh "$HUBFS_BIN" "$VENV_PY" mixed
 
 # ---------------------------------------------------------------------------------------------------------
 # 6. summary

@@ -621,3 +621,40 @@ fn renamed_back_while_the_move_away_is_being_committed() {
     let hub: Vec<String> = env.hub_files("back").into_keys().collect();
     assert_eq!(hub, vec!["a.txt".to_string()]);
 }
+
+/// `--close stage`: a closed LFS-sized file starts uploading at once, before any commit, and the
+/// round that commits it does not send its bytes again.
+#[test]
+fn staged_close_uploads_in_the_background_once() {
+    let mut env = Env::new();
+    env.create_dataset("w10");
+    let before = env.commit_count("w10");
+    let mut opts = env.write_opts(false);
+    if let Some(w) = opts.write.as_mut() {
+        // Long enough that the upload seen below cannot be the round's.
+        w.quiet_period = Duration::from_secs(4);
+        w.max_batch_delay = Duration::from_secs(8);
+    }
+    let m = env.mount_with("datasets/local/w10", opts);
+    let data = pseudo(3 << 20, 21);
+    std::fs::write(m.mountpoint.join("shard.bin"), &data).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while m.vfs.status_report().unwrap().bytes_uploaded < data.len() as u64 {
+        assert!(Instant::now() < deadline, "the upload did not start at close");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(env.commit_count("w10"), before, "uploaded before any commit");
+    assert_eq!(m.vfs.dirty_paths(), ["shard.bin"]);
+    let uploaded = m.vfs.status_report().unwrap().bytes_uploaded;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !m.vfs.dirty_paths().is_empty() {
+        assert!(Instant::now() < deadline, "never committed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(env.hub_files("w10")["shard.bin"].1, sha(&data));
+    assert_eq!(
+        m.vfs.status_report().unwrap().bytes_uploaded,
+        uploaded,
+        "the commit round sent the bytes again"
+    );
+}

@@ -434,7 +434,10 @@ impl VirtualFs {
                     self.kick();
                     return r;
                 }
-                CloseMode::Stage => self.kick(),
+                CloseMode::Stage => {
+                    self.upload_in_background(file);
+                    self.kick();
+                }
             }
         }
         Ok(())

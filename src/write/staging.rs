@@ -177,6 +177,12 @@ struct State {
     /// The journal says closed under the current path: a seal then needs only the data fsync
     /// (NFS COMMITs and stable WRITEs seal a file many times while it is being written).
     sealed: bool,
+    /// The journal says open under the current path (just created): a first writer need not
+    /// write it again.
+    journaled_open: bool,
+    /// The generation whose data was last fsynced: a second seal of unchanged content (the
+    /// release after a close's flush) skips the fsync.
+    synced: u64,
     /// This generation's content is already in the Hub's LFS/Xet storage (uploaded at close): the
     /// commit refers to it without hashing or uploading again.
     uploaded: Option<Snapshot>,
@@ -216,18 +222,30 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// The file holding exactly the snapshot's bytes.
-    pub fn path(&self) -> std::io::Result<&Path> {
+    /// The frozen copy of exactly the snapshot's bytes.
+    pub fn frozen(&self) -> std::io::Result<&Frozen> {
         self.frozen
             .as_deref()
-            .map(|f| f.path.as_path())
             .ok_or_else(|| std::io::Error::other("this snapshot has no copy to read (already uploaded)"))
     }
 
     /// The whole content (small files sent inline in a commit).
     pub fn read_all(&self) -> std::io::Result<Bytes> {
-        Ok(Bytes::from(std::fs::read(self.path()?)?))
+        match self.frozen()? {
+            Frozen::File(path) => Ok(Bytes::from(std::fs::read(path)?)),
+            Frozen::Memory(b) => Ok(b.clone()),
+        }
     }
+}
+
+/// A staged file's content at one generation, to upload from the staged file itself.
+#[derive(Debug, Clone)]
+pub struct InPlace {
+    pub generation: u64,
+    pub path: String,
+    pub size: u64,
+    pub sample: Vec<u8>,
+    pub data_path: PathBuf,
 }
 
 /// Where frozen copies live, below the staging directory.
@@ -235,15 +253,24 @@ const UPLOADS_DIR: &str = "uploads";
 /// Makes frozen copies' names unique within a run.
 static FROZEN_SEQ: AtomicU64 = AtomicU64::new(0);
 
-/// A frozen copy of a staged file's content for one upload; removed when dropped.
+/// Files up to this size are frozen in memory rather than copied to a file: a round of thousands
+/// of small files would otherwise create (and delete) a copy of each, and their content goes
+/// inline in the commit body anyway.
+pub const FROZEN_IN_MEMORY_MAX: u64 = 64 << 10;
+
+/// A frozen copy of a staged file's content for one upload: a file (removed when dropped) or,
+/// for small files, the bytes themselves.
 #[derive(Debug)]
-pub struct Frozen {
-    path: PathBuf,
+pub enum Frozen {
+    File(PathBuf),
+    Memory(Bytes),
 }
 
 impl Drop for Frozen {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if let Frozen::File(path) = self {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
@@ -265,6 +292,8 @@ impl DirtyFile {
                 error: None,
                 discarded: false,
                 sealed: false,
+                journaled_open: false,
+                synced: 0,
                 uploaded: None,
             }),
             journal: Mutex::new(()),
@@ -348,7 +377,7 @@ impl DirtyFile {
             s.writers += 1;
             s.writers == 1
         };
-        if first {
+        if first && !self.st.lock().journaled_open {
             let path = self.repo_path();
             self.write_meta(&path, Phase::Open)?;
         }
@@ -370,7 +399,18 @@ impl DirtyFile {
     /// fsync the data and journal the file as closed: from here on a crash leaves it to be
     /// committed by the next start (with whatever later writes reached the disk).
     pub fn seal(&self) -> std::io::Result<()> {
+        let generation = {
+            let s = self.st.lock();
+            if s.sealed && s.synced == s.generation && self.in_flight.load(Ordering::SeqCst) == 0 {
+                return Ok(());
+            }
+            s.generation
+        };
         self.file.sync_data()?;
+        {
+            let mut s = self.st.lock();
+            s.synced = s.synced.max(generation);
+        }
         let _j = self.journal.lock();
         let (path, sealed) = {
             let s = self.st.lock();
@@ -424,7 +464,9 @@ impl DirtyFile {
         {
             File::open(dir)?.sync_all()?;
         }
-        self.st.lock().sealed = phase == Phase::Closed;
+        let mut s = self.st.lock();
+        s.sealed = phase == Phase::Closed;
+        s.journaled_open = phase == Phase::Open;
         Ok(())
     }
 
@@ -498,6 +540,42 @@ impl DirtyFile {
         }
     }
 
+    /// The current content for an upload read straight from the staged file (no frozen copy):
+    /// its generation, path, size and preupload sample. `None` while a write is in flight. The
+    /// uploader hashes what it reads, so the sha256 always names the bytes sent; [`Self::unchanged_since`]
+    /// afterwards says whether they are still this file's content.
+    pub fn in_place(&self) -> std::io::Result<Option<InPlace>> {
+        if self.in_flight.load(Ordering::SeqCst) != 0 {
+            return Ok(None);
+        }
+        let (generation, size, path) = {
+            let s = self.st.lock();
+            (s.generation, s.size, s.path.clone())
+        };
+        let mut sample = vec![0u8; SAMPLE_BYTES.min(size as usize)];
+        let n = self.file.read_at(&mut sample, 0)?;
+        sample.truncate(n);
+        Ok(Some(InPlace {
+            generation,
+            path,
+            size,
+            sample,
+            data_path: self.data_path.clone(),
+        }))
+    }
+
+    /// Whether the current content is already in LFS/Xet storage (uploaded at an earlier close).
+    pub fn uploaded_now(&self) -> bool {
+        let s = self.st.lock();
+        s.uploaded.as_ref().is_some_and(|u| u.generation == s.generation)
+    }
+
+    /// Whether nothing was written since `generation` and no write is in flight: bytes read from
+    /// the staged file since then were this generation's.
+    pub fn unchanged_since(&self, generation: u64) -> bool {
+        self.in_flight.load(Ordering::SeqCst) == 0 && self.st.lock().generation == generation
+    }
+
     /// Size, sha256 and the preupload sample of the current content, and a frozen copy of it to
     /// upload from (or the snapshot taken when this content was uploaded, if nothing changed
     /// since). The copy matters: the staged file may be written again while its upload runs (a
@@ -513,15 +591,23 @@ impl DirtyFile {
                 (s.generation, s.size, s.path.clone())
             };
             if self.in_flight.load(Ordering::SeqCst) == 0 {
-                let n = FROZEN_SEQ.fetch_add(1, Ordering::Relaxed);
-                let path = self
-                    .data_path
-                    .parent()
-                    .unwrap_or(Path::new("."))
-                    .join(UPLOADS_DIR)
-                    .join(format!("{}-{n}.data", self.id));
-                let frozen = Frozen { path };
-                let (sha256, sample) = self.copy_and_hash(&frozen.path, size)?;
+                let (frozen, sha256, sample) = if size <= FROZEN_IN_MEMORY_MAX {
+                    let bytes = self.read_exactly(size)?;
+                    let sha256 = hex::encode(Sha256::digest(&bytes));
+                    let sample = bytes[..bytes.len().min(SAMPLE_BYTES)].to_vec();
+                    (Frozen::Memory(bytes), sha256, sample)
+                } else {
+                    let n = FROZEN_SEQ.fetch_add(1, Ordering::Relaxed);
+                    let path = self
+                        .data_path
+                        .parent()
+                        .unwrap_or(Path::new("."))
+                        .join(UPLOADS_DIR)
+                        .join(format!("{}-{n}.data", self.id));
+                    let frozen = Frozen::File(path.clone());
+                    let (sha256, sample) = self.copy_and_hash(&path, size)?;
+                    (frozen, sha256, sample)
+                };
                 let unchanged = self.in_flight.load(Ordering::SeqCst) == 0 && self.st.lock().generation == generation;
                 if unchanged {
                     return Ok(Snapshot {
@@ -542,6 +628,20 @@ impl DirtyFile {
         Err(std::io::Error::other(
             "the file kept changing while it was being copied for upload; it will be tried again",
         ))
+    }
+
+    /// The first `size` bytes of the staged file (zeros past its end on disk, as in `copy_and_hash`).
+    fn read_exactly(&self, size: u64) -> std::io::Result<Bytes> {
+        let mut buf = vec![0u8; size as usize];
+        let mut done = 0;
+        while done < buf.len() {
+            let n = self.file.read_at(&mut buf[done..], done as u64)?;
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        Ok(Bytes::from(buf))
     }
 
     /// Copies the first `size` bytes of the staged file to `dest`, hashing them on the way.
@@ -586,167 +686,5 @@ impl Drop for DirtyFile {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn journal_phase(f: &DirtyFile) -> (String, Phase) {
-        let m: Meta = serde_json::from_slice(&std::fs::read(&f.meta_path).unwrap()).unwrap();
-        (m.path, m.phase)
-    }
-
-    /// A snapshot taken while another thread keeps rewriting the file is a consistent copy: its
-    /// bytes hash to its sha256, whatever the writer did meanwhile (uploads read the copy).
-    #[test]
-    fn snapshots_are_consistent_copies_under_concurrent_writes() {
-        let dir = tempfile::tempdir().unwrap();
-        let area = StagingArea::open(dir.path()).unwrap();
-        let f = std::sync::Arc::new(area.create("busy.bin").unwrap());
-        f.write_at(0, &[0u8; 65536]).unwrap();
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let writer = {
-            let (f, stop) = (f.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut i = 0u8;
-                while !stop.load(Ordering::Relaxed) {
-                    i = i.wrapping_add(1);
-                    f.write_at(u64::from(i) * 97, &[i; 4096]).unwrap();
-                    // Writes land between and during copies (a copy of 64 KiB takes tens of µs).
-                    std::thread::sleep(std::time::Duration::from_micros(200));
-                }
-            })
-        };
-        let mut checked = 0;
-        for _ in 0..100 {
-            match f.snapshot() {
-                Ok(snap) => {
-                    let bytes = std::fs::read(snap.path().unwrap()).unwrap();
-                    assert_eq!(bytes.len() as u64, snap.size);
-                    assert_eq!(hex::encode(Sha256::digest(&bytes)), snap.sha256, "a torn copy");
-                    checked += 1;
-                }
-                // Kept changing for every attempt: the caller retries later.
-                Err(e) => assert!(e.to_string().contains("kept changing"), "{e}"),
-            }
-        }
-        stop.store(true, Ordering::Relaxed);
-        writer.join().unwrap();
-        let last = f.snapshot().unwrap();
-        let copy = last.path().unwrap().to_path_buf();
-        assert!(copy.exists());
-        drop(last);
-        assert!(!copy.exists(), "the frozen copy goes with its last snapshot");
-        assert!(checked > 0, "no snapshot could be taken while the writer ran");
-        println!("{checked} of 100 snapshots taken while the writer ran");
-    }
-
-    /// A seal with a writer still there (an NFS COMMIT) journals the file as closed under its
-    /// current path; a rename while open, or a new writer, journals it as open again.
-    #[test]
-    fn seal_while_open_follows_renames_and_new_writers() {
-        let dir = tempfile::tempdir().unwrap();
-        let area = StagingArea::open(dir.path()).unwrap();
-        let f = area.create("a.bin").unwrap();
-        f.add_writer().unwrap();
-        f.write_at(0, b"abc").unwrap();
-        assert_eq!(journal_phase(&f), ("a.bin".into(), Phase::Open));
-        f.seal().unwrap();
-        assert_eq!(journal_phase(&f), ("a.bin".into(), Phase::Closed));
-        f.write_at(3, b"def").unwrap();
-        f.seal().unwrap();
-        assert_eq!(journal_phase(&f), ("a.bin".into(), Phase::Closed));
-        f.set_path("b.bin").unwrap();
-        assert_eq!(journal_phase(&f), ("b.bin".into(), Phase::Open), "renamed while open");
-        f.seal().unwrap();
-        assert_eq!(
-            journal_phase(&f),
-            ("b.bin".into(), Phase::Closed),
-            "sealed again after the rename"
-        );
-        f.remove_writer().unwrap();
-        f.add_writer().unwrap();
-        assert_eq!(journal_phase(&f), ("b.bin".into(), Phase::Open), "opened again");
-        f.remove_writer().unwrap();
-        assert_eq!(journal_phase(&f), ("b.bin".into(), Phase::Closed));
-    }
-
-    #[test]
-    fn stage_write_read_and_recover() {
-        let dir = tempfile::tempdir().unwrap();
-        let area = StagingArea::open(dir.path()).unwrap();
-        assert!(StagingArea::open(dir.path()).is_err(), "one mount per staging dir");
-        let f = area.create("a/b.bin").unwrap();
-        f.add_writer().unwrap();
-        f.write_at(3, b"xyz").unwrap();
-        assert_eq!(f.size(), 6);
-        assert_eq!(&f.read_at(0, 100).unwrap()[..], b"\0\0\0xyz");
-        assert_eq!(f.read_at(6, 10).unwrap().len(), 0);
-        let open_one = area.create("still/open").unwrap();
-        open_one.add_writer().unwrap();
-        f.remove_writer().unwrap();
-        let snap = f.snapshot().unwrap();
-        assert_eq!(snap.size, 6);
-        assert_eq!(snap.path, "a/b.bin");
-        f.set_path("a/c.bin").unwrap();
-        assert_eq!(
-            f.snapshot().unwrap().path,
-            "a/c.bin",
-            "a snapshot names the path of its generation"
-        );
-        f.set_path("a/b.bin").unwrap();
-        assert_eq!(
-            snap.sha256,
-            hex::encode(Sha256::digest(b"\0\0\0xyz")),
-            "hash of what was written"
-        );
-        let gone = area.create("gone").unwrap();
-        gone.discard();
-        drop(gone);
-        std::mem::forget(f);
-        std::mem::forget(open_one);
-        drop(area);
-        let area = StagingArea::open(dir.path()).unwrap();
-        let mut found = area.recover().unwrap();
-        found.sort_by_key(|r| r.file.repo_path());
-        assert_eq!(found.len(), 2, "the discarded file is not recovered");
-        assert_eq!(found[0].file.repo_path(), "a/b.bin");
-        assert_eq!(found[0].phase, Phase::Closed);
-        assert_eq!(&found[0].file.read_at(0, 100).unwrap()[..], b"\0\0\0xyz");
-        assert_eq!(found[1].phase, Phase::Open);
-        let next = area.create("new").unwrap();
-        assert!(next.id() > found[1].file.id(), "ids are not reused");
-    }
-
-    #[test]
-    fn a_commit_of_an_older_generation_leaves_newer_writes_dirty() {
-        let dir = tempfile::tempdir().unwrap();
-        let area = StagingArea::open(dir.path()).unwrap();
-        let f = area.create("g").unwrap();
-        f.write_at(0, b"first").unwrap();
-        let snap = f.snapshot().unwrap();
-        f.write_at(0, b"second").unwrap();
-        assert!(!f.committed(snap.generation), "written after the snapshot: still dirty");
-        assert!(f.is_dirty());
-        let later = f.snapshot().unwrap();
-        assert_ne!(later.sha256, snap.sha256);
-        assert!(f.committed(later.generation));
-        assert!(!f.is_dirty());
-    }
-
-    #[test]
-    fn committed_files_are_deleted_on_drop_dirty_ones_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let area = StagingArea::open(dir.path()).unwrap();
-        let clean = area.create("c").unwrap();
-        clean.write_at(0, b"1").unwrap();
-        let g = clean.generation();
-        assert!(clean.committed(g));
-        let data = clean.data_path().to_path_buf();
-        drop(clean);
-        assert!(!data.exists());
-        let dirty = area.create("d").unwrap();
-        dirty.write_at(0, b"1").unwrap();
-        let data = dirty.data_path().to_path_buf();
-        drop(dirty);
-        assert!(data.exists(), "uncommitted bytes survive");
-    }
-}
+#[path = "staging_tests.rs"]
+mod tests;

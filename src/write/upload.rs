@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use xet::xet_session::{Sha256Policy, XetSession};
 
-use super::staging::{DirtyFile, Snapshot};
+use super::staging::{DirtyFile, Frozen, InPlace, Snapshot};
 use crate::hub_client::{CommitOp, HubClient, PreuploadFile, RepoRef};
 
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +52,32 @@ pub enum Ahead {
     Stored(Option<String>),
 }
 
+/// Where an upload reads a file's bytes from.
+enum Source {
+    /// A frozen copy, whole.
+    Path(std::path::PathBuf),
+    /// A small frozen copy, in memory.
+    Bytes(bytes::Bytes),
+    /// The first `len` bytes of a staged file that may still change: streamed with exactly that
+    /// length, so a writer growing the file meanwhile changes nothing the upload sees (xet-data's
+    /// path upload sizes a file once and must not see it grow).
+    Live(std::path::PathBuf, u64),
+}
+
+/// Block size of a `Source::Live` read (the crates' ingestion block).
+const LIVE_BLOCK: usize = 2 << 20;
+
+/// What an upload read straight from the staged file did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InPlaceOutcome {
+    /// Nothing: the file goes inline in the commit.
+    Inline,
+    /// Stored through Xet: the sha256 and Xet hash of exactly the bytes read.
+    Stored { sha256: String, xet_hash: Option<String> },
+    /// The Hub offers no Xet here (plain LFS needs the sha256 first): upload from a snapshot.
+    NoXet,
+}
+
 pub struct Uploader {
     client: HubClient,
     repo: RepoRef,
@@ -73,10 +99,10 @@ const MIN_UPLOAD_RATE: u64 = 4 << 20;
 fn upload_config() -> Result<xet_runtime::config::XetConfig, UploadError> {
     let settings: [(&str, &str); 5] = [
         ("data.ingestion_block_size", "2mb"),
-        ("client.ac_max_upload_concurrency", "1"),
-        ("client.ac_initial_upload_concurrency", "1"),
+        ("client.ac_max_upload_concurrency", "2"),
+        ("client.ac_initial_upload_concurrency", "2"),
         ("client.ac_min_upload_concurrency", "1"),
-        ("data.max_concurrent_file_ingestion", "1"),
+        ("data.max_concurrent_file_ingestion", "2"),
     ];
     let mut cfg = xet_runtime::config::XetConfig::new();
     for (path, value) in settings {
@@ -137,14 +163,66 @@ impl Uploader {
         Ok(Ahead::Stored(None))
     }
 
+    /// Uploads a closed file's content read from the staged file itself, hashing it in the same
+    /// pass (no frozen copy, no separate sha256 pass). The caller checks afterwards that the file
+    /// did not change meanwhile (`DirtyFile::unchanged_since`); if it did, the result names bytes
+    /// that are no longer the file's and is dropped, and the Hub holds a harmless extra object.
+    pub async fn upload_in_place(&self, f: &InPlace) -> Result<InPlaceOutcome, UploadError> {
+        if !self.repo.is_bucket() {
+            let offer = [PreuploadFile {
+                path: f.path.clone(),
+                size: f.size,
+                sample: f.sample.clone(),
+            }];
+            let mode = self.client.preupload(&self.repo, &self.branch, &offer).await?;
+            match mode.into_iter().find(|m| m.path == f.path) {
+                Some(m) if m.lfs && f.size > 0 => {}
+                _ => return Ok(InPlaceOutcome::Inline),
+            }
+        }
+        let token = match self.client.xet_write_token(&self.repo, &self.branch).await {
+            Ok(t) => t,
+            Err(e) if e.is_not_found() && !self.repo.is_bucket() => return Ok(InPlaceOutcome::NoXet),
+            Err(e) => return Err(e.into()),
+        };
+        let sources = [(Source::Live(f.data_path.clone(), f.size), Sha256Policy::Compute)];
+        let mut infos = self.bounded(f.size, self.xet_upload(&sources, token)).await?;
+        let info = infos.pop().flatten();
+        let Some((xet_hash, Some(sha256), size)) = info else {
+            return Err(UploadError::Xet(format!("no sha256 came back for {}", f.path)));
+        };
+        if size != f.size {
+            return Err(UploadError::Xet(format!(
+                "{}: read {size} bytes, expected {} (written meanwhile)",
+                f.path, f.size
+            )));
+        }
+        self.stats.files.fetch_add(1, Ordering::Relaxed);
+        self.stats.bytes_in.fetch_add(f.size, Ordering::Relaxed);
+        Ok(InPlaceOutcome::Stored {
+            sha256,
+            xet_hash: self.repo.is_bucket().then_some(xet_hash),
+        })
+    }
+
     /// `upload` within the session deadline for these bytes; a failed or stalled session is
     /// replaced. Returns each file's Xet hash where the upload went through Xet.
     async fn bounded_upload(&self, files: &[&Staged]) -> Result<Vec<Option<String>>, UploadError> {
         let total: u64 = files.iter().map(|f| f.snap.size).sum();
+        self.bounded(total, self.upload(files)).await
+    }
+
+    /// Runs an upload of `total` bytes within the session deadline; a failed or stalled session
+    /// is replaced.
+    async fn bounded<T>(
+        &self,
+        total: u64,
+        upload: impl std::future::Future<Output = Result<T, UploadError>>,
+    ) -> Result<T, UploadError> {
         let limit = self.base_timeout + Duration::from_secs(total / MIN_UPLOAD_RATE);
         let _timer = crate::metrics::UploadTimer::start();
-        match tokio::time::timeout(limit, self.upload(files)).await {
-            Ok(Ok(hashes)) => Ok(hashes),
+        match tokio::time::timeout(limit, upload).await {
+            Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
                 if matches!(e, UploadError::Xet(_)) {
                     self.renew_session();
@@ -266,7 +344,20 @@ impl Uploader {
     /// bucket is Xet or nothing). Returns the Xet hash of each file, in order (None after LFS).
     async fn upload(&self, files: &[&Staged]) -> Result<Vec<Option<String>>, UploadError> {
         match self.client.xet_write_token(&self.repo, &self.branch).await {
-            Ok(token) => self.xet_upload(files, token).await,
+            Ok(token) => {
+                let sources = files
+                    .iter()
+                    .map(|f| {
+                        let source = match f.snap.frozen()? {
+                            Frozen::File(path) => Source::Path(path.clone()),
+                            Frozen::Memory(bytes) => Source::Bytes(bytes.clone()),
+                        };
+                        Ok((source, Sha256Policy::from_hex(&f.snap.sha256)))
+                    })
+                    .collect::<Result<Vec<_>, UploadError>>()?;
+                let infos = self.xet_upload(&sources, token).await?;
+                Ok(infos.into_iter().map(|i| i.map(|(hash, _, _)| hash)).collect())
+            }
             Err(e) if e.is_not_found() && !self.repo.is_bucket() => {
                 tracing::debug!("no Xet write token: uploading through plain LFS");
                 self.lfs_upload(files).await?;
@@ -286,16 +377,26 @@ impl Uploader {
             if a.upload.is_some() {
                 self.stats.bytes_uploaded.fetch_add(a.size, Ordering::Relaxed);
             }
-            self.client.lfs_put(a, f.snap.path()?).await?;
+            match f.snap.frozen()? {
+                Frozen::File(path) => self.client.lfs_put(a, path).await?,
+                Frozen::Memory(bytes) => {
+                    // Plain LFS streams from a file: give the small copy one for the request.
+                    let mut tmp = tempfile::NamedTempFile::new()?;
+                    std::io::Write::write_all(&mut tmp, bytes)?;
+                    self.client.lfs_put(a, tmp.path()).await?;
+                }
+            }
         }
         Ok(())
     }
 
+    /// Uploads `sources` in one Xet upload commit. Returns, per source in order, its Xet hash,
+    /// sha256 (when computed or given) and size.
     async fn xet_upload(
         &self,
-        files: &[&Staged],
+        sources: &[(Source, Sha256Policy)],
         token: crate::hub_client::XetToken,
-    ) -> Result<Vec<Option<String>>, UploadError> {
+    ) -> Result<Vec<Option<(String, Option<String>, u64)>>, UploadError> {
         let refresh = self.client.xet_write_token_url(&self.repo, &self.branch)?;
         let xet = |e: xet::error::XetError| UploadError::Xet(e.to_string());
         let builder = self.session.lock().new_upload_commit();
@@ -307,30 +408,62 @@ impl Uploader {
             .build()
             .await
             .map_err(xet)?;
-        let mut tasks = Vec::with_capacity(files.len());
-        for f in files {
-            let handle = commit
-                .upload_from_path(f.snap.path()?.to_path_buf(), Sha256Policy::from_hex(&f.snap.sha256))
-                .await
-                .map_err(xet)?;
-            tasks.push(handle.task_id());
+        enum Pending {
+            Task(xet::xet_session::UniqueId),
+            Done(xet::xet_session::XetFileMetadata),
+        }
+        let mut pending = Vec::with_capacity(sources.len());
+        for (source, sha256) in sources {
+            let task = match source {
+                Source::Path(path) => commit.upload_from_path(path.clone(), *sha256).await,
+                Source::Bytes(bytes) => commit.upload_bytes(bytes.to_vec(), *sha256, None).await,
+                Source::Live(path, len) => {
+                    let stream = commit.upload_stream(None, *sha256).await.map_err(xet)?;
+                    let file = Arc::new(std::fs::File::open(path)?);
+                    let mut done = 0u64;
+                    while done < *len {
+                        let want = (*len - done).min(LIVE_BLOCK as u64) as usize;
+                        let f = file.clone();
+                        let block = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
+                            let mut buf = vec![0u8; want];
+                            std::os::unix::fs::FileExt::read_exact_at(&*f, &mut buf, done)?;
+                            Ok(buf)
+                        })
+                        .await
+                        .map_err(std::io::Error::other)??;
+                        stream.write(block).await.map_err(xet)?;
+                        done += want as u64;
+                    }
+                    pending.push(Pending::Done(stream.finish().await.map_err(xet)?));
+                    continue;
+                }
+            }
+            .map_err(xet)?;
+            pending.push(Pending::Task(task.task_id()));
         }
         let report = commit.commit().await.map_err(xet)?;
-        let hashes = tasks
+        let infos = pending
             .iter()
-            .map(|t| report.uploads.get(t).map(|m| m.xet_info.hash.clone()))
+            .map(|p| {
+                let m = match p {
+                    Pending::Task(t) => report.uploads.get(t)?,
+                    Pending::Done(m) => m,
+                };
+                let i = &m.xet_info;
+                Some((i.hash.clone(), i.sha256.clone(), i.file_size.unwrap_or(0)))
+            })
             .collect();
         self.stats
             .bytes_uploaded
             .fetch_add(report.dedup_metrics.total_bytes_uploaded, Ordering::Relaxed);
         crate::metrics::xet_upload::xet_upload_sent(report.dedup_metrics.total_bytes_uploaded);
         tracing::info!(
-            files = files.len(),
+            files = sources.len(),
             bytes = report.dedup_metrics.total_bytes,
             new_bytes = report.dedup_metrics.new_bytes,
             uploaded = report.dedup_metrics.total_bytes_uploaded,
             "xet upload done"
         );
-        Ok(hashes)
+        Ok(infos)
     }
 }

@@ -16,6 +16,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+/// Changes a commit carries while commits are plentiful (and always without a budget). The Hub
+/// recommends about 100 files per commit for plain files; a mount also has the commit rate to
+/// respect, and `upload_folder` itself sends any number in one.
+pub const BASE_CHANGES: usize = 500;
+/// The most changes one commit carries (a folder's entry limit on the Hub).
+pub const MAX_CHANGES: usize = 10_000;
+
 /// `N/WINDOW`: at most N commits per WINDOW (`None`: no budget).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BudgetSpec {
@@ -115,6 +122,25 @@ impl CommitBudget {
         by_tokens.max(by_log)
     }
 
+    /// How many commits may be made now, one after another, without waiting.
+    pub fn commits_now(&mut self, now: Instant) -> u32 {
+        self.refill(now);
+        let by_log = self.spec.limit.saturating_sub(self.log.len() as u32);
+        (self.tokens.floor() as u32).min(by_log)
+    }
+
+    /// Changes the next commit may carry when `pending` wait: [`BASE_CHANGES`] while the burst is
+    /// full, more as it drains (`BASE_CHANGES × burst / commits left`), and everything up to
+    /// [`MAX_CHANGES`] with the last commit before a wait. A `cp -r` of 10,000 small files thus
+    /// fits in the burst instead of waiting a refill per 500 files.
+    pub fn changes_per_commit(&mut self, now: Instant, pending: usize) -> usize {
+        let left = self.commits_now(now).max(1) as usize;
+        if left == 1 {
+            return pending.clamp(BASE_CHANGES, MAX_CHANGES);
+        }
+        (BASE_CHANGES * self.spec.burst() as usize / left).clamp(BASE_CHANGES, MAX_CHANGES)
+    }
+
     /// A commit was made at `now`.
     pub fn spend(&mut self, now: Instant) {
         self.refill(now);
@@ -167,6 +193,24 @@ mod tests {
         b.spend(next);
         let after = b.next_slot(next);
         assert!((after - next).as_secs_f64() > 56.0);
+    }
+
+    #[test]
+    fn commits_grow_as_the_burst_drains() {
+        let t0 = Instant::now();
+        let mut b = CommitBudget::new(spec("64/3600"), t0);
+        let mut sizes = Vec::new();
+        while b.commits_now(t0) > 0 {
+            sizes.push(b.changes_per_commit(t0, 10_000));
+            b.spend(t0);
+        }
+        assert_eq!(sizes, [500, 571, 666, 800, 1000, 1333, 2000, 10_000]);
+        // A small backlog stays in small commits.
+        let mut fresh = CommitBudget::new(spec("64/3600"), t0);
+        assert_eq!(fresh.changes_per_commit(t0, 20), BASE_CHANGES);
+        // Empty: the commit after the wait takes everything pending.
+        assert_eq!(b.changes_per_commit(t0, 3_000), 3_000);
+        assert_eq!(b.changes_per_commit(t0, 50_000), MAX_CHANGES);
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! work and waits for it; `round` is one commit round, `schedule` decides when rounds run, and
 //! `status` is what `hubfs status` shows.
 
+mod ahead;
 mod aliases;
 mod bucket;
 mod budget;
@@ -146,6 +147,8 @@ pub(crate) struct Writer {
     status_meta_version: std::sync::atomic::AtomicU64,
     /// The repo folder the mount shows ("" for the whole repo): overlay paths are below it.
     subfolder: String,
+    /// Uploads started at close that outlive it (`--close stage`): see `ahead`.
+    ahead: ahead::AheadUploads,
 }
 
 /// `hubs/<endpoint>/kind/ns/name/branch`, each part made safe as one directory name: local state
@@ -302,6 +305,7 @@ impl Writer {
             status_meta_version: std::sync::atomic::AtomicU64::new(u64::MAX),
             staging,
             subfolder: subfolder.unwrap_or("").trim_matches('/').to_string(),
+            ahead: ahead::AheadUploads::default(),
         };
         w.recover(subfolder.unwrap_or("").trim_matches('/'))?;
         Ok(w)
@@ -548,49 +552,6 @@ impl VirtualFs {
     /// What close() waits for.
     pub(crate) fn close_mode(&self) -> CloseMode {
         self.writer.as_ref().map_or(CloseMode::Commit, |w| w.opts.close)
-    }
-
-    /// `CloseMode::Upload`: uploads `file`'s content now if it is large enough to be an LFS file
-    /// (see [`UPLOAD_AHEAD_MIN`]), so that the commit only refers to it. An upload error is the
-    /// caller's error; the file stays staged and the commit round uploads it again.
-    pub(crate) async fn upload_ahead(&self, file: &Arc<DirtyFile>) -> VfsResult<()> {
-        let Some(w) = &self.writer else {
-            return Err(VfsError::ReadOnly);
-        };
-        if file.size() < UPLOAD_AHEAD_MIN || !file.is_dirty() {
-            return Ok(());
-        }
-        let f = file.clone();
-        let snap = tokio::task::spawn_blocking(move || f.snapshot())
-            .await
-            .map_err(|e| VfsError::Io(e.to_string()))??;
-        if snap.uploaded {
-            return Ok(());
-        }
-        let staged = crate::write::upload::Staged {
-            repo_path: file.repo_path(),
-            file: file.clone(),
-            snap,
-        };
-        match w.uploader.upload_ahead(&staged).await {
-            Ok(crate::write::upload::Ahead::Stored(xet_hash)) => {
-                file.set_uploaded(&crate::write::staging::Snapshot {
-                    xet_hash,
-                    ..staged.snap
-                });
-                Ok(())
-            }
-            Ok(crate::write::upload::Ahead::Inline) => Ok(()),
-            Err(e) => {
-                let e = match e {
-                    crate::write::upload::UploadError::Hub(h) => VfsError::Remote(h),
-                    other => VfsError::Upload(other.to_string()),
-                };
-                tracing::warn!(path = %file.repo_path(), error = %e, "upload at close failed; the file stays staged");
-                file.set_error(Some(e.to_string()));
-                Err(round::commit_error(&e))
-            }
-        }
     }
 
     /// A write handle closed: commit in the background whatever its flush did not.

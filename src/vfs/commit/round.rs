@@ -84,11 +84,9 @@ pub(super) struct Batch {
     pub(super) aliases: Vec<(String, Arc<DirtyFile>)>,
 }
 
-/// Changes one commit carries at most; the rest wait for the next round (which follows at once if
-/// the budget allows). The Hub recommends fewer than 100 files per commit for plain files, but a
-/// mount also has the Hub's commit rate limit to respect; a `cp -r` of thousands of small files in
-/// commits of this size stays within both reasonably (2,000 files: four commits).
-pub const MAX_CHANGES_PER_COMMIT: usize = 500;
+/// Changes one commit carries without a commit budget; with one, the budget decides
+/// (`CommitBudget::changes_per_commit`). 2,000 small files: four commits.
+pub const MAX_CHANGES_PER_COMMIT: usize = super::budget::BASE_CHANGES;
 
 impl Batch {
     /// Keeps at most `n` changes: deletions first (they make room: a file may take the name of a
@@ -241,7 +239,14 @@ impl VirtualFs {
         if batch.uploads.is_empty() && batch.moves.is_empty() && batch.gones.is_empty() && batch.aliases.is_empty() {
             return Ok(false);
         }
-        batch.limit(MAX_CHANGES_PER_COMMIT);
+        // Files whose upload started at close: their bytes are on the way, do not send them twice.
+        self.wait_uploads_ahead(w, batch.uploads.iter().map(|(_, d)| d.id()))
+            .await;
+        let pending = batch.uploads.len() + batch.moves.len() + batch.gones.len();
+        let cap = w.budget.lock().as_mut().map_or(MAX_CHANGES_PER_COMMIT, |b| {
+            b.changes_per_commit(tokio::time::Instant::now(), pending)
+        });
+        batch.limit(cap);
         let base = self.commit().await?;
         let built = if self.repo.is_bucket() {
             self.build_bucket_ops(w, &base, &batch)

@@ -18,6 +18,7 @@ impl VirtualFs {
         let Some(w) = &self.writer else { return };
         let kick = w.kick.clone();
         let weak = Arc::downgrade(self);
+        self.enable_background_uploads();
         rt.spawn(committer_loop(weak, kick));
         self.write_status();
     }

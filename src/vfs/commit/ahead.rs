@@ -1,0 +1,167 @@
+//! Uploads at close: a closed file large enough to be an LFS file is uploaded before its commit,
+//! read straight from the staged file and hashed in the same pass. `--close upload` waits for it
+//! in close(); `--close stage` starts it in the background, a few at a time, and the round that
+//! commits the file waits for it instead of uploading the same bytes again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, Weak};
+
+use parking_lot::Mutex;
+use tokio::sync::{Semaphore, watch};
+
+use super::{UPLOAD_AHEAD_MIN, Writer, round};
+use crate::vfs::VirtualFs;
+use crate::vfs::error::{VfsError, VfsResult};
+use crate::write::staging::DirtyFile;
+use crate::write::upload::InPlaceOutcome;
+
+/// Background uploads running at once: each holds up to one 64 MiB xorb in memory, and two keep
+/// a link busy while the next file is written.
+const BACKGROUND_UPLOADS: usize = 2;
+
+/// Lock order: `running` is a leaf.
+pub(super) struct AheadUploads {
+    /// The mount, for tasks that outlive the close that started them (set by `start_committer`).
+    me: OnceLock<Weak<VirtualFs>>,
+    /// Running uploads by staged file id; the sender is dropped when one ends.
+    running: Mutex<HashMap<u64, watch::Receiver<()>>>,
+    slots: Arc<Semaphore>,
+}
+
+impl Default for AheadUploads {
+    fn default() -> Self {
+        AheadUploads {
+            me: OnceLock::new(),
+            running: Mutex::new(HashMap::new()),
+            slots: Arc::new(Semaphore::new(BACKGROUND_UPLOADS)),
+        }
+    }
+}
+
+impl VirtualFs {
+    /// Lets background uploads reach the mount (called once the core is shared).
+    pub(super) fn enable_background_uploads(self: &Arc<Self>) {
+        if let Some(w) = &self.writer {
+            let _ = w.ahead.me.set(Arc::downgrade(self));
+        }
+    }
+
+    /// `--close stage`: starts `upload_ahead` for `file` in the background (errors are the
+    /// round's to retry and report); the close does not wait.
+    pub(crate) fn upload_in_background(&self, file: &Arc<DirtyFile>) {
+        let Some(w) = &self.writer else { return };
+        if file.size() < UPLOAD_AHEAD_MIN || !file.is_dirty() || file.uploaded_now() {
+            return;
+        }
+        let Some(me) = w.ahead.me.get().cloned() else { return };
+        let (tx, rx) = watch::channel(());
+        {
+            let mut running = w.ahead.running.lock();
+            if running.contains_key(&file.id()) {
+                return;
+            }
+            running.insert(file.id(), rx);
+        }
+        let slots = w.ahead.slots.clone();
+        let file = file.clone();
+        tokio::spawn(async move {
+            let _permit = slots.acquire_owned().await;
+            if let Some(vfs) = me.upgrade() {
+                if let Err(e) = vfs.upload_ahead(&file).await {
+                    tracing::debug!(path = %file.repo_path(), error = %e, "background upload failed; the round retries");
+                }
+                if let Some(w) = &vfs.writer {
+                    w.ahead.running.lock().remove(&file.id());
+                }
+            }
+            drop(tx);
+        });
+    }
+
+    /// Waits for the background uploads of these staged files to end (each has its own deadline).
+    pub(super) async fn wait_uploads_ahead(&self, w: &Writer, ids: impl Iterator<Item = u64>) {
+        let waits: Vec<watch::Receiver<()>> = {
+            let running = w.ahead.running.lock();
+            ids.filter_map(|id| running.get(&id).cloned()).collect()
+        };
+        for mut rx in waits {
+            // Err: the sender is gone, the upload ended.
+            while rx.changed().await.is_ok() {}
+        }
+    }
+
+    /// `CloseMode::Upload`: uploads `file`'s content now if it is large enough to be an LFS file
+    /// (see [`UPLOAD_AHEAD_MIN`]), so that the commit only refers to it. An upload error is the
+    /// caller's error; the file stays staged and the commit round uploads it again.
+    pub(crate) async fn upload_ahead(&self, file: &Arc<DirtyFile>) -> VfsResult<()> {
+        let Some(w) = &self.writer else {
+            return Err(VfsError::ReadOnly);
+        };
+        if file.size() < UPLOAD_AHEAD_MIN || !file.is_dirty() || file.uploaded_now() {
+            return Ok(());
+        }
+        // Straight from the staged file, hashed as it is read (Xet); a snapshot copy otherwise.
+        let result = match file.in_place() {
+            Ok(Some(now)) => match w.uploader.upload_in_place(&now).await {
+                Ok(InPlaceOutcome::Stored { sha256, xet_hash }) => {
+                    if file.unchanged_since(now.generation) {
+                        file.set_uploaded(&crate::write::staging::Snapshot {
+                            generation: now.generation,
+                            path: now.path,
+                            size: now.size,
+                            sha256,
+                            sample: now.sample,
+                            uploaded: true,
+                            xet_hash,
+                            frozen: None,
+                        });
+                    }
+                    // Written meanwhile: these bytes are not the file's any more; the round
+                    // uploads what it has then.
+                    Ok(())
+                }
+                Ok(InPlaceOutcome::Inline) => Ok(()),
+                Ok(InPlaceOutcome::NoXet) => self.upload_ahead_snapshot(w, file).await,
+                Err(e) => Err(e),
+            },
+            Ok(None) => self.upload_ahead_snapshot(w, file).await,
+            Err(e) => Err(e.into()),
+        };
+        result.map_err(|e| {
+            let e = match e {
+                crate::write::upload::UploadError::Hub(h) => VfsError::Remote(h),
+                other => VfsError::Upload(other.to_string()),
+            };
+            tracing::warn!(path = %file.repo_path(), error = %e, "upload at close failed; the file stays staged");
+            file.set_error(Some(e.to_string()));
+            round::commit_error(&e)
+        })
+    }
+
+    /// `upload_ahead` from a frozen copy (plain LFS needs the sha256 before the upload).
+    async fn upload_ahead_snapshot(
+        &self,
+        w: &Writer,
+        file: &Arc<DirtyFile>,
+    ) -> Result<(), crate::write::upload::UploadError> {
+        let f = file.clone();
+        let snap = tokio::task::spawn_blocking(move || f.snapshot())
+            .await
+            .map_err(std::io::Error::other)??;
+        if snap.uploaded {
+            return Ok(());
+        }
+        let staged = crate::write::upload::Staged {
+            repo_path: file.repo_path(),
+            file: file.clone(),
+            snap,
+        };
+        if let crate::write::upload::Ahead::Stored(xet_hash) = w.uploader.upload_ahead(&staged).await? {
+            file.set_uploaded(&crate::write::staging::Snapshot {
+                xet_hash,
+                ..staged.snap
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,176 @@
+//! Tests of `staging`: journal entries, seals and frozen snapshots.
+
+use super::*;
+
+fn journal_phase(f: &DirtyFile) -> (String, Phase) {
+    let m: Meta = serde_json::from_slice(&std::fs::read(&f.meta_path).unwrap()).unwrap();
+    (m.path, m.phase)
+}
+
+/// A snapshot taken while another thread keeps rewriting the file is a consistent copy: its
+/// bytes hash to its sha256, whatever the writer did meanwhile (uploads read the copy).
+#[test]
+fn snapshots_are_consistent_copies_under_concurrent_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let area = StagingArea::open(dir.path()).unwrap();
+    let f = std::sync::Arc::new(area.create("busy.bin").unwrap());
+    // Above FROZEN_IN_MEMORY_MAX: frozen as a file.
+    f.write_at(0, &[0u8; 131072]).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (f, stop) = (f.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0u8;
+            while !stop.load(Ordering::Relaxed) {
+                i = i.wrapping_add(1);
+                f.write_at(u64::from(i) * 97, &[i; 4096]).unwrap();
+                // Writes land between and during copies (a copy of 64 KiB takes tens of µs).
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        })
+    };
+    let mut checked = 0;
+    for _ in 0..100 {
+        match f.snapshot() {
+            Ok(snap) => {
+                let bytes = snap.read_all().unwrap();
+                assert_eq!(bytes.len() as u64, snap.size);
+                assert_eq!(hex::encode(Sha256::digest(&bytes)), snap.sha256, "a torn copy");
+                checked += 1;
+            }
+            // Kept changing for every attempt: the caller retries later.
+            Err(e) => assert!(e.to_string().contains("kept changing"), "{e}"),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    let last = f.snapshot().unwrap();
+    let Frozen::File(copy) = last.frozen().unwrap() else {
+        panic!("a 128 KiB file is frozen as a file")
+    };
+    let copy = copy.clone();
+    assert!(copy.exists());
+    drop(last);
+    assert!(!copy.exists(), "the frozen copy goes with its last snapshot");
+    // A small file is frozen in memory, with the same sha256 and sample.
+    let small = area.create("small.txt").unwrap();
+    small.write_at(0, b"hello small world").unwrap();
+    let snap = small.snapshot().unwrap();
+    assert!(matches!(snap.frozen().unwrap(), Frozen::Memory(_)));
+    assert_eq!(&snap.read_all().unwrap()[..], b"hello small world");
+    assert_eq!(snap.sha256, hex::encode(Sha256::digest(b"hello small world")));
+    assert_eq!(snap.sample, b"hello small world");
+    assert!(checked > 0, "no snapshot could be taken while the writer ran");
+    println!("{checked} of 100 snapshots taken while the writer ran");
+}
+
+/// A seal with a writer still there (an NFS COMMIT) journals the file as closed under its
+/// current path; a rename while open, or a new writer, journals it as open again.
+#[test]
+fn seal_while_open_follows_renames_and_new_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let area = StagingArea::open(dir.path()).unwrap();
+    let f = area.create("a.bin").unwrap();
+    f.add_writer().unwrap();
+    f.write_at(0, b"abc").unwrap();
+    assert_eq!(journal_phase(&f), ("a.bin".into(), Phase::Open));
+    f.seal().unwrap();
+    assert_eq!(journal_phase(&f), ("a.bin".into(), Phase::Closed));
+    f.write_at(3, b"def").unwrap();
+    f.seal().unwrap();
+    assert_eq!(journal_phase(&f), ("a.bin".into(), Phase::Closed));
+    f.set_path("b.bin").unwrap();
+    assert_eq!(journal_phase(&f), ("b.bin".into(), Phase::Open), "renamed while open");
+    f.seal().unwrap();
+    assert_eq!(
+        journal_phase(&f),
+        ("b.bin".into(), Phase::Closed),
+        "sealed again after the rename"
+    );
+    f.remove_writer().unwrap();
+    f.add_writer().unwrap();
+    assert_eq!(journal_phase(&f), ("b.bin".into(), Phase::Open), "opened again");
+    f.remove_writer().unwrap();
+    assert_eq!(journal_phase(&f), ("b.bin".into(), Phase::Closed));
+}
+
+#[test]
+fn stage_write_read_and_recover() {
+    let dir = tempfile::tempdir().unwrap();
+    let area = StagingArea::open(dir.path()).unwrap();
+    assert!(StagingArea::open(dir.path()).is_err(), "one mount per staging dir");
+    let f = area.create("a/b.bin").unwrap();
+    f.add_writer().unwrap();
+    f.write_at(3, b"xyz").unwrap();
+    assert_eq!(f.size(), 6);
+    assert_eq!(&f.read_at(0, 100).unwrap()[..], b"\0\0\0xyz");
+    assert_eq!(f.read_at(6, 10).unwrap().len(), 0);
+    let open_one = area.create("still/open").unwrap();
+    open_one.add_writer().unwrap();
+    f.remove_writer().unwrap();
+    let snap = f.snapshot().unwrap();
+    assert_eq!(snap.size, 6);
+    assert_eq!(snap.path, "a/b.bin");
+    f.set_path("a/c.bin").unwrap();
+    assert_eq!(
+        f.snapshot().unwrap().path,
+        "a/c.bin",
+        "a snapshot names the path of its generation"
+    );
+    f.set_path("a/b.bin").unwrap();
+    assert_eq!(
+        snap.sha256,
+        hex::encode(Sha256::digest(b"\0\0\0xyz")),
+        "hash of what was written"
+    );
+    let gone = area.create("gone").unwrap();
+    gone.discard();
+    drop(gone);
+    std::mem::forget(f);
+    std::mem::forget(open_one);
+    drop(area);
+    let area = StagingArea::open(dir.path()).unwrap();
+    let mut found = area.recover().unwrap();
+    found.sort_by_key(|r| r.file.repo_path());
+    assert_eq!(found.len(), 2, "the discarded file is not recovered");
+    assert_eq!(found[0].file.repo_path(), "a/b.bin");
+    assert_eq!(found[0].phase, Phase::Closed);
+    assert_eq!(&found[0].file.read_at(0, 100).unwrap()[..], b"\0\0\0xyz");
+    assert_eq!(found[1].phase, Phase::Open);
+    let next = area.create("new").unwrap();
+    assert!(next.id() > found[1].file.id(), "ids are not reused");
+}
+
+#[test]
+fn a_commit_of_an_older_generation_leaves_newer_writes_dirty() {
+    let dir = tempfile::tempdir().unwrap();
+    let area = StagingArea::open(dir.path()).unwrap();
+    let f = area.create("g").unwrap();
+    f.write_at(0, b"first").unwrap();
+    let snap = f.snapshot().unwrap();
+    f.write_at(0, b"second").unwrap();
+    assert!(!f.committed(snap.generation), "written after the snapshot: still dirty");
+    assert!(f.is_dirty());
+    let later = f.snapshot().unwrap();
+    assert_ne!(later.sha256, snap.sha256);
+    assert!(f.committed(later.generation));
+    assert!(!f.is_dirty());
+}
+
+#[test]
+fn committed_files_are_deleted_on_drop_dirty_ones_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let area = StagingArea::open(dir.path()).unwrap();
+    let clean = area.create("c").unwrap();
+    clean.write_at(0, b"1").unwrap();
+    let g = clean.generation();
+    assert!(clean.committed(g));
+    let data = clean.data_path().to_path_buf();
+    drop(clean);
+    assert!(!data.exists());
+    let dirty = area.create("d").unwrap();
+    dirty.write_at(0, b"1").unwrap();
+    let data = dirty.data_path().to_path_buf();
+    drop(dirty);
+    assert!(data.exists(), "uncommitted bytes survive");
+}
