@@ -99,10 +99,10 @@ const MIN_UPLOAD_RATE: u64 = 4 << 20;
 fn upload_config() -> Result<xet_runtime::config::XetConfig, UploadError> {
     let settings: [(&str, &str); 5] = [
         ("data.ingestion_block_size", "2mb"),
-        ("client.ac_max_upload_concurrency", "2"),
-        ("client.ac_initial_upload_concurrency", "2"),
+        ("client.ac_max_upload_concurrency", "1"),
+        ("client.ac_initial_upload_concurrency", "1"),
         ("client.ac_min_upload_concurrency", "1"),
-        ("data.max_concurrent_file_ingestion", "2"),
+        ("data.max_concurrent_file_ingestion", "1"),
     ];
     let mut cfg = xet_runtime::config::XetConfig::new();
     for (path, value) in settings {

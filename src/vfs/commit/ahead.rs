@@ -1,6 +1,6 @@
 //! Uploads at close: a closed file large enough to be an LFS file is uploaded before its commit,
 //! read straight from the staged file and hashed in the same pass. `--close upload` waits for it
-//! in close(); `--close stage` starts it in the background, a few at a time, and the round that
+//! in close(); `--close stage` starts it in the background, one at a time, and the round that
 //! commits the file waits for it instead of uploading the same bytes again.
 
 use std::collections::HashMap;
@@ -15,9 +15,11 @@ use crate::vfs::error::{VfsError, VfsResult};
 use crate::write::staging::DirtyFile;
 use crate::write::upload::InPlaceOutcome;
 
-/// Background uploads running at once: each holds up to one 64 MiB xorb in memory, and two keep
-/// a link busy while the next file is written.
-const BACKGROUND_UPLOADS: usize = 2;
+/// Background uploads running at once. One: each holds up to a 64 MiB xorb in memory, the
+/// session ingests one file at a time anyway, and one upload already overlaps the next file's
+/// write. (Two uploads with two xorb streams and two files ingested at once published 2 × 1 GiB
+/// in 16.7 s instead of 19.9 s, at 435 MiB peak RSS instead of 308.)
+const BACKGROUND_UPLOADS: usize = 1;
 
 /// Lock order: `running` is a leaf.
 pub(super) struct AheadUploads {
