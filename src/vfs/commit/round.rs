@@ -88,6 +88,13 @@ pub(super) struct Batch {
 /// (`CommitBudget::changes_per_commit`). 2,000 small files: four commits.
 pub const MAX_CHANGES_PER_COMMIT: usize = super::budget::BASE_CHANGES;
 
+/// Files below this size may go inline in the commit body (the Hub stores larger ones through
+/// LFS), so their bytes are held in memory while the commit is built and sent.
+const INLINE_CANDIDATE_MAX: u64 = 10 << 20;
+/// The most bytes of such files one commit carries: a commit of 10,000 files of 50 KiB would
+/// otherwise hold 500 MB. The rest waits for the next round.
+pub const SMALL_BYTES_PER_COMMIT: u64 = 64 << 20;
+
 impl Batch {
     /// Keeps at most `n` changes: deletions first (they make room: a file may take the name of a
     /// directory whose last file is deleted), then moves, then files. Each part is cut in path
@@ -101,6 +108,20 @@ impl Batch {
         let left = left - self.moves.len();
         self.uploads.sort_by(|a, b| a.0.cmp(&b.0));
         self.uploads.truncate(left);
+        let mut small = 0u64;
+        let keep = self
+            .uploads
+            .iter()
+            .position(|(_, d)| {
+                let size = d.size();
+                if size < INLINE_CANDIDATE_MAX {
+                    small += size;
+                }
+                small > SMALL_BYTES_PER_COMMIT
+            })
+            .unwrap_or(self.uploads.len())
+            .max(1);
+        self.uploads.truncate(keep);
     }
 }
 
@@ -502,5 +523,43 @@ impl VirtualFs {
                 _ => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::write::staging::StagingArea;
+
+    fn batch_of(area: &StagingArea, sizes: &[u64]) -> Batch {
+        let mut b = Batch::default();
+        for (i, &size) in sizes.iter().enumerate() {
+            let path = format!("f{i:04}");
+            let d = area.create(&path).unwrap();
+            // Sparse: the size without writing the bytes.
+            d.write_at(size - 1, &[1]).unwrap();
+            b.uploads.push((path, Arc::new(d)));
+        }
+        b
+    }
+
+    #[test]
+    fn a_commit_holds_at_most_64_mib_of_inline_candidates() {
+        let dir = tempfile::tempdir().unwrap();
+        let area = StagingArea::open(dir.path()).unwrap();
+        // 100 files of 1 MiB: 64 fit.
+        let mut b = batch_of(&area, &[1 << 20; 100]);
+        b.limit(10_000);
+        assert_eq!(b.uploads.len(), 64);
+        // LFS-sized files are not held in memory and do not count; the count cap still applies.
+        let mut b = batch_of(&area, &[20 << 20; 30]);
+        b.limit(25);
+        assert_eq!(b.uploads.len(), 25);
+        // Small files after a big one: 9 MiB each, seven fit (63 MiB).
+        let mut sizes = vec![100 << 20];
+        sizes.extend([9 << 20; 10]);
+        let mut b = batch_of(&area, &sizes);
+        b.limit(10_000);
+        assert_eq!(b.uploads.len(), 8);
     }
 }
