@@ -124,6 +124,13 @@ impl VirtualFs {
                 }
                 Ok(InPlaceOutcome::Inline) => Ok(()),
                 Ok(InPlaceOutcome::NoXet) => self.upload_ahead_snapshot(w, file).await,
+                // Truncated under the upload by another writer: not this close's failure; the
+                // round uploads what the file holds then.
+                Err(crate::write::upload::UploadError::Io(e))
+                    if e.kind() == std::io::ErrorKind::UnexpectedEof && !file.unchanged_since(now.generation) =>
+                {
+                    Ok(())
+                }
                 Err(e) => Err(e),
             },
             Ok(None) => self.upload_ahead_snapshot(w, file).await,
