@@ -11,7 +11,7 @@ use criterion::{Criterion, Throughput};
 use hubfs::chunk_store::buffer_pool::BufferPool;
 use hubfs::chunk_store::{BLOCK_SIZE, ChunkStore, DiskTier};
 use hubfs::vfs::error::VfsError;
-use hubfs::vfs::read::{MAX_WINDOW_BLOCKS, ReadState, classify, prefetch_blocks};
+use hubfs::vfs::read::{Access, MAX_WINDOW_BLOCKS, ReadState, classify, prefetch_blocks};
 
 use crate::Ids;
 
@@ -21,11 +21,16 @@ const BLOCK: usize = BLOCK_SIZE as usize;
 const PLANNED_FILE: u64 = 4 << 30;
 
 /// What `Reader::read` decides before any I/O: the blocks the read covers, and for a sequential
-/// read the blocks to prefetch after them (a seek gets `None`: exactly its range is fetched).
+/// read the blocks to prefetch after them (a seek or a sparse read gets `None`: exactly its range
+/// is fetched).
 fn plan(st: &mut ReadState, size: u64, offset: u64, len: u64) -> (u64, u64, Option<std::ops::Range<u64>>) {
     let end = (offset + len).min(size);
     let window = classify(st, offset, end, hubfs::vfs::READAHEAD_MODEL);
     let (first, last) = (offset / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
+    let window = match window {
+        Access::Sequential(w) => Some(w),
+        Access::Seek | Access::Sparse => None,
+    };
     (first, last, window.map(|w| prefetch_blocks(size, last + 1, w)))
 }
 

@@ -12,6 +12,7 @@ mod direct;
 mod disk;
 mod error;
 mod hold;
+mod partial;
 pub mod shared;
 mod spill;
 mod whole;
@@ -27,9 +28,13 @@ pub use claim::Claim;
 pub use disk::DiskTier;
 pub use error::ChunkStoreError;
 pub use hold::BlockHold;
+pub use partial::PartialBlocks;
 pub use shared::{MetaKey, SharedTier};
 
 use crate::chunk_store::buffer_pool::BufferPool;
+
+/// Most bytes the parts of blocks (`partial`) keep.
+const PARTIAL_MAX: u64 = 64 << 20;
 
 /// Size of one cached block.
 pub const BLOCK_SIZE: u64 = 8 << 20;
@@ -74,6 +79,9 @@ pub struct ChunkStore {
     claims: claim::Claims,
     /// Admits loads against the process's memory budget (see `budget`).
     budget: MemoryBudget,
+    /// Byte ranges of blocks that sparse reads fetched exactly (see `partial`), within the
+    /// memory tier's share.
+    partial: PartialBlocks,
     /// Blocks loaded by a prefetch and not yet used by a read (the prefetch metrics: used, or let
     /// go unused). A leaf lock, like `loading`; shared with the holds.
     prefetched: hold::Prefetched,
@@ -126,6 +134,14 @@ impl ChunkStore {
     fn build(memory_bytes: u64, idle_buffers: usize, plan: Option<Plan>, source: &str) -> Self {
         let holds = hold::Holds::default();
         let spill = Arc::new(spill::Spill::default());
+        // A quarter of the memory tier for parts of blocks, at most 64 MiB: a sparse reader's
+        // working set is its footers and the column chunks it reads now. Within a budget it is
+        // taken from the tier; a store with no budget (tests, tools) keeps its tier whole.
+        let partial_cap = (memory_bytes / 4).min(PARTIAL_MAX);
+        let memory_bytes = match plan {
+            Some(_) => memory_bytes - partial_cap,
+            None => memory_bytes,
+        };
         // LRU, not moka's default TinyLFU: a block read once by a sequential reader is exactly the
         // one a re-read or the reader's next pass wants, and TinyLFU would refuse to admit it.
         let mem = moka::future::Cache::builder()
@@ -162,6 +178,7 @@ impl ChunkStore {
             holds,
             spill,
             claims: claim::Claims::default(),
+            partial: PartialBlocks::new(partial_cap),
         }
     }
 
@@ -220,6 +237,11 @@ impl ChunkStore {
         r.idle_buffers = self.pool.stats().free as u64 * (self.pool.buf_size() + buffer_pool::ALIGN) as u64;
         r.shared = self.shared.as_ref().map(SharedTier::report);
         r
+    }
+
+    /// Parts of blocks fetched by sparse reads.
+    pub fn partial(&self) -> &PartialBlocks {
+        &self.partial
     }
 
     /// The pool block buffers come from; fetchers fill blocks into it.
@@ -401,7 +423,7 @@ impl ChunkStore {
         Some(b)
     }
 
-    /// Bytes `[from, to)` of a block if either tier has it, without promoting a disk block to
+    /// Bytes `[from, to)` of a block if either tier (or the block's parts) has it, without promoting a disk block to
     /// memory: a random reader must not pull 8 MiB off disk for every 4 KiB it reads.
     pub async fn get_range(&self, key: &Arc<str>, block: u64, expected_len: u64, from: u64, to: u64) -> Option<Bytes> {
         let b = match self.mem.get(&(key.clone(), block)).await {
@@ -411,6 +433,10 @@ impl ChunkStore {
         if let Some(b) = b {
             crate::metrics::block(crate::metrics::BlockSource::Memory, to.saturating_sub(from) as usize);
             return (to as usize <= b.len() && from < to).then(|| b.slice(from as usize..to as usize));
+        }
+        if let Some(b) = self.partial.get(key, block, from, to) {
+            crate::metrics::block(crate::metrics::BlockSource::Memory, b.len());
+            return Some(b);
         }
         let disk = self.disk.clone()?;
         let k = (key.clone(), block);

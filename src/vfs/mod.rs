@@ -20,6 +20,7 @@ mod rename;
 mod shared_meta;
 mod small_batch;
 mod small_files;
+mod sparse;
 mod special;
 mod walk_ahead;
 mod write;

@@ -1,6 +1,6 @@
 //! The read path of one open file: sequential detection, adaptive prefetch of whole blocks in
-//! parallel, held until the reader has read past them, exact-range fetches for random reads, and
-//! zero-copy slices of cached blocks.
+//! parallel, held until the reader has read past them, exact-range fetches for random and sparse
+//! reads (kept as parts of blocks, see `sparse`), and zero-copy slices of cached blocks.
 
 use std::sync::Arc;
 
@@ -25,6 +25,28 @@ const SEQUENTIAL_SLACK: u64 = 4 << 20;
 /// Reads up to this size are small (they get `SEQUENTIAL_SLACK`).
 const SMALL_READ: u64 = 64 << 10;
 
+/// Bytes a run must have read before it loads whole blocks, on a mount whose readahead is less
+/// than a block (datasets, buckets): until then its reads fetch exactly what they ask for. A
+/// parquet reader's column chunks lie within the slack of each other, and loading the 8 MiB blocks
+/// around them cost 50-150 times the bytes a one-column query needs; a column chunk of a few MiB
+/// is read in one go and stays below this. A stream (cat, dd) gets here after its first 4 MiB, read
+/// meanwhile through the kernel's readahead. Model mounts (a block of readahead: weights are
+/// read whole, and a page fault reads around by a block) load whole blocks from the first read.
+const SPARSE_RUN: u64 = 4 << 20;
+
+/// What a read is to the reader's state (see `classify`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Far from where the last read ended: exactly the bytes asked for.
+    Seek,
+    /// Near it, but the run has not read enough yet, or has skipped more than it read: exactly
+    /// the bytes asked for, as a seek, while the run goes on.
+    Sparse,
+    /// A run that reads most of what it spans: whole blocks, and this many blocks of prefetch
+    /// past them.
+    Sequential(u64),
+}
+
 /// Per-handle reader state. Its lock is taken before the chunk store's (leaf) locks.
 #[derive(Debug)]
 pub struct ReadState {
@@ -32,6 +54,8 @@ pub struct ReadState {
     next: u64,
     /// Where the current sequential run started (the lowest offset it has read).
     run_start: u64,
+    /// Bytes the run's reads asked for (reads the kernel repeats count twice, which is rare).
+    run_bytes: u64,
     /// Prefetch window in blocks; doubles on sequential reads past the readahead, resets on a
     /// seek.
     window: u64,
@@ -66,6 +90,7 @@ impl Default for ReadState {
         ReadState {
             next: 0,
             run_start: 0,
+            run_bytes: 0,
             window: 1,
             held: Box::new(Held {
                 out_of_order: true,
@@ -158,15 +183,9 @@ pub struct Reader {
 }
 
 impl Reader {
-    async fn block(&self, file: &FileMeta, commit: &str, key: &Arc<str>, idx: u64) -> VfsResult<Bytes> {
-        let start = idx * BLOCK_SIZE;
+    pub(super) async fn block(&self, file: &FileMeta, commit: &str, key: &Arc<str>, idx: u64) -> VfsResult<Bytes> {
         self.store
-            .get_or_fetch(
-                key,
-                idx,
-                block_len(file.size, idx),
-                self.remote.fetch_block(file, commit, start, BLOCK_SIZE),
-            )
+            .get_or_fetch(key, idx, block_len(file.size, idx), self.load(file, commit, key, idx))
             .await
             .map_err(VfsError::from)
     }
@@ -187,7 +206,7 @@ impl Reader {
         let Some(room) = self.store.budget().try_prefetch(ChunkStore::load_charge(len)) else {
             return Ok(());
         };
-        let fetch = self.remote.fetch_block(file, commit, 0, BLOCK_SIZE);
+        let fetch = self.load(file, commit, &key, 0);
         self.store
             .get_or_fetch_admitted(&key, 0, len, Some(room), fetch)
             .await
@@ -216,13 +235,16 @@ impl Reader {
             // The block the run had reached: a read behind it is a late one (the kernel's reads
             // arrive out of order), and must not load again a block the reader has read.
             let front = st.next / BLOCK_SIZE;
-            let class = classify(&mut st, offset, end, self.readahead);
+            let class = match classify(&mut st, offset, end, self.readahead) {
+                Access::Sequential(window) => Some(window),
+                Access::Seek | Access::Sparse => None,
+            };
             let (class, prefetch, released) = self.update_holds(&mut st, file, &key, first, last, class);
             (class, prefetch, released, front)
         };
         drop(released);
         let Some(_) = class else {
-            // A seek: only the bytes asked for, from a cache tier that has them (no whole-block
+            // A seek or a sparse read: only the bytes asked for, from a cache tier that has them (no whole-block
             // load off disk), from the blocks already on their way or that a sequential reader
             // holds (a page fault's read-around and the kernel's out-of-order readahead land in
             // blocks a prefetch is loading; a reader of a file others read too skips what the page
@@ -235,12 +257,7 @@ impl Reader {
             // waits for no load, and loading it whole would fetch again what was read of it.
             let exact = |idx| state.lock().held.exact.contains(&idx);
             let wanted = |idx| self.store.is_loading(&key, idx) || (self.store.is_held(&key, idx) && !exact(idx));
-            if (first..=last).all(wanted) {
-                let blocks = try_join_all((first..=last).map(|idx| self.block(file, commit, &key, idx))).await?;
-                return Ok(assemble(&blocks, first * BLOCK_SIZE, offset, end));
-            }
-            tracing::trace!(key = %key, offset, len = end - offset, "exact range from the Hub");
-            return self.remote.fetch_exact(file, commit, offset, end - offset).await;
+            return self.fetch_sparse(file, commit, &key, offset, end, &wanted).await;
         };
 
         // Whole blocks from a hold, memory, else disk, else the Hub: `get_or_fetch` loads a block
@@ -293,7 +310,7 @@ impl Reader {
         }
         // The claims stay until the loads end: whichever caller starts a load takes its room.
         let loads = (first..=last).map(|idx| {
-            let fetch = self.remote.fetch_block(file, commit, idx * BLOCK_SIZE, BLOCK_SIZE);
+            let fetch = self.load(file, commit, &key, idx);
             let len = block_len(file.size, idx);
             self.store.get_or_fetch(&key, idx, len, fetch)
         });
@@ -417,7 +434,7 @@ impl Reader {
                     this.store.keep_held(&key, idx).await;
                     return;
                 };
-                let fetch = this.remote.fetch_block(&file, &commit, idx * BLOCK_SIZE, BLOCK_SIZE);
+                let fetch = this.load(&file, &commit, &key, idx);
                 let len = block_len(file.size, idx);
                 this.store.prefetching(&key, idx, len);
                 // The load takes the claim's room, unless a read started it first.
@@ -432,39 +449,53 @@ impl Reader {
     }
 }
 
-/// Classifies a read of `[offset, end)` and advances the handle's state: `Some(window)` for a
-/// sequential read (prefetch `window` blocks past it; 0 while a run that did not start at offset 0
-/// is no longer than the mount's `readahead`), `None` for a seek (fetch exactly the range). Pure,
-/// so the policy is tested and benchmarked without I/O.
-pub fn classify(st: &mut ReadState, offset: u64, end: u64, readahead: u64) -> Option<u64> {
+/// Classifies a read of `[offset, end)` and advances the handle's state (see `Access`). A run
+/// is sequential once it has read `SPARSE_RUN` bytes (from its first read where the readahead is
+/// a block) and at least half of what it spans;
+/// a run that has skipped more than it read starts again at this read. A proven run that did not
+/// start at offset 0 gets no prefetch past its blocks while it is no longer than the mount's
+/// `readahead` (one page fault's read-around looks like that). Pure, so the policy is tested and
+/// benchmarked without I/O.
+pub fn classify(st: &mut ReadState, offset: u64, end: u64, readahead: u64) -> Access {
     // Kernel readahead sends several reads at once and they may arrive out of order: a read near
     // where the last one ended still counts as sequential.
-    let slack = if end - offset <= SMALL_READ {
+    let len = end - offset;
+    let slack = if len <= SMALL_READ {
         SEQUENTIAL_SLACK
     } else {
         SEQUENTIAL_SLACK.max(2 * readahead)
     };
-    let sequential = offset.abs_diff(st.next) <= slack;
-    if sequential {
-        // A read behind the front of its run: reads arrive out of order.
-        if offset < st.next {
-            st.held.out_of_order = true;
-        }
-        st.next = st.next.max(end);
-        st.run_start = st.run_start.min(offset);
-        // A run from the start of the file is a reader of the file (cat, cp, a loader reading
-        // the header on), not one fault's read-around: it gets its prefetch at once.
-        if st.run_start > 0 && st.next - st.run_start <= readahead {
-            return Some(0);
-        }
-        st.window = (st.window * 2).min(MAX_WINDOW_BLOCKS);
-        Some(st.window)
-    } else {
+    if offset.abs_diff(st.next) > slack {
         st.next = end;
         st.run_start = offset;
+        st.run_bytes = len;
         st.window = 1;
-        None
+        return Access::Seek;
     }
+    // A read behind the front of its run: reads arrive out of order.
+    if offset < st.next {
+        st.held.out_of_order = true;
+    }
+    st.next = st.next.max(end);
+    st.run_start = st.run_start.min(offset);
+    st.run_bytes += len;
+    if st.run_bytes * 2 < st.next - st.run_start {
+        // More skipped than read (column chunks of a parquet file): a run starts here.
+        st.next = end;
+        st.run_start = offset;
+        st.run_bytes = len;
+        st.window = 1;
+    }
+    if readahead < BLOCK_SIZE && st.run_bytes < SPARSE_RUN {
+        return Access::Sparse;
+    }
+    // A run from the start of the file is a reader of the file (cat, cp, a loader reading the
+    // header on), not one fault's read-around: it gets its prefetch at once.
+    if st.run_start > 0 && st.next - st.run_start <= readahead {
+        return Access::Sequential(0);
+    }
+    st.window = (st.window * 2).min(MAX_WINDOW_BLOCKS);
+    Access::Sequential(st.window)
 }
 
 /// The blocks a prefetch of `count` blocks from block `from` covers in a file of `size` bytes.
@@ -538,23 +569,26 @@ mod tests {
         let mut st = ReadState::default();
         let mib = 1 << 20;
         // A reader from the start of the file prefetches at once.
-        assert_eq!(classify(&mut st, 0, mib, RA), Some(2));
-        assert_eq!(classify(&mut st, mib, 2 * mib, RA), Some(4));
+        assert_eq!(classify(&mut st, 0, mib, RA), Access::Sequential(2));
+        assert_eq!(classify(&mut st, mib, 2 * mib, RA), Access::Sequential(4));
         // Out of order but within the slack (kernel readahead): still sequential.
-        assert_eq!(classify(&mut st, 3 * mib, 4 * mib, RA), Some(8));
-        assert_eq!(classify(&mut st, 2 * mib, 3 * mib, RA), Some(MAX_WINDOW_BLOCKS));
-        assert_eq!(classify(&mut st, 100 * mib, 101 * mib, RA), None, "a seek");
+        assert_eq!(classify(&mut st, 3 * mib, 4 * mib, RA), Access::Sequential(8));
+        assert_eq!(
+            classify(&mut st, 2 * mib, 3 * mib, RA),
+            Access::Sequential(MAX_WINDOW_BLOCKS)
+        );
+        assert_eq!(classify(&mut st, 100 * mib, 101 * mib, RA), Access::Seek, "a seek");
         // A run that starts elsewhere gets no prefetch past its blocks for its first readahead
         // window (what one page fault's read-around looks like), then grows again.
         for i in 101..108 {
             assert_eq!(
                 classify(&mut st, i * mib, (i + 1) * mib, RA),
-                Some(0),
+                Access::Sequential(0),
                 "read at {i} MiB"
             );
         }
-        assert_eq!(classify(&mut st, 108 * mib, 109 * mib, RA), Some(2));
-        assert_eq!(classify(&mut st, 109 * mib, 110 * mib, RA), Some(4));
+        assert_eq!(classify(&mut st, 108 * mib, 109 * mib, RA), Access::Sequential(2));
+        assert_eq!(classify(&mut st, 109 * mib, 110 * mib, RA), Access::Sequential(4));
         // Prefetch stops at the last block of the file.
         assert_eq!(prefetch_blocks(3 * BLOCK_SIZE + 1, 1, 8), 1..4);
         assert_eq!(prefetch_blocks(BLOCK_SIZE, 1, 8), 1..1);
@@ -584,21 +618,35 @@ mod tests {
         let _ = classify(&mut st, 0, mib, RA);
         for i in [197u64, 196, 199, 198, 200, 202, 201, 203] {
             let c = classify(&mut st, i * mib, (i + 1) * mib, RA);
-            assert!(c.unwrap_or(0) == 0, "read at {i} MiB: {c:?}");
+            assert!(
+                matches!(c, Access::Seek | Access::Sequential(0)),
+                "read at {i} MiB: {c:?}"
+            );
         }
         // The reader goes on past the window: now it is sequential for real.
-        assert_eq!(classify(&mut st, 204 * mib, 205 * mib, RA), Some(2));
+        assert_eq!(classify(&mut st, 204 * mib, 205 * mib, RA), Access::Sequential(2));
     }
 
     #[test]
-    fn a_one_mib_readahead_prefetches_after_one_mib() {
+    fn a_one_mib_readahead_loads_blocks_after_four_mib() {
         // Dataset mounts: a fault reads around by 1 MiB (one request, a seek); a reader going on
-        // from there gets its prefetch after the first MiB.
+        // from there reads exact ranges until its run has read 4 MiB, then whole blocks.
         let mib = 1 << 20;
         let mut st = ReadState::default();
         let _ = classify(&mut st, 0, mib, mib);
-        assert_eq!(classify(&mut st, 50 * mib, 51 * mib, mib), None, "past the 4 MiB slack");
-        assert_eq!(classify(&mut st, 51 * mib, 52 * mib, mib), Some(2));
+        assert_eq!(
+            classify(&mut st, 50 * mib, 51 * mib, mib),
+            Access::Seek,
+            "past the 4 MiB slack"
+        );
+        for i in 51..53 {
+            assert_eq!(
+                classify(&mut st, i * mib, (i + 1) * mib, mib),
+                Access::Sparse,
+                "at {i} MiB"
+            );
+        }
+        assert_eq!(classify(&mut st, 53 * mib, 54 * mib, mib), Access::Sequential(2));
     }
 
     #[test]
@@ -618,18 +666,52 @@ mod tests {
     }
 
     #[test]
+    fn column_chunks_stay_sparse_and_a_stream_loads_blocks_after_four_mib() {
+        // A parquet reader on a dataset mount: a 40 KiB column chunk every 1.5 MiB (within the
+        // slack of each other) from the first row group at offset 4 on, then a 2 MiB column chunk
+        // read in one go. None loads whole blocks.
+        let (kib, mib) = (1 << 10, 1 << 20);
+        let mut st = ReadState::default();
+        for i in 0..16u64 {
+            let at = 4 + i * 1536 * kib;
+            assert_eq!(classify(&mut st, at, at + 40 * kib, mib), Access::Sparse, "chunk {i}");
+        }
+        let at = 24 * mib;
+        assert_eq!(classify(&mut st, at, at + mib, mib), Access::Sparse);
+        assert_eq!(classify(&mut st, at + mib, at + 2 * mib, mib), Access::Sparse);
+        // cat: 128 KiB, then the kernel's growing readahead; whole blocks once 4 MiB are read,
+        // with the prefetch at once (a run from offset 0).
+        let mut st = ReadState::default();
+        assert_eq!(classify(&mut st, 0, 128 * kib, mib), Access::Sparse);
+        assert_eq!(classify(&mut st, 128 * kib, 384 * kib, mib), Access::Sparse);
+        let mut at = 384 * kib;
+        while at + mib < 4 * mib {
+            assert_eq!(classify(&mut st, at, at + mib, mib), Access::Sparse);
+            at += mib;
+        }
+        assert_eq!(classify(&mut st, at, at + mib, mib), Access::Sequential(2));
+        // A model mount (a block of readahead) loads blocks from the first read.
+        let mut st = ReadState::default();
+        assert_eq!(classify(&mut st, 0, 128 * kib, RA), Access::Sequential(2));
+        // There too, reads that skip more than they read start a new run each: a read-around's
+        // blocks, no prefetch.
+        let _ = classify(&mut st, 3 * mib, 3 * mib + 4 * kib, RA);
+        assert_eq!(classify(&mut st, 6 * mib, 6 * mib + 4 * kib, RA), Access::Sequential(0));
+    }
+
+    #[test]
     fn small_reads_keep_a_short_slack() {
         let mut st = ReadState::default();
         let kib = 1 << 10;
         let _ = classify(&mut st, 0, 4 * kib, RA);
         assert_eq!(
             classify(&mut st, 6 << 20, (6 << 20) + 4 * kib, RA),
-            None,
+            Access::Seek,
             "6 MiB away: a seek"
         );
         let _ = classify(&mut st, 0, 1 << 20, RA);
         assert!(
-            classify(&mut st, 12 << 20, 13 << 20, RA).is_some(),
+            matches!(classify(&mut st, 12 << 20, 13 << 20, RA), Access::Sequential(_)),
             "a readahead-sized read 11 MiB on is sequential"
         );
     }

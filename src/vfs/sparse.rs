@@ -1,0 +1,199 @@
+//! Sparse reads: the bytes a seek or a not-yet-sequential read asks for, fetched exactly (whole
+//! pages; a read of the end of a file, its last 64 KiB) and kept as parts of their blocks, and
+//! whole-block loads that fetch only what those parts lack. A parquet query reads footers and
+//! column chunks scattered over a file; it costs what it reads, and a later scan of the same file
+//! does not fetch those bytes again.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use futures::future::try_join_all;
+
+use super::error::{VfsError, VfsResult};
+use super::read::Reader;
+use super::remote::FileMeta;
+use crate::chunk_store::BLOCK_SIZE;
+
+/// A sparse read is rounded out to whole pages (the kernel asks in pages but at the end of a
+/// file). Not to Xet chunks (64 KiB on average): these reads go through the Hub's `/resolve/`
+/// with an HTTP Range, which serves exact bytes, and rounding a parquet reader's 10 KB column
+/// chunks out to 64 KiB multiplied its Hub bytes by six without saving a request.
+pub const SPARSE_UNIT: u64 = 4 << 10;
+
+/// A sparse read that reaches the end of the file takes this much before it too (within its
+/// block): the formats read sparsely keep their index there (parquet's footer before the 8 bytes
+/// that give its length, zip's central directory), and their readers ask for it in two reads, the
+/// length first.
+pub const TAIL: u64 = 64 << 10;
+
+/// Gaps between parts of a block that are closer than this are fetched as one range when the
+/// block is loaded whole: a request costs more than re-fetching that much.
+const MERGE_BELOW: u64 = 256 << 10;
+
+impl Reader {
+    /// Bytes `[offset, end)` of `file` for a sparse read: per block, from its load if `join` says
+    /// the block is on its way whole (or held), else what its parts have and the rest fetched and
+    /// kept as parts.
+    pub(super) async fn fetch_sparse(
+        &self,
+        file: &FileMeta,
+        commit: &str,
+        key: &Arc<str>,
+        offset: u64,
+        end: u64,
+        join: &(dyn Fn(u64) -> bool + Sync),
+    ) -> VfsResult<Bytes> {
+        let (first, last) = (offset / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
+        let unit = SPARSE_UNIT;
+        let blocks = (first..=last).map(|idx| async move {
+            let base = idx * BLOCK_SIZE;
+            let len = file.size.saturating_sub(base).min(BLOCK_SIZE);
+            let (from, to) = (offset.max(base) - base, end.min(base + BLOCK_SIZE) - base);
+            let whole = || async {
+                let b = self.block(file, commit, key, idx).await?;
+                Ok::<_, VfsError>(b.slice(from as usize..(to as usize).min(b.len())))
+            };
+            if join(idx) {
+                return whole().await;
+            }
+            let (mut rf, rt) = (from / unit * unit, (to.div_ceil(unit) * unit).min(len));
+            if base + to >= file.size {
+                rf = rf.min(len.saturating_sub(TAIL) / unit * unit);
+            }
+            let (mut pieces, gaps) = self.store.partial().covering(key, idx, rf, rt);
+            let _fetching = (!gaps.is_empty()).then(|| {
+                tracing::trace!(key = %key, block = idx, ?gaps, "sparse read: exact ranges from the Hub");
+                self.store.partial().fetching(key, idx)
+            });
+            // A load of the block that began since `join` was asked: it waits for fetches marked
+            // before it began, and this one was not, so it would fetch these bytes as well.
+            if !gaps.is_empty() && self.store.is_loading(key, idx) {
+                drop(_fetching);
+                return whole().await;
+            }
+            let fetched = try_join_all(
+                gaps.iter()
+                    .map(|g| self.remote.fetch_exact(file, commit, base + g.start, g.end - g.start)),
+            )
+            .await?;
+            for (g, b) in gaps.iter().zip(fetched) {
+                self.store.partial().insert(key, idx, g.start, &b);
+                pieces.push((g.start, b));
+            }
+            cover(pieces, from, to).ok_or(VfsError::ShortRead {
+                offset: base + from,
+                wanted: to - from,
+                got: 0,
+            })
+        });
+        let parts = try_join_all(blocks).await?;
+        if parts.len() == 1 {
+            return Ok(parts.into_iter().next().unwrap_or_default());
+        }
+        let mut out = BytesMut::with_capacity((end - offset) as usize);
+        parts.iter().for_each(|p| out.extend_from_slice(p));
+        Ok(out.freeze())
+    }
+
+    /// Block `idx` of `file`, whole, from the Hub: only the gaps between the parts sparse reads
+    /// brought (gaps closer than `MERGE_BELOW` as one), assembled with them in a pooled buffer;
+    /// the parts are let go once the block has them.
+    pub(super) async fn load(&self, file: &FileMeta, commit: &str, key: &Arc<str>, idx: u64) -> VfsResult<Bytes> {
+        let base = idx * BLOCK_SIZE;
+        let len = file.size.saturating_sub(base).min(BLOCK_SIZE);
+        self.store.partial().settled(key, idx).await;
+        if !self.store.partial().has(key, idx) {
+            tracing::trace!(key = %key, block = idx, len, "block load: whole");
+            return self.remote.fetch_block(file, commit, base, BLOCK_SIZE).await;
+        }
+        let (mut pieces, gaps) = self.store.partial().covering(key, idx, 0, len);
+        let gaps = merge_gaps(gaps, MERGE_BELOW);
+        tracing::trace!(key = %key, block = idx, ?gaps, "block load: the gaps between its parts");
+        let fetched = try_join_all(
+            gaps.iter()
+                .map(|g| self.remote.fetch_block(file, commit, base + g.start, g.end - g.start)),
+        )
+        .await?;
+        pieces.extend(gaps.iter().map(|g| g.start).zip(fetched));
+        pieces.sort_by_key(|p| p.0);
+        let mut buf = self.store.pool().acquire(len as usize);
+        let mut at = 0u64;
+        for (s, b) in &pieces {
+            let e = s + b.len() as u64;
+            if e <= at {
+                continue;
+            }
+            if *s > at {
+                break;
+            }
+            buf.extend_from_slice(&b[(at - s) as usize..(e.min(len) - s) as usize]);
+            at = e.min(len);
+        }
+        if at != len {
+            return Err(VfsError::ShortRead {
+                offset: base,
+                wanted: len,
+                got: at,
+            });
+        }
+        self.store.partial().take(key, idx);
+        Ok(buf.freeze())
+    }
+}
+
+/// `[from, to)` out of `pieces` (each a start and its bytes), or `None` if they leave a hole: a
+/// slice of the piece that covers it all, else the pieces copied once.
+fn cover(mut pieces: Vec<(u64, Bytes)>, from: u64, to: u64) -> Option<Bytes> {
+    pieces.sort_by_key(|p| p.0);
+    if let Some((s, b)) = pieces.iter().find(|(s, b)| *s <= from && s + b.len() as u64 >= to) {
+        return Some(b.slice((from - s) as usize..(to - s) as usize));
+    }
+    let mut out = BytesMut::with_capacity((to - from) as usize);
+    let mut at = from;
+    for (s, b) in &pieces {
+        let e = s + b.len() as u64;
+        if e <= at {
+            continue;
+        }
+        if *s > at || at >= to {
+            break;
+        }
+        out.extend_from_slice(&b[(at - s) as usize..(e.min(to) - s) as usize]);
+        at = e.min(to);
+    }
+    (at >= to).then(|| out.freeze())
+}
+
+/// `gaps` (in order) with those less than `within` apart joined.
+fn merge_gaps(gaps: Vec<std::ops::Range<u64>>, within: u64) -> Vec<std::ops::Range<u64>> {
+    let mut out: Vec<std::ops::Range<u64>> = Vec::with_capacity(gaps.len());
+    for g in gaps {
+        match out.last_mut() {
+            Some(last) if g.start - last.end < within => last.end = g.end,
+            _ => out.push(g),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cover_slices_one_piece_or_joins_several() {
+        let a = Bytes::from(vec![1u8; 10]);
+        let b = Bytes::from(vec![2u8; 10]);
+        assert_eq!(&cover(vec![(0, a.clone())], 2, 5).unwrap()[..], &[1, 1, 1]);
+        let got = cover(vec![(10, b.clone()), (0, a.clone())], 8, 12).unwrap();
+        assert_eq!(&got[..], &[1, 1, 2, 2]);
+        assert!(cover(vec![(0, a), (12, b)], 8, 14).is_none(), "a hole at 10..12");
+    }
+
+    #[test]
+    fn gaps_close_together_are_fetched_as_one() {
+        let kib = 1 << 10;
+        let gaps = vec![0..100 * kib, 200 * kib..300 * kib, 900 * kib..1000 * kib];
+        assert_eq!(merge_gaps(gaps, MERGE_BELOW), vec![0..300 * kib, 900 * kib..1000 * kib]);
+    }
+}
