@@ -27,6 +27,7 @@
 #      ci/bench-requests.sh (the Hub requests per bucket of a mount, a model load, ls -lR and small files)
 #      ci/bench-metadata.sh (find, ls -lR, du, os.walk, os.scandir, stat over 10,000 files: one listing per folder)
 #      ci/bench-publish.sh (cp -r of 500 small + 4 x 64 MiB into a --write mount beside upload_folder)
+#      ci/bench-parquet.sh (DuckDB, pyarrow and random preads over parquet shards: Hub bytes against needed)
 #   6. final line `N passed, M failed` (cargo tests + the scripts' checks; a failed fmt/clippy/build step
 #      counts as one failure); exit status non-zero if any step failed.
 #
@@ -259,6 +260,10 @@ script_step "bench: metadata walks" bench-metadata 1 bash ci/bench-metadata.sh "
 # Publishing 500 small files + 4 x 64 MiB by cp -r into a --write mount (default close and --close stage,
 # then hubfs sync) beside upload_folder (about a minute): every file's bytes on the Hub, at most 8 commits
 script_step "bench: publishing a folder" bench-publish 1 bash ci/bench-publish.sh "$HUBFS_BIN" "$VENV_PY" mixed
+# Sparse reads: DuckDB and pyarrow queries (one column, two, a filtered scan, a full scan) and random
+# preads over 2 parquet shards of 47 MiB on a dataset mount, loopback only (about a minute): every answer
+# checked against the source, Hub bytes against what each query needs
+script_step "bench: sparse parquet reads" bench-parquet 1 env HUBFS_BENCH_PROFILES=loopback bash ci/bench-parquet.sh "$HUBFS_BIN" "$VENV_PY"
 
 # ---------------------------------------------------------------------------------------------------------
 # 6. summary

@@ -27,8 +27,9 @@ pub const SPARSE_UNIT: u64 = 4 << 10;
 pub const TAIL: u64 = 64 << 10;
 
 /// Gaps between parts of a block that are closer than this are fetched as one range when the
-/// block is loaded whole: a request costs more than re-fetching that much.
-const MERGE_BELOW: u64 = 256 << 10;
+/// block is loaded whole: a request costs more than fetching a few pages again. Not more: a
+/// strided reader's 64 KiB parts every 600 KiB, joined, were the whole block fetched again.
+const MERGE_BELOW: u64 = 16 << 10;
 
 impl Reader {
     /// Bytes `[offset, end)` of `file` for a sparse read: per block, from its load if `join` says
@@ -61,14 +62,14 @@ impl Reader {
                 rf = rf.min(len.saturating_sub(TAIL) / unit * unit);
             }
             let (mut pieces, gaps) = self.store.partial().covering(key, idx, rf, rt);
-            let _fetching = (!gaps.is_empty()).then(|| {
+            let fetching = (!gaps.is_empty()).then(|| {
                 tracing::trace!(key = %key, block = idx, ?gaps, "sparse read: exact ranges from the Hub");
                 self.store.partial().fetching(key, idx)
             });
             // A load of the block that began since `join` was asked: it waits for fetches marked
             // before it began, and this one was not, so it would fetch these bytes as well.
             if !gaps.is_empty() && self.store.is_loading(key, idx) {
-                drop(_fetching);
+                drop(fetching);
                 return whole().await;
             }
             let fetched = try_join_all(
@@ -79,6 +80,10 @@ impl Reader {
             for (g, b) in gaps.iter().zip(fetched) {
                 self.store.partial().insert(key, idx, g.start, &b);
                 pieces.push((g.start, b));
+            }
+            drop(fetching);
+            if !gaps.is_empty() && self.store.partial().gaps(key, idx, len).is_empty() {
+                self.adopt_parts(key, idx, len).await;
             }
             cover(pieces, from, to).ok_or(VfsError::ShortRead {
                 offset: base + from,
@@ -93,6 +98,29 @@ impl Reader {
         let mut out = BytesMut::with_capacity((end - offset) as usize);
         parts.iter().for_each(|p| out.extend_from_slice(p));
         Ok(out.freeze())
+    }
+
+    /// Block `idx` (`len` bytes), whose parts now cover it, made a block of the store: assembled
+    /// once into a pooled buffer and kept like a loaded block (on disk too), its parts let go. A
+    /// reader that reads a whole file in scattered pieces (pyarrow's threads reading column chunks
+    /// side by side through one descriptor) then has it cached as a later scan wants it.
+    async fn adopt_parts(&self, key: &Arc<str>, idx: u64, len: u64) {
+        let parts = self.store.partial().take(key, idx);
+        let mut buf = self.store.pool().acquire(len as usize);
+        let mut at = 0u64;
+        for (s, b) in &parts {
+            let e = s + b.len() as u64;
+            if *s > at || e <= at {
+                break;
+            }
+            buf.extend_from_slice(&b[(at - s) as usize..(e.min(len) - s) as usize]);
+            at = e.min(len);
+        }
+        // Taken whole or not at all: parts let go in between leave nothing to adopt.
+        if at == len {
+            tracing::trace!(key = %key, block = idx, "sparse reads covered a whole block");
+            self.store.adopt(key, idx, buf.freeze()).await;
+        }
     }
 
     /// Block `idx` of `file`, whole, from the Hub: only the gaps between the parts sparse reads
@@ -193,7 +221,11 @@ mod tests {
     #[test]
     fn gaps_close_together_are_fetched_as_one() {
         let kib = 1 << 10;
-        let gaps = vec![0..100 * kib, 200 * kib..300 * kib, 900 * kib..1000 * kib];
-        assert_eq!(merge_gaps(gaps, MERGE_BELOW), vec![0..300 * kib, 900 * kib..1000 * kib]);
+        let gaps = vec![0..100 * kib, 104 * kib..300 * kib, 364 * kib..1000 * kib];
+        assert_eq!(
+            merge_gaps(gaps, MERGE_BELOW),
+            vec![0..300 * kib, 364 * kib..1000 * kib],
+            "a page between two gaps is fetched again, a 64 KiB part is not"
+        );
     }
 }
