@@ -20,7 +20,7 @@ mod rename;
 mod shared_meta;
 mod small_batch;
 mod small_files;
-mod sparse;
+pub mod sparse;
 mod special;
 mod walk_ahead;
 mod write;
@@ -309,6 +309,7 @@ impl VirtualFs {
                 remote,
                 store,
                 readahead: opts.readahead.unwrap_or(default_readahead(repo.kind)),
+                scans: Arc::default(),
             },
             client,
             repo,

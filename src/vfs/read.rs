@@ -28,11 +28,15 @@ const SMALL_READ: u64 = 64 << 10;
 /// Bytes a run must have read before it loads whole blocks, on a mount whose readahead is less
 /// than a block (datasets, buckets): until then its reads fetch exactly what they ask for. A
 /// parquet reader's column chunks lie within the slack of each other, and loading the 8 MiB blocks
-/// around them cost 50-150 times the bytes a one-column query needs; a column chunk of a few MiB
-/// is read in one go and stays below this. A stream (cat, dd) gets here after its first 4 MiB, read
-/// meanwhile through the kernel's readahead. Model mounts (a block of readahead: weights are
-/// read whole, and a page fault reads around by a block) load whole blocks from the first read.
-const SPARSE_RUN: u64 = 4 << 20;
+/// around them cost 50-150 times the bytes a one-column query needs; the kernel reads such a chunk
+/// (header, then body) in well under this. Model mounts (a block of readahead: weights are read
+/// whole, and a page fault reads around by a block) load whole blocks from the first read.
+const SPARSE_RUN: u64 = 1 << 20;
+
+/// Bytes a run must have read before it prefetches past the blocks it reads, on those mounts: a
+/// column chunk of a few MiB read in one go costs the rest of its block, not a window more, while
+/// a stream (a row group read by a DuckDB thread, cat, dd) gets its window after its first 4 MiB.
+const WINDOW_RUN: u64 = 4 << 20;
 
 /// What a read is to the reader's state (see `classify`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +60,11 @@ pub struct ReadState {
     run_start: u64,
     /// Bytes the run's reads asked for (reads the kernel repeats count twice, which is rare).
     run_bytes: u64,
+    /// Whether the run has been sequential.
+    proven: bool,
+    /// Set before `classify` when the file is being scanned (see `sparse::Scans`): runs are
+    /// sequential from their first read, as on a model mount.
+    pub scanned: bool,
     /// Prefetch window in blocks; doubles on sequential reads past the readahead, resets on a
     /// seek.
     window: u64,
@@ -91,6 +100,8 @@ impl Default for ReadState {
             next: 0,
             run_start: 0,
             run_bytes: 0,
+            proven: false,
+            scanned: false,
             window: 1,
             held: Box::new(Held {
                 out_of_order: true,
@@ -180,6 +191,8 @@ pub struct Reader {
     /// reader of a mapping (numpy memmap sampling) would otherwise pull a growing window of blocks
     /// with every fault.
     pub readahead: u64,
+    /// Files several runs have streamed (see `sparse::Scans`).
+    pub scans: Arc<super::sparse::Scans>,
 }
 
 impl Reader {
@@ -235,7 +248,13 @@ impl Reader {
             // The block the run had reached: a read behind it is a late one (the kernel's reads
             // arrive out of order), and must not load again a block the reader has read.
             let front = st.next / BLOCK_SIZE;
-            let class = match classify(&mut st, offset, end, self.readahead) {
+            st.scanned = self.scans.scanned(&key);
+            let was_proven = st.proven;
+            let access = classify(&mut st, offset, end, self.readahead);
+            if st.proven && !was_proven {
+                self.scans.proven(&key);
+            }
+            let class = match access {
                 Access::Sequential(window) => Some(window),
                 Access::Seek | Access::Sparse => None,
             };
@@ -451,7 +470,7 @@ impl Reader {
 
 /// Classifies a read of `[offset, end)` and advances the handle's state (see `Access`). A run
 /// is sequential once it has read `SPARSE_RUN` bytes (from its first read where the readahead is
-/// a block) and at least half of what it spans;
+/// a block; with a prefetch window from `WINDOW_RUN` on) and at least half of what it spans;
 /// a run that has skipped more than it read starts again at this read. A proven run that did not
 /// start at offset 0 gets no prefetch past its blocks while it is no longer than the mount's
 /// `readahead` (one page fault's read-around looks like that). Pure, so the policy is tested and
@@ -470,6 +489,7 @@ pub fn classify(st: &mut ReadState, offset: u64, end: u64, readahead: u64) -> Ac
         st.run_start = offset;
         st.run_bytes = len;
         st.window = 1;
+        st.proven = false;
         return Access::Seek;
     }
     // A read behind the front of its run: reads arrive out of order.
@@ -485,10 +505,16 @@ pub fn classify(st: &mut ReadState, offset: u64, end: u64, readahead: u64) -> Ac
         st.run_start = offset;
         st.run_bytes = len;
         st.window = 1;
+        st.proven = false;
     }
-    if readahead < BLOCK_SIZE && st.run_bytes < SPARSE_RUN {
-        return Access::Sparse;
+    if readahead < BLOCK_SIZE && !st.scanned && st.run_bytes < WINDOW_RUN {
+        if st.run_bytes < SPARSE_RUN {
+            return Access::Sparse;
+        }
+        st.proven = true;
+        return Access::Sequential(0);
     }
+    st.proven = true;
     // A run from the start of the file is a reader of the file (cat, cp, a loader reading the
     // header on), not one fault's read-around: it gets its prefetch at once.
     if st.run_start > 0 && st.next - st.run_start <= readahead {
@@ -628,9 +654,10 @@ mod tests {
     }
 
     #[test]
-    fn a_one_mib_readahead_loads_blocks_after_four_mib() {
+    fn a_one_mib_readahead_loads_blocks_after_one_mib_and_prefetches_after_four() {
         // Dataset mounts: a fault reads around by 1 MiB (one request, a seek); a reader going on
-        // from there reads exact ranges until its run has read 4 MiB, then whole blocks.
+        // from there loads the blocks it reads once its run has read 1 MiB, and prefetches past
+        // them once it has read 4 MiB.
         let mib = 1 << 20;
         let mut st = ReadState::default();
         let _ = classify(&mut st, 0, mib, mib);
@@ -642,7 +669,7 @@ mod tests {
         for i in 51..53 {
             assert_eq!(
                 classify(&mut st, i * mib, (i + 1) * mib, mib),
-                Access::Sparse,
+                Access::Sequential(0),
                 "at {i} MiB"
             );
         }
@@ -666,27 +693,33 @@ mod tests {
     }
 
     #[test]
-    fn column_chunks_stay_sparse_and_a_stream_loads_blocks_after_four_mib() {
+    fn column_chunks_stay_sparse_and_a_stream_loads_blocks_after_one_mib() {
         // A parquet reader on a dataset mount: a 40 KiB column chunk every 1.5 MiB (within the
-        // slack of each other) from the first row group at offset 4 on, then a 2 MiB column chunk
-        // read in one go. None loads whole blocks.
+        // slack of each other) from the first row group at offset 4 on. None loads whole blocks.
         let (kib, mib) = (1 << 10, 1 << 20);
         let mut st = ReadState::default();
         for i in 0..16u64 {
             let at = 4 + i * 1536 * kib;
             assert_eq!(classify(&mut st, at, at + 40 * kib, mib), Access::Sparse, "chunk {i}");
         }
+        // The kernel's reads of one such chunk, header then body: 4 KiB, 128 KiB, 256 KiB.
         let at = 24 * mib;
-        assert_eq!(classify(&mut st, at, at + mib, mib), Access::Sparse);
-        assert_eq!(classify(&mut st, at + mib, at + 2 * mib, mib), Access::Sparse);
-        // cat: 128 KiB, then the kernel's growing readahead; whole blocks once 4 MiB are read,
-        // with the prefetch at once (a run from offset 0).
+        assert_eq!(classify(&mut st, at, at + 4 * kib, mib), Access::Sparse);
+        assert_eq!(classify(&mut st, at + 4 * kib, at + 132 * kib, mib), Access::Sparse);
+        assert_eq!(classify(&mut st, at + 132 * kib, at + 388 * kib, mib), Access::Sparse);
+        // A 2 MiB column chunk read in one go: its second MiB loads its block, no window.
+        let at = 30 * mib;
+        let _ = classify(&mut st, at, at + mib, mib);
+        assert_eq!(classify(&mut st, at + mib, at + 2 * mib, mib), Access::Sequential(0));
+        // cat: 128 KiB, then the kernel's growing readahead: blocks from the first MiB on, a window
+        // (at once: a run from offset 0) from the fourth.
         let mut st = ReadState::default();
         assert_eq!(classify(&mut st, 0, 128 * kib, mib), Access::Sparse);
         assert_eq!(classify(&mut st, 128 * kib, 384 * kib, mib), Access::Sparse);
-        let mut at = 384 * kib;
+        assert_eq!(classify(&mut st, 384 * kib, 1408 * kib, mib), Access::Sequential(0));
+        let mut at = 1408 * kib;
         while at + mib < 4 * mib {
-            assert_eq!(classify(&mut st, at, at + mib, mib), Access::Sparse);
+            assert_eq!(classify(&mut st, at, at + mib, mib), Access::Sequential(0));
             at += mib;
         }
         assert_eq!(classify(&mut st, at, at + mib, mib), Access::Sequential(2));
@@ -697,6 +730,28 @@ mod tests {
         // blocks, no prefetch.
         let _ = classify(&mut st, 3 * mib, 3 * mib + 4 * kib, RA);
         assert_eq!(classify(&mut st, 6 * mib, 6 * mib + 4 * kib, RA), Access::Sequential(0));
+    }
+
+    #[test]
+    fn a_scanned_file_is_read_in_blocks_from_the_first_read() {
+        let mib = 1 << 20;
+        let mut st = ReadState::default();
+        assert_eq!(classify(&mut st, 2 * mib, 2 * mib + 4096, mib), Access::Sparse);
+        assert!(!st.proven);
+        st.scanned = true;
+        assert_eq!(classify(&mut st, 30 * mib, 30 * mib + 4096, mib), Access::Seek);
+        assert_eq!(
+            classify(&mut st, 30 * mib + 4096, 30 * mib + 8192, mib),
+            Access::Sequential(0),
+            "a run of a scanned file loads its blocks at once"
+        );
+        assert!(st.proven);
+        let scans = crate::vfs::sparse::Scans::default();
+        let key: Arc<str> = Arc::from("k");
+        scans.proven(&key);
+        assert!(!scans.scanned(&key), "one run is a reader, not a scan");
+        scans.proven(&key);
+        assert!(scans.scanned(&key));
     }
 
     #[test]
