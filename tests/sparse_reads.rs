@@ -12,10 +12,10 @@ use std::process::Command;
 use hubfs::local_hub::{DEFAULT_WRITE_TOKEN, LocalHub, RouteClass};
 
 const SIZE: usize = 24 << 20;
-/// Reads of 512 KiB every 1.5 MiB: within the 4 MiB a reader may skip and still count as reading
+/// Reads of 512 KiB every 2 MiB: within the 4 MiB a reader may skip and still count as reading
 /// on, but more skipped than read (a parquet reader's column chunks).
 const READ: usize = 512 << 10;
-const STRIDE: usize = 1536 << 10;
+const STRIDE: usize = 2 << 20;
 
 /// Detaches the mount and kills its daemon if the test ends early.
 struct Mounted(PathBuf, i32);
