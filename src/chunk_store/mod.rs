@@ -68,9 +68,12 @@ pub struct ChunkStore {
     /// for it instead of asking the Hub for the same bytes again. A leaf lock: nothing else is taken
     /// while it is held.
     loading: Arc<parking_lot::Mutex<BlockSet>>,
-    /// Blocks queued for the disk tier and not yet written (or given up), so a close can tell a
-    /// block on its way to disk from one that never will be. A leaf lock, like `loading`.
-    writing: Arc<parking_lot::Mutex<BlockSet>>,
+    /// Blocks queued for the disk tier and not yet written (or given up), with their bytes: a
+    /// close can tell a block on its way to disk from one that never will be, and a read of a
+    /// block the memory tier let go of before its write ended is served from here rather than
+    /// fetched again (on a loaded machine a full scan fetched a block twice that way). A leaf
+    /// lock, like `loading`.
+    writing: Arc<parking_lot::Mutex<std::collections::HashMap<(Arc<str>, u64), Bytes>>>,
     /// Blocks readers hold (see `hold`), served from here before either tier.
     holds: hold::Holds,
     /// Blocks the write queue turned away, written when the memory tier lets them go.
@@ -271,12 +274,22 @@ impl ChunkStore {
     }
 
     async fn read_disk(&self, key: &Arc<str>, block: u64, expected_len: u64) -> Option<Bytes> {
+        if let Some(b) = self.unwritten(key, block) {
+            return Some(b);
+        }
         let disk = self.disk.clone()?;
         let (k, pool) = ((key.clone(), block), self.pool.clone());
         tokio::task::spawn_blocking(move || disk.read(&k, expected_len, &pool))
             .await
             .ok()
             .flatten()
+    }
+
+    /// A block on its way to disk whose write has not ended: its bytes are still in hand.
+    fn unwritten(&self, key: &Arc<str>, block: u64) -> Option<Bytes> {
+        let k = (key.clone(), block);
+        let queued = self.writing.lock().get(&k).cloned();
+        queued.or_else(|| self.spill.writing(&k))
     }
 
     /// Queues a fetched block for the disk tier, unless too many writes are already waiting.
@@ -291,7 +304,7 @@ impl ChunkStore {
         }
         let (k, data, pending) = ((key.clone(), block), data.clone(), self.pending_writes.clone());
         let (writers, writing) = (self.disk_writers.clone(), self.writing.clone());
-        writing.lock().insert(k.clone());
+        writing.lock().insert(k.clone(), data.clone());
         tokio::spawn(async move {
             let queued = k.clone();
             // A busy disk (a burst of prefetched blocks, a loaded machine) makes a block wait for a
@@ -449,6 +462,9 @@ impl ChunkStore {
             crate::metrics::block(crate::metrics::BlockSource::Memory, b.len());
             return Some(b);
         }
+        if let Some(b) = self.unwritten(key, block) {
+            return (to as usize <= b.len() && from < to).then(|| b.slice(from as usize..to as usize));
+        }
         let disk = self.disk.clone()?;
         let k = (key.clone(), block);
         let got = tokio::task::spawn_blocking(move || disk.read_range(&k, expected_len, from, to))
@@ -462,7 +478,7 @@ impl ChunkStore {
     /// block only in memory is not: the write queue may have been full when it was fetched.)
     pub fn on_its_way_to_disk(&self, key: &Arc<str>, block: u64) -> bool {
         let k = (key.clone(), block);
-        self.writing.lock().contains(&k) || self.loading.lock().contains(&k)
+        self.writing.lock().contains_key(&k) || self.loading.lock().contains(&k)
     }
 
     /// Whether the block is being loaded by some caller of `get_or_fetch` right now, or is about
@@ -720,5 +736,28 @@ mod tests {
         assert_eq!(disk.read_range(&k, 4, 2, 5), None, "past the block's end");
         let b = s.get_or_fetch(&key, 0, 4, async { Err(gone()) }).await.unwrap();
         assert_eq!(&b[..], b"disk");
+    }
+
+    #[tokio::test]
+    async fn a_block_memory_let_go_of_before_its_disk_write_is_not_fetched_again() {
+        let dir = tempfile::tempdir().unwrap();
+        // Memory for one 4-byte block; every disk writer busy, so writes wait in the queue.
+        let s = ChunkStore::with_disk(4, dir.path(), 1 << 20).unwrap();
+        let busy = s
+            .disk_writers
+            .clone()
+            .acquire_many_owned(DISK_WRITERS as u32)
+            .await
+            .unwrap();
+        let key: Arc<str> = Arc::from("xet:0123456789abcdef0123");
+        s.get_or_fetch(&key, 0, 4, async { ready(b"zero") }).await.unwrap();
+        s.get_or_fetch(&key, 1, 4, async { ready(b"one!") }).await.unwrap();
+        s.mem.run_pending_tasks().await;
+        assert!(s.mem.get(&(key.clone(), 0)).await.is_none(), "memory let block 0 go");
+        assert!(s.on_its_way_to_disk(&key, 0));
+        let b = s.get_or_fetch(&key, 0, 4, async { Err(gone()) }).await.unwrap();
+        assert_eq!(&b[..], b"zero", "served from the queued write, not fetched");
+        assert_eq!(s.get_range(&key, 1, 4, 1, 3).await.as_deref(), Some(&b"ne"[..]));
+        drop(busy);
     }
 }

@@ -5,7 +5,7 @@
 //! let go, which waits for the write: the buffer is in hand then, and its room is freed once the
 //! write is done.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -20,6 +20,8 @@ pub(super) struct Spill {
     disk: OnceLock<DiskTier>,
     /// Blocks turned away by the write queue and still in memory. A leaf lock.
     unwritten: parking_lot::Mutex<HashSet<BlockKey>>,
+    /// Blocks being written after memory let them go, so a read meanwhile finds them. A leaf lock.
+    writing: parking_lot::Mutex<HashMap<BlockKey, Bytes>>,
 }
 
 impl Spill {
@@ -41,12 +43,19 @@ impl Spill {
             return;
         }
         let Some(disk) = self.disk.get().cloned() else { return };
-        let k = k.clone();
         tracing::trace!(
             block = k.1,
             "memory let go of a block the disk queue turned away; writing it now"
         );
-        let _ = tokio::task::spawn_blocking(move || disk.write(k, &data)).await;
+        self.writing.lock().insert(k.clone(), data.clone());
+        let key = k.clone();
+        let _ = tokio::task::spawn_blocking(move || disk.write(key, &data)).await;
+        self.writing.lock().remove(k);
+    }
+
+    /// The bytes of `k` if it is being written now.
+    pub(super) fn writing(&self, k: &BlockKey) -> Option<Bytes> {
+        self.writing.lock().get(k).cloned()
     }
 
     #[cfg(test)]
