@@ -383,7 +383,7 @@ fn process_rss() -> (u64, u64) {
 /// container's limit with it.
 pub fn default_limit() -> (u64, String) {
     match cgroup_memory_max() {
-        Some(max) => (
+        Some((max, _)) => (
             (max / 2).clamp(MIN_LIMIT, DEFAULT_LIMIT),
             format!("half the cgroup's memory.max of {} MiB", max >> 20),
         ),
@@ -399,10 +399,10 @@ pub fn limit_or_default(asked: Option<u64>, what: &str) -> (u64, String) {
     }
 }
 
-/// The lowest memory limit set on this process's cgroup or any of its ancestors: `memory.max`
-/// (cgroup v2), else `memory.limit_in_bytes` of the memory controller (v1, where "no limit" reads
-/// as a number near 2^63).
-fn cgroup_memory_max() -> Option<u64> {
+/// The lowest memory limit set on this process's cgroup or any of its ancestors, and the file
+/// that sets it: `memory.max` (cgroup v2), else `memory.limit_in_bytes` of the memory controller
+/// (v1, where "no limit" reads as a number near 2^63). `hubfs doctor` shows the file.
+pub fn cgroup_memory_max() -> Option<(u64, std::path::PathBuf)> {
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let root = std::path::Path::new("/sys/fs/cgroup");
     let v2 = own
@@ -410,23 +410,31 @@ fn cgroup_memory_max() -> Option<u64> {
         .find_map(|l| l.strip_prefix("0::"))
         .and_then(|rel| lowest_memory_max(root, rel.trim(), "memory.max"));
     v2.or_else(|| {
-        let rel = own
-            .lines()
-            .find_map(|l| l.split_once(":memory:").map(|(_, r)| r.trim().to_string()))?;
+        let rel = own.lines().find_map(|l| {
+            let (_, rest) = l.split_once(':')?;
+            let (controllers, path) = rest.split_once(':')?;
+            controllers
+                .split(',')
+                .any(|c| c == "memory")
+                .then(|| path.trim().to_string())
+        })?;
         lowest_memory_max(&root.join("memory"), &rel, "memory.limit_in_bytes")
     })
 }
 
-/// The lowest numeric `file` from `root/rel` up to `root` (`max`, or 2^60 and more, sets none).
-fn lowest_memory_max(root: &std::path::Path, rel: &str, file: &str) -> Option<u64> {
+/// The lowest numeric `file` from `root/rel` up to `root` (`max`, or 2^60 and more, sets none),
+/// and where.
+fn lowest_memory_max(root: &std::path::Path, rel: &str, file: &str) -> Option<(u64, std::path::PathBuf)> {
     let mut dir = root.join(rel.trim_start_matches('/'));
-    let mut lowest: Option<u64> = None;
+    let mut lowest: Option<(u64, std::path::PathBuf)> = None;
     loop {
-        if let Ok(v) = std::fs::read_to_string(dir.join(file))
+        let f = dir.join(file);
+        if let Ok(v) = std::fs::read_to_string(&f)
             && let Ok(n) = v.trim().parse::<u64>()
             && n < 1 << 60
+            && lowest.as_ref().is_none_or(|(l, _)| n < *l)
         {
-            lowest = Some(lowest.map_or(n, |l| l.min(n)));
+            lowest = Some((n, f));
         }
         if dir == root || !dir.pop() || !dir.starts_with(root) {
             return lowest;
@@ -474,20 +482,20 @@ mod tests {
         let leaf = root.path().join("kubepods/pod1/ctr");
         std::fs::create_dir_all(&leaf).unwrap();
         std::fs::write(leaf.join("memory.max"), "max\n").unwrap();
-        assert_eq!(lowest_memory_max(root.path(), "/kubepods/pod1/ctr", "memory.max"), None);
+        let lowest = |rel: &str, file: &str| lowest_memory_max(root.path(), rel, file).map(|l| l.0);
+        assert_eq!(lowest("/kubepods/pod1/ctr", "memory.max"), None);
         std::fs::write(root.path().join("kubepods/pod1/memory.max"), "1073741824\n").unwrap();
         std::fs::write(root.path().join("kubepods/memory.max"), "8589934592\n").unwrap();
+        assert_eq!(lowest("/kubepods/pod1/ctr", "memory.max"), Some(1 << 30));
         assert_eq!(
-            lowest_memory_max(root.path(), "/kubepods/pod1/ctr", "memory.max"),
-            Some(1 << 30)
+            lowest_memory_max(root.path(), "/kubepods/pod1/ctr", "memory.max").map(|l| l.1),
+            Some(root.path().join("kubepods/pod1/memory.max")),
+            "and where"
         );
-        assert_eq!(lowest_memory_max(root.path(), "/", "memory.max"), None);
+        assert_eq!(lowest("/", "memory.max"), None);
         // cgroup v1 says "no limit" with a number near 2^63.
         std::fs::write(leaf.join("memory.limit_in_bytes"), "9223372036854771712\n").unwrap();
-        assert_eq!(
-            lowest_memory_max(root.path(), "/kubepods/pod1/ctr", "memory.limit_in_bytes"),
-            None
-        );
+        assert_eq!(lowest("/kubepods/pod1/ctr", "memory.limit_in_bytes"), None);
     }
 
     fn budget(limit: u64) -> (MemoryBudget, Arc<Usage>) {

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 mod cache;
 mod commit;
 pub mod demo;
+mod doctor;
 pub mod local_hub;
 pub mod mount;
 mod serve;
@@ -83,6 +84,9 @@ pub enum Command {
     /// The caches: `hubfs cache shared URL` shows (and trims) the shared cache tier.
     #[command(subcommand)]
     Cache(cache::CacheCommand),
+    /// Check this machine, the Hub, the token and optionally a repo for what a mount needs: one line
+    /// per check (ok, warn, FAIL) with the fix for each that is not ok; exits non-zero on a FAIL.
+    Doctor(doctor::DoctorArgs),
     /// Start a local Hub with demo repos, mount demo/tiny-model under DIR and show around.
     Demo {
         /// Where to mount (created if missing).
@@ -116,6 +120,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         } => status::run(cache_dir.as_deref(), json, verbose),
         Command::Cache(cmd) => cache::run(cmd),
         Command::Demo { dir, exit } => demo::run(&dir, exit),
+        Command::Doctor(args) => doctor::run(args),
         Command::CsiNode(args) => crate::csi::run(args),
         Command::CsiServe => crate::csi::run_serve(),
     }
