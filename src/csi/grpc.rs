@@ -1,6 +1,6 @@
 //! gRPC over the plugin's unix socket, without generated code: each of the three CSI services is a
 //! small tower service that routes on the method path and hands the decoded message to the
-//! [`Plugin`](super::Plugin). A method not listed answers UNIMPLEMENTED, which is what the spec
+//! [`Plugin`]. A method not listed answers UNIMPLEMENTED, which is what the spec
 //! asks of a node-only plugin for every Controller call but `ControllerGetCapabilities`.
 
 use std::convert::Infallible;

@@ -13,6 +13,20 @@
 //! - [`fdpass`]: /dev/fuse, mount(2), binds and SCM_RIGHTS; [`server`]: the serving process.
 //!
 //! docs/KUBERNETES.md says how to deploy it and what was tested.
+//!
+//! [`authority`]: crate::csi::authority
+//! [`proto`]: crate::csi::proto
+//! [`grpc`]: crate::csi::grpc
+//! [`identity`]: crate::csi::identity
+//! [`node`]: crate::csi::node
+//! [`volume`]: crate::csi::volume
+//! [`hub`]: crate::csi::hub
+//! [`sources`]: crate::csi::sources
+//! [`state`]: crate::csi::state
+//! [`mountinfo`]: crate::csi::mountinfo
+//! [`metrics`]: crate::csi::metrics
+//! [`fdpass`]: crate::csi::fdpass
+//! [`server`]: crate::csi::server
 
 pub mod authority;
 pub mod fdpass;
@@ -50,7 +64,7 @@ pub struct CsiNodeArgs {
     /// Root of the sources' disk caches (default: STATE_DIR/cache).
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
-    /// Hub endpoint of volumes that name none (default: $HF_ENDPOINT, else https://huggingface.co).
+    /// Hub endpoint of volumes that name none (default: $HF_ENDPOINT, else <https://huggingface.co>).
     #[arg(long)]
     pub hub_endpoint: Option<String>,
     /// Serve Prometheus metrics, the plugin's and its source mounts', at http://HOST:PORT/metrics.

@@ -41,7 +41,7 @@ pub struct ServeConfig {
     /// The shared cache tier's URL; `None`: none.
     #[serde(default)]
     pub shared_cache: Option<String>,
-    /// The server's log: rotated at [`LOG_MAX`], one old file kept.
+    /// The server's log: rotated at `LOG_MAX`, one old file kept.
     pub log_file: PathBuf,
 }
 

@@ -110,7 +110,7 @@ impl HubClient {
     }
 
     /// `POST /api/buckets/{ns}/{name}/batch` (NDJSON, one line per operation), in requests of at
-    /// most [`BUCKET_BATCH_MAX`]. Every operation is idempotent (a path set to a content, a path
+    /// most `BUCKET_BATCH_MAX`. Every operation is idempotent (a path set to a content, a path
     /// removed), so a retried request cannot do harm. Operations the Hub refused come back in
     /// the outcome; a refused request is an error.
     pub async fn bucket_batch(&self, bucket: &RepoRef, ops: &[BucketOp]) -> Result<BucketBatchOutcome, HubClientError> {

@@ -96,7 +96,7 @@ struct RawCommitAnswer {
 }
 
 impl HubClient {
-    /// `POST /api/{kind}s/{repo}/preupload/{rev}`, in batches of [`PREUPLOAD_BATCH`].
+    /// `POST /api/{kind}s/{repo}/preupload/{rev}`, in batches of `PREUPLOAD_BATCH`.
     pub async fn preupload(
         &self,
         repo: &RepoRef,

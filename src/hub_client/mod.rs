@@ -17,6 +17,10 @@
 //!
 //! Revisions are percent-encoded as one path segment (`refs/pr/1` → `refs%2Fpr%2F1`), file paths
 //! keep `/` and escape everything else outside RFC 3986's unreserved set.
+//!
+//! [`windows`]: crate::hub_client::windows
+//! [`HubClientConfig::exchange_time_bound`]: crate::hub_client::HubClientConfig::exchange_time_bound
+//! [`HubClientError`]: crate::hub_client::HubClientError
 
 mod api;
 mod bucket;

@@ -17,7 +17,7 @@ use super::error::{HubError, HubResult};
 use super::model::RepoMeta;
 use super::names::{RepoId, RepoType};
 
-/// A token of the local Hub: `NAME:TOKEN:ROLE` (see [`TokenSpec::from_str`]).
+/// A token of the local Hub: `NAME:TOKEN:ROLE` (parsed by its `FromStr` impl).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenSpec {
     pub user: String,

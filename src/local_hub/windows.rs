@@ -306,7 +306,7 @@ pub struct RequestRateLimited {
 impl RequestRateLimited {
     /// The Hub's words: to a user "We had to rate limit you, you hit the quota of 1000 api requests
     /// per 5 minutes period. Upgrade to a PRO user or Team/Enterprise organization account
-    /// (https://hf.co/pricing) to get higher limits. See https://huggingface.co/docs/hub/rate-limits"
+    /// (`https://hf.co/pricing`) to get higher limits. See `https://huggingface.co/docs/hub/rate-limits`"
     /// (the upgrade advice is only known from free users' 429s, so paid tiers are spared it); to an
     /// anonymous caller the Hub's "We had to rate limit your IP (…)" message.
     pub fn message(&self) -> String {

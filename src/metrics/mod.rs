@@ -1,10 +1,10 @@
 //! Prometheus metrics of one hubfs process (a mount, an NFS server, a CSI server or the plugin).
 //!
-//! Every layer records into one process-wide set ([`get`]): counters and histograms are atomics,
+//! Every layer records into one process-wide set ([`get`](crate::metrics::get)): counters and histograms are atomics,
 //! cheap enough to update on every read whether or not anything scrapes them. Values that are a
 //! state rather than an event (cache sizes, files waiting to upload) are read at scrape time by the
-//! refreshers upper layers register ([`on_scrape`]), so no layer below keeps a copy in step.
-//! [`server`] serves the text format at `/metrics`. docs/METRICS.md lists every metric.
+//! refreshers upper layers register ([`on_scrape`](crate::metrics::on_scrape)), so no layer below keeps a copy in step.
+//! [`server`](crate::metrics::server) serves the text format at `/metrics`. docs/METRICS.md lists every metric.
 //!
 //! Labels are bounded: endpoint classes, status codes, tiers, operation names, and once per mount
 //! its repo, revision and mode. Never a path, a file name, a URL or a token.

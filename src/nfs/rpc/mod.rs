@@ -1,7 +1,7 @@
 //! hubfs's own ONC RPC front for NFSv3: record marking over TCP, the RPC header, and the NFS v3,
 //! MOUNT v3 and portmapper programs, all on one port, calling an nfsserve `NFSFileSystem` directly.
 //!
-//! It replaces `nfsserve::tcp` because of two costs measured there (docs/BENCHMARKS.md): nfsserve
+//! It replaces `nfsserve::tcp` because of two costs measured there (docs/BENCHMARKS.md's history in git): nfsserve
 //! 0.11 remembers every (xid, client) for 60 s and sweeps that whole map on every call under one
 //! mutex, so sustained small reads fall to a fifth of their first seconds; and it writes each
 //! reply's record mark and body in two writes, which let libnfs read half a reply at teardown.

@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""Charts of the bench scripts' results: one PNG per workload.
+
+    python ci/bench-charts.py LOGDIR OUTDIR
+
+LOGDIR holds what the bench scripts printed, one file per script named after its prefix, as
+ci/test.sh's `script_step` saves them: bench-parquet.log, bench-metadata.log, bench-publish.log,
+bench-listing.log, bench-shards-py.log, bench-mmap.log (and bench-download.log when there is one).
+The scripts print markdown table rows (`| ... |`) or `figure:` lines; this reads those and writes
+OUTDIR/<workload>.png, 800 x 450 pixels. A log or a row that is missing or unreadable skips that
+chart with a note on stdout; the script never fails a run (exit status 0, also without matplotlib).
+"""
+
+import os
+import re
+import statistics
+import sys
+
+W, H, DPI = 8, 4.5, 100  # 800 x 450 pixels
+WRITTEN = []
+HUBFS, PEER, STOCK, OTHER = "#2b6cb0", "#dd6b20", "#718096", "#38a169"
+
+
+def note(msg):
+    try:
+        print(f"bench-charts: {msg}", flush=True)
+    except OSError:  # stdout closed: the charts still get written
+        pass
+
+
+def read_log(logdir, prefix):
+    path = os.path.join(logdir, f"{prefix}.log")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read().splitlines()
+    except OSError:
+        note(f"{prefix}: no log at {path}, chart skipped")
+        return None
+
+
+def table_rows(lines, ncols):
+    """Data rows of the markdown tables in LINES with NCOLS cells (header and rule rows left out)."""
+    rows = []
+    for line in lines:
+        s = line.strip()
+        if not (s.startswith("|") and s.endswith("|")):
+            continue
+        cells = [c.strip() for c in s[1:-1].split("|")]
+        if len(cells) != ncols or set(cells[0]) <= set("-: "):
+            continue
+        rows.append(cells)
+    # the first row of each table is its header: keep rows whose numeric cells parse
+    return rows
+
+
+def num(s):
+    m = re.search(r"-?\d+(?:\.\d+)?", s.replace(",", ""))
+    return float(m.group()) if m else None
+
+
+def mean(xs):
+    return statistics.fmean(xs) if xs else None
+
+
+def figure(title):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(W, H), dpi=DPI)
+    ax.set_title(title, fontsize=11)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    return plt, fig, ax
+
+
+def save(plt, fig, outdir, name):
+    fig.tight_layout()
+    path = os.path.join(outdir, f"{name}.png")
+    fig.savefig(path, dpi=DPI, pil_kwargs={"optimize": True})
+    plt.close(fig)
+    WRITTEN.append(path)
+    note(f"wrote {path}")
+
+
+def grouped(ax, labels, series, fmt="{:.2g}"):
+    """Bars of several series per label; SERIES is [(name, colour, [value or None per label])]."""
+    n = len(series)
+    width = 0.8 / n
+    for i, (name, colour, values) in enumerate(series):
+        xs = [j + (i - (n - 1) / 2) * width for j in range(len(labels))]
+        vs = [v if v is not None else 0 for v in values]
+        bars = ax.bar(xs, vs, width, label=name, color=colour)
+        for b, v in zip(bars, values):
+            if v is not None:
+                ax.annotate(fmt.format(v), (b.get_x() + b.get_width() / 2, b.get_height()),
+                            ha="center", va="bottom", fontsize=7, xytext=(0, 1), textcoords="offset points")
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.legend(fontsize=8, frameon=False)
+
+
+# --- one function per workload: (log prefix, chart name, builder) -------------------------------------
+
+
+def parquet(lines, outdir):
+    # | profile | pass | build | seconds | needed MiB | Hub MiB | Hub / needed | requests | peak RSS MiB |
+    rows = [r for r in table_rows(lines, 9) if num(r[4]) is not None and num(r[5]) is not None]
+    if not rows:
+        return note("bench-parquet: no result rows, chart skipped")
+    profile, build = rows[0][0], rows[0][2]
+    rows = [r for r in rows if r[0] == profile and r[2] == build]
+    labels = [r[1].replace(":", "\n") + f"\n{num(r[6]):.2f}×" for r in rows]
+    plt, fig, ax = figure(f"Sparse parquet reads ({profile}): bytes from the Hub against bytes needed")
+    grouped(ax, labels, [("needed by the query", STOCK, [num(r[4]) for r in rows]),
+                         ("hubfs: fetched from the Hub", HUBFS, [num(r[5]) for r in rows])], fmt="{:.1f}")
+    ax.set_yscale("log")
+    ax.set_ylabel("MiB (log scale)")
+    save(plt, fig, outdir, "parquet")
+
+
+def metadata(lines, outdir):
+    # | walk | hubfs s | mount CPU s | api calls | peak RSS MiB | [hf-mount s | CPU s | api | RSS MiB | ratio |]
+    rows = [r for r in table_rows(lines, 10) if num(r[1]) is not None]
+    peer = bool(rows)
+    if not rows:
+        rows = [r for r in table_rows(lines, 5) if num(r[1]) is not None]
+    if not rows:
+        return note("bench-metadata: no result rows, chart skipped")
+    labels = [r[0] for r in rows]
+    series = [("hubfs", HUBFS, [num(r[1]) for r in rows])]
+    if peer:
+        series.append(("hf-mount", PEER, [num(r[5]) for r in rows]))
+    plt, fig, ax = figure("Tree walks over a fresh mount: wall time (lower is better)")
+    grouped(ax, labels, series, fmt="{:.2f}")
+    ax.set_ylabel("seconds")
+    save(plt, fig, outdir, "metadata")
+
+
+def publish(lines, outdir):
+    # | shape | way | seconds | MB/s | commits | api calls | mount peak RSS MiB | vs upload_folder |
+    rows = [r for r in table_rows(lines, 8) if num(r[2]) is not None]
+    if not rows:
+        return note("bench-publish: no result rows, chart skipped")
+    shapes = list(dict.fromkeys(r[0] for r in rows))
+    ways = list(dict.fromkeys(r[1] for r in rows))
+    colours = {"upload_folder": STOCK, "close=upload": HUBFS, "close=stage": OTHER}
+    series = []
+    for w in ways:
+        vals = [mean([num(r[2]) for r in rows if r[0] == s and r[1] == w]) for s in shapes]
+        name = "upload_folder (stock client)" if w == "upload_folder" else f"hubfs cp -r, {w}"
+        series.append((name, colours.get(w, PEER), vals))
+    plt, fig, ax = figure("Publishing a folder until the Hub has every file (lower is better)")
+    shape_names = {"mixed": "500 small files + 4 × 64 MiB", "small": "10,000 small files",
+                   "huge": "10 small files + 2 × 1 GiB"}
+    grouped(ax, [shape_names.get(s, s) for s in shapes], series, fmt="{:.1f}")
+    ax.set_ylabel("seconds")
+    save(plt, fig, outdir, "publish")
+
+
+LISTING = re.compile(r"figure: (\S+), (\w)/ \((\w+)\), (\d+) ms, prefetch (\d+): ([\d.]+) files/s")
+LISTING_PEER = re.compile(r"figure: hf-mount cp -r, d/ \(Xet\), 0 ms: ([\d.]+) files/s")
+
+
+def listing(lines, outdir):
+    runs, peer = {}, []
+    for line in lines:
+        m = LISTING.search(line)
+        if m and m.group(2) == "d" and m.group(5) != "0":
+            runs.setdefault((m.group(1), int(m.group(4))), []).append(float(m.group(6)))
+        m = LISTING_PEER.search(line)
+        if m:
+            peer.append(float(m.group(1)))
+    readers = [r for r in ("cp", "tar", "rsync", "py-shuf", "cat", "cat-shuf") if (r, 0) in runs or (r, 30) in runs]
+    if not readers:
+        return note("bench-listing: no `figure:` lines for the Xet folder, chart skipped")
+    names = {"cp": "cp -r", "tar": "tar | tar", "rsync": "rsync -a", "py-shuf": "Python\nshuffled",
+             "cat": "cat, listing\norder", "cat-shuf": "cat\nshuffled"}
+    series = [("hubfs, loopback", HUBFS, [mean(runs.get((r, 0), [])) for r in readers]),
+              ("hubfs, 30 ms per request", OTHER, [mean(runs.get((r, 30), [])) for r in readers])]
+    if peer:
+        series.append(("hf-mount, loopback", PEER, [mean(peer) if r == "cp" else None for r in readers]))
+    plt, fig, ax = figure("Small files (4 KiB, Xet) read through a fresh mount: files/s (higher is better)")
+    grouped(ax, [names[r] for r in readers], series, fmt="{:.0f}")
+    ax.set_ylabel("files/s")
+    save(plt, fig, outdir, "listing")
+
+
+SHARDS = re.compile(r"figure: (\S+), ([\w-]+) \(\d+ threads?, [^)]*\): ([\d.]+) MB/s, Hub bytes ([\d.]+) x")
+
+
+def shards(lines, outdir):
+    runs = {}
+    for line in lines:
+        m = SHARDS.search(line)
+        if m:
+            runs.setdefault((m.group(1), m.group(2)), []).append(float(m.group(3)))
+    if not runs:
+        return note("bench-shards-py: no `figure:` lines, chart skipped")
+    profiles = list(dict.fromkeys(p for p, _ in runs))
+    kinds = list(dict.fromkeys(k for _, k in runs))
+    names = {"serial": "one thread", "pool": "thread pool, one worker per shard",
+             "pool-budget": "thread pool, --memory-limit 128M"}
+    colours = [STOCK, HUBFS, OTHER, PEER]
+    series = [(names.get(k, k), colours[i % 4], [mean(runs.get((p, k), [])) for p in profiles])
+              for i, k in enumerate(kinds)]
+    plt, fig, ax = figure("Sharded safetensors loaded from Python through a mount: MB/s (higher is better)")
+    grouped(ax, ["30 ms per request, 200 Mbit/s" if p == "30ms" else p for p in profiles], series, fmt="{:.0f}")
+    ax.set_ylabel("MB/s")
+    save(plt, fig, outdir, "shards")
+
+
+MMAP = re.compile(r"figure: ([^,:]+), (dd|safetensors|shuffled): (\d+) MB/s")
+
+
+def mmap(lines, outdir):
+    runs = {}
+    for line in lines:
+        m = MMAP.search(line)
+        if m:
+            runs.setdefault((m.group(1), m.group(2)), []).append(float(m.group(3)))
+    if not runs:
+        return note("bench-mmap: no `figure:` lines, chart skipped")
+    profiles = list(dict.fromkeys(p for p, _ in runs))
+    series = [(name, colour, [mean(runs.get((p, k), [])) for p in profiles]) for k, name, colour in (
+        ("dd", "dd bs=1M", STOCK), ("safetensors", "safetensors, tensor order", HUBFS),
+        ("shuffled", "safetensors, shuffled", OTHER)) if any((p, k) in runs for p in profiles)]
+    plt, fig, ax = figure("safetensors loaded through mmap beside dd, cold: MB/s (higher is better)")
+    grouped(ax, profiles, series, fmt="{:.0f}")
+    ax.set_ylabel("MB/s")
+    save(plt, fig, outdir, "mmap")
+
+
+def download(lines, outdir):
+    # | profile | way | seconds | Hub MiB | peak RSS MiB |
+    rows = [r for r in table_rows(lines, 5) if num(r[2]) is not None]
+    if not rows:
+        return note("bench-download: no result rows, chart skipped")
+    profiles = list(dict.fromkeys(r[0] for r in rows))
+    ways = list(dict.fromkeys(r[1] for r in rows))
+    colours = [STOCK, HUBFS, OTHER, PEER]
+    series = [(w, colours[i % 4], [mean([num(r[2]) for r in rows if r[0] == p and r[1] == w]) for p in profiles])
+              for i, w in enumerate(ways)]
+    plt, fig, ax = figure("One file of a model repo, cold: seconds (lower is better)")
+    grouped(ax, ["30 ms per request, 200 Mbit/s" if p == "30ms" else p for p in profiles], series, fmt="{:.2f}")
+    ax.set_ylabel("seconds")
+    save(plt, fig, outdir, "download")
+
+
+CHARTS = [("bench-parquet", parquet), ("bench-metadata", metadata), ("bench-publish", publish),
+          ("bench-listing", listing), ("bench-shards-py", shards), ("bench-mmap", mmap),
+          ("bench-download", download)]
+
+
+def main(argv):
+    if len(argv) != 3:
+        print(__doc__.strip().splitlines()[2].strip())
+        return 0 if len(argv) == 1 else 2
+    logdir, outdir = argv[1], argv[2]
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        note("matplotlib is not installed (tests/conformance/requirements.txt pins it); no charts")
+        return 0
+    try:
+        os.makedirs(outdir, exist_ok=True)
+    except OSError as e:
+        note(f"cannot create {outdir}: {e}; no charts")
+        return 0
+    for prefix, build in CHARTS:
+        lines = read_log(logdir, prefix)
+        if lines is None:
+            continue
+        try:
+            build(lines, outdir)
+        except Exception as e:  # a chart that cannot be drawn is skipped, never the run
+            note(f"{prefix}: chart skipped ({type(e).__name__}: {e})")
+    note(f"{len(WRITTEN)} chart(s) in {outdir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
