@@ -13,6 +13,7 @@
 #      ci/csi-sanity.sh (kubernetes-csi's csi-sanity against `hubfs csi-node`)
 #      tests/conformance/run.sh (stock huggingface_hub against `hubfs local-hub`, xet and noxet modes)
 #      ci/write-smoke.sh (a writable mount driven by shell tools, checked with huggingface_hub; kill -9)
+#      ci/python.sh (the wheel built with maturin, installed alone in a fresh venv: quickstart, tests/python)
 #      ci/commit-plan.sh (copies and steady writers into writable mounts against the Hub's commit limit)
 #      tests/workflows/run.sh (`mount --daemon` from shells that exit, then Python loaders, datasets,
 #        pyarrow, sqlite, git, tar, unzip, libnfs on the mounts; `status`, `unmount`; checked on the Hub)
@@ -28,6 +29,7 @@
 #      ci/bench-metadata.sh (find, ls -lR, du, os.walk, os.scandir, stat over 10,000 files: one listing per folder)
 #      ci/bench-publish.sh (cp -r of 500 small + 4 x 64 MiB into a --write mount beside upload_folder)
 #      ci/bench-parquet.sh (DuckDB, pyarrow and random preads over parquet shards: Hub bytes against needed)
+#      ci/bench-charts.py (a PNG per workload from those benches' output, in CARGO_TARGET_DIR/bench-charts)
 #   6. final line `N passed, M failed` (cargo tests + the scripts' checks; a failed fmt/clippy/build step
 #      counts as one failure); exit status non-zero if any step failed.
 #
@@ -227,6 +229,9 @@ script_step "csi-sanity (hubfs csi-node)" csi-sanity 0 bash ci/csi-sanity.sh "$H
 script_step "conformance" conformance 1 env HUBFS_BIN="$HUBFS_BIN" bash tests/conformance/run.sh
 # needs the conformance venv, hence skipped by --quick too
 script_step "write smoke (shell tools + huggingface_hub)" write-smoke 1 bash ci/write-smoke.sh "$HUBFS_BIN" "$VENV_PY"
+# The Python package as users get it (about 2 minutes): the wheel (maturin, packing the debug build), a
+# fresh venv with only it and the test deps, README's quickstart and tests/python from that venv
+script_step "python wheel (maturin, fresh venv, tests/python, quickstart)" python 1 bash ci/python.sh "$ROOT" python3
 script_step "bucket smoke (mount --daemon, rsync -a, huggingface_hub buckets, kill -9)" bucket-smoke 1 bash ci/bucket-smoke.sh "$HUBFS_BIN" "$VENV_PY"
 # Commit planning against the local Hub's default commit limit (about 2 minutes; needs the venv's python)
 script_step "commit planning (budget, 429, close latency)" commit-plan 1 bash ci/commit-plan.sh "$HUBFS_BIN" "$VENV_PY"
@@ -264,6 +269,11 @@ script_step "bench: publishing a folder" bench-publish 1 bash ci/bench-publish.s
 # preads over 2 parquet shards of 47 MiB on a dataset mount, loopback only (about a minute): every answer
 # checked against the source, Hub bytes against what each query needs
 script_step "bench: sparse parquet reads" bench-parquet 1 env HUBFS_BENCH_PROFILES=loopback bash ci/bench-parquet.sh "$HUBFS_BIN" "$VENV_PY"
+# Charts of this run's bench figures (PNG, one per workload; a missing log skips its chart)
+if [ "$QUICK" != 1 ] && [ -x "$VENV_PY" ]; then
+  CHARTS="${HUBFS_BENCH_CHARTS:-$CARGO_TARGET_DIR/bench-charts}"
+  "$VENV_PY" ci/bench-charts.py "$LOGDIR" "$CHARTS" && echo "bench charts: $CHARTS"
+fi
 
 # ---------------------------------------------------------------------------------------------------------
 # 6. summary
