@@ -97,24 +97,34 @@ pub struct PartialBlocks {
     pending: Pending,
 }
 
-/// Per block: how many sparse fetches are in flight, and what wakes a load waiting for them.
-type Pending = Arc<Mutex<HashMap<(Arc<str>, u64), (usize, Arc<tokio::sync::Notify>)>>>;
+/// Per block: the sparse fetches in flight (their ranges), and what wakes those waiting for one
+/// of them to end.
+type Pending = Arc<Mutex<HashMap<(Arc<str>, u64), InFlight>>>;
+
+#[derive(Default)]
+struct InFlight {
+    /// Each fetch's id and the range of the block it fetches.
+    ranges: Vec<(u64, std::ops::Range<u64>)>,
+    /// Woken whenever one of them ends.
+    done: Arc<tokio::sync::Notify>,
+    next_id: u64,
+}
 
 /// A sparse fetch of a block in flight, for as long as it lives.
 pub struct Fetching {
     pending: Pending,
     key: (Arc<str>, u64),
+    id: u64,
 }
 
 impl Drop for Fetching {
     fn drop(&mut self) {
         let mut pending = self.pending.lock();
         if let Some(e) = pending.get_mut(&self.key) {
-            e.0 -= 1;
-            if e.0 == 0
-                && let Some((_, done)) = pending.remove(&self.key)
-            {
-                done.notify_waiters();
+            e.ranges.retain(|(id, _)| *id != self.id);
+            e.done.notify_waiters();
+            if e.ranges.is_empty() {
+                pending.remove(&self.key);
             }
         }
     }
@@ -150,17 +160,68 @@ impl PartialBlocks {
         }
     }
 
-    /// Marks a sparse fetch of block `idx` in flight until the guard is dropped.
+    /// Marks a sparse fetch of all of block `idx` in flight until the guard is dropped.
     pub fn fetching(&self, key: &Arc<str>, idx: u64) -> Fetching {
-        let k = (key.clone(), idx);
-        self.pending
-            .lock()
-            .entry(k.clone())
-            .or_insert_with(|| (0, Arc::default()))
-            .0 += 1;
+        self.register(&(key.clone(), idx), 0..u64::MAX)
+    }
+
+    fn register(&self, k: &(Arc<str>, u64), range: std::ops::Range<u64>) -> Fetching {
+        let mut pending = self.pending.lock();
+        let e = pending.entry(k.clone()).or_default();
+        e.next_id += 1;
+        e.ranges.push((e.next_id, range));
         Fetching {
             pending: self.pending.clone(),
-            key: k,
+            key: k.clone(),
+            id: e.next_id,
+        }
+    }
+
+    /// For a sparse read of `[from, to)` of block `idx`: the kept parts that overlap it, the
+    /// ranges none covers, and, if there are some, the mark of their fetch. A read of bytes
+    /// another read is fetching now waits for that fetch and takes its bytes: pyarrow's threads
+    /// read one column chunk through two descriptors at once, and each fetched it.
+    pub async fn claim(
+        &self,
+        key: &Arc<str>,
+        idx: u64,
+        from: u64,
+        to: u64,
+    ) -> (Vec<(u64, Bytes)>, Vec<std::ops::Range<u64>>, Option<Fetching>) {
+        let k = (key.clone(), idx);
+        loop {
+            let (parts, gaps) = self.covering(key, idx, from, to);
+            if gaps.is_empty() {
+                return (parts, gaps, None);
+            }
+            let wait = {
+                let pending = self.pending.lock();
+                let busy = pending.get(&k).filter(|e| {
+                    e.ranges
+                        .iter()
+                        .any(|(_, r)| gaps.iter().any(|g| g.start < r.end && r.start < g.end))
+                });
+                match busy {
+                    Some(e) => e.done.clone(),
+                    None => {
+                        drop(pending);
+                        let (lo, hi) = (gaps[0].start, gaps[gaps.len() - 1].end);
+                        return (parts, gaps, Some(self.register(&k, lo..hi)));
+                    }
+                }
+            };
+            let woken = wait.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            // Ended between the look and the wait: look again at once.
+            let still = self.pending.lock().get(&k).is_some_and(|e| {
+                e.ranges
+                    .iter()
+                    .any(|(_, r)| gaps.iter().any(|g| g.start < r.end && r.start < g.end))
+            });
+            if still {
+                woken.await;
+            }
         }
     }
 
@@ -168,13 +229,16 @@ impl PartialBlocks {
     /// deadline).
     pub async fn settled(&self, key: &Arc<str>, idx: u64) {
         let k = (key.clone(), idx);
-        let Some(done) = self.pending.lock().get(&k).map(|(_, n)| n.clone()) else {
-            return;
-        };
-        let wait = done.notified();
-        tokio::pin!(wait);
-        wait.as_mut().enable();
-        if self.pending.lock().contains_key(&k) {
+        loop {
+            let Some(done) = self.pending.lock().get(&k).map(|e| e.done.clone()) else {
+                return;
+            };
+            let wait = done.notified();
+            tokio::pin!(wait);
+            wait.as_mut().enable();
+            if !self.pending.lock().contains_key(&k) {
+                return;
+            }
             wait.await;
         }
     }
@@ -314,6 +378,43 @@ mod tests {
             .await
             .expect("woken when the fetch ends")
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_read_of_bytes_being_fetched_waits_for_them_and_fetches_only_the_rest() {
+        let p = PartialBlocks::new(1 << 20);
+        let k: Arc<str> = Arc::from("k");
+        let (_, gaps, first) = p.claim(&k, 0, 0, 100).await;
+        assert_eq!(gaps, std::iter::once(0..100).collect::<Vec<_>>());
+        let (_, gaps, other) = p.claim(&k, 0, 200, 300).await;
+        assert_eq!(
+            gaps,
+            std::iter::once(200..300).collect::<Vec<_>>(),
+            "apart from the first: not held up"
+        );
+        drop(other);
+        let second = tokio::spawn({
+            let (p, k) = (p.clone(), k.clone());
+            async move {
+                let (parts, gaps, f) = p.claim(&k, 0, 50, 150).await;
+                drop(f);
+                (parts.len(), gaps)
+            }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!second.is_finished(), "waits for the fetch of its first half");
+        p.insert(&k, 0, 0, &b(1, 100));
+        drop(first);
+        let (parts, gaps) = tokio::time::timeout(std::time::Duration::from_secs(5), second)
+            .await
+            .expect("woken when the fetch ends")
+            .unwrap();
+        assert_eq!(parts, 1);
+        assert_eq!(
+            gaps,
+            std::iter::once(100..150).collect::<Vec<_>>(),
+            "only what the first did not fetch"
+        );
     }
 
     #[test]

@@ -94,11 +94,10 @@ impl Reader {
             if base + to >= file.size {
                 rf = rf.min(len.saturating_sub(TAIL) / unit * unit);
             }
-            let (mut pieces, gaps) = self.store.partial().covering(key, idx, rf, rt);
-            let fetching = (!gaps.is_empty()).then(|| {
+            let (mut pieces, gaps, fetching) = self.store.partial().claim(key, idx, rf, rt).await;
+            if !gaps.is_empty() {
                 tracing::trace!(key = %key, block = idx, ?gaps, "sparse read: exact ranges from the Hub");
-                self.store.partial().fetching(key, idx)
-            });
+            }
             // A load of the block that began since `join` was asked: it waits for fetches marked
             // before it began, and this one was not, so it would fetch these bytes as well.
             if !gaps.is_empty() && self.store.is_loading(key, idx) {
