@@ -14,14 +14,15 @@
 #   duckdb full      every column
 #   pyarrow narrow / filtered / full   pyarrow.parquet.read_table with the same columns and filter
 #   pread 4k / 64k   200 random preads of that size spread over the shards
+#   PASS@direct      the same through a mount with --direct-io '*.parquet' (no kernel readahead)
 # On loopback and on the 30 ms profile (every request delayed 30 ms, 200 Mbit/s per connection), or the
 # profiles in HUBFS_BENCH_PROFILES. Prints, per pass: seconds, the bytes it needs (from the parquet
 # metadata: every footer and the column chunks of the row groups read; for preads, the bytes read),
 # Hub bytes (the local Hub's /admin/stats: /resolve/ and CAS bodies) and their ratio, the Hub's
 # requests per bucket (api, resolve, CAS) and the mount's peak RSS.
 # Checks: every answer equals the one computed from the source files; Hub bytes <= 4 x needed for the
-# narrow and two-column queries (<= 16 x for DuckDB's, whose small column chunks the kernel reads ahead
-# of, see below), <= 6 x for the filtered ones (a 2 MiB column chunk costs its 8 MiB block); <= 1.05 x
+# narrow and two-column queries (<= 16 x for DuckDB's without --direct-io, whose small column chunks the
+# kernel reads ahead of, see below), <= 6 x for the filtered ones (a 2 MiB column chunk costs its 8 MiB block); <= 1.05 x
 # the dataset for a full scan (no byte twice); random 4 KiB preads <= 128 KiB of Hub bytes per read (two Xet chunks of 64 KiB). Speed
 # is printed, not checked. HUBFS_BENCH_MOUNT_ARGS adds mount options (`--readahead-kib 128`),
 # HUBFS_BENCH_PASSES picks passes, and HUBFS_BENCH_BINS="A B" runs every pass with each of several
@@ -34,7 +35,7 @@ SHARDS=2
 ROWS=40000
 if [ "${3:-}" = "--full" ]; then SHARDS=8; fi
 PROFILES="${HUBFS_BENCH_PROFILES:-loopback 30ms}"
-PASSES="${HUBFS_BENCH_PASSES:-duckdb:narrow duckdb:two duckdb:filtered duckdb:full pyarrow:narrow pyarrow:filtered pyarrow:full pread:4k pread:64k}"
+PASSES="${HUBFS_BENCH_PASSES:-duckdb:narrow duckdb:two duckdb:filtered duckdb:full pyarrow:narrow pyarrow:filtered pyarrow:full pread:4k pread:64k duckdb:narrow@direct duckdb:two@direct duckdb:full@direct pyarrow:full@direct}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=ci/lib.sh
 . "$ROOT/ci/lib.sh"
@@ -170,9 +171,10 @@ stats() { # the Hub's bytes and requests since the last reset: "bytes api resolv
 # pass KIND MOUNT_BIN: a fresh mount, one READER:QUERY pass; prints its figures and checks its answer and
 # bytes.
 pass() {
-  local kind="$1" mbin="$2" mp rc same secs need bytes api res cas ratio rss
-  # shellcheck disable=SC2086
-  "$mbin" mount datasets/local/tables "$MNT" --cache-dir "$WORK/cache-$RANDOM$RANDOM" ${HUBFS_BENCH_MOUNT_ARGS:-} >"$WORK/mount.out" 2>&1 &
+  local label="$1" kind="${1%@direct}" mbin="$2" mp rc same secs need bytes api res cas ratio rss margs
+  read -ra margs <<<"${HUBFS_BENCH_MOUNT_ARGS:-}"
+  [ "$label" = "$kind" ] || margs+=(--direct-io '*.parquet')
+  "$mbin" mount datasets/local/tables "$MNT" --cache-dir "$WORK/cache-$RANDOM$RANDOM" "${margs[@]}" >"$WORK/mount.out" 2>&1 &
   mp=$!
   PIDS+=("$mp")
   wait_line "$WORK/mount.out" "mounted " >/dev/null || { cat "$WORK/mount.out"; return 1; }
@@ -190,12 +192,18 @@ pass() {
   # "same secs needed": whether the answer is the source's, the pass's seconds, the bytes it needs
   read -r same secs need <<<"$("$PY" "$WORK/compare.py" "$WORK/got.json" "$WORK/want-$kind.json")"
   [ "$same" = 1 ]
-  check "$PROFILE, $kind: the answer equals the source's" $?
+  check "$PROFILE, $label: the answer equals the source's" $?
   ratio=$(awk -v b="$bytes" -v n="$need" 'BEGIN { printf "%.2f", b / n }')
-  printf '| %s | %s | %s | %s | %.1f | %.1f | %s | %s / %s / %s | %s |\n' "$PROFILE" "$kind" "$(basename "$mbin")" "$secs" \
+  printf '| %s | %s | %s | %s | %.1f | %.1f | %s | %s / %s / %s | %s |\n' "$PROFILE" "$label" "$(basename "$mbin")" "$secs" \
     "$(awk -v n="$need" 'BEGIN { print n / 1048576 }')" "$(awk -v b="$bytes" 'BEGIN { print b / 1048576 }')" \
     "$ratio" "$api" "$res" "$cas" "$rss"
-  case "$kind" in
+  case "$label" in
+    *:narrow@direct | *:two@direct)
+      awk -v r="$ratio" 'BEGIN { exit !(r <= 4) }'
+      check "$PROFILE, $label: Hub bytes <= 4 x needed ($ratio)" $? ;;
+    *:full@direct)
+      awk -v b="$bytes" -v t="$TOTAL" 'BEGIN { exit !(b <= 1.05 * t) }'
+      check "$PROFILE, $label: Hub bytes <= 1.05 x the dataset" $? ;;
     duckdb:narrow | duckdb:two)
       # DuckDB reads a column chunk's header, then its body: the kernel takes that for a sequential
       # reader and reads 128 KiB, then 256 KiB ahead (the mount's 1 MiB readahead), about 0.4 MiB for
@@ -220,6 +228,7 @@ pass() {
 }
 
 for kind in $PASSES; do
+  kind="${kind%@direct}"
   "$PY" "$WORK/pass.py" "$kind" "$WORK/src" "$WORK/src" >"$WORK/want-$kind.json"
 done
 echo "dataset: $SHARDS shards, $((TOTAL >> 20)) MiB"

@@ -91,3 +91,94 @@ fn strided_reads_fetch_their_bytes_and_a_later_cat_only_the_rest() {
          bytes those reads fetched were fetched again"
     );
 }
+
+/// A parquet reader's column chunks, 1.5 MiB apart, each read as a page header, then its body in
+/// two reads. Through the page cache the kernel reads ahead of each (its readahead
+/// takes the two reads for a stream); with `--direct-io` the Hub serves about what was read.
+#[test]
+fn direct_io_reads_cost_what_the_program_reads_and_the_file_still_maps() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: FUSE mounts need root here");
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let hub = rt.block_on(LocalHub::start_temp(false)).unwrap();
+    let ep = hub.endpoint().to_string();
+    let data = common::bytes(SIZE, 45);
+    let repo = common::Repo::dataset("local/direct");
+    rt.block_on(common::upload_xet_files(
+        &ep,
+        &repo,
+        &[
+            ("table.parquet".to_string(), data.clone()),
+            ("table.bin".to_string(), data.clone()),
+        ],
+    ));
+    let cli = common::isolated::Isolated::new(&ep);
+    let dir = cli.path("mnt");
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = cli
+        .command(Some(DEFAULT_WRITE_TOKEN))
+        .args(["mount", "datasets/local/direct", dir.to_str().unwrap(), "--daemon"])
+        .args(["--direct-io", "*.parquet"])
+        .output()
+        .unwrap();
+    let (pid, _log) = common::isolated::daemon_started(&o);
+    let _mounted = Mounted(dir.clone(), pid);
+    let served = || -> u64 { RouteClass::ALL.iter().map(|c| hub.stats(*c).bytes_out).sum() };
+    // DuckDB's reads of one column chunk (from the bench's trace): 4 KiB, then 16 KiB, then 8 KiB.
+    let pieces = [(0usize, 4usize << 10), (4 << 10, 16 << 10), (20 << 10, 8 << 10)];
+    let chunks = |name: &str| -> (u64, u64) {
+        let _ = std::fs::metadata(dir.join(name)).unwrap();
+        hub.reset_stats();
+        let f = std::fs::File::open(dir.join(name)).unwrap();
+        let (mut read, mut at) = (0u64, 4usize);
+        while at + (28 << 10) < SIZE - (2 << 20) {
+            for (off, len) in pieces {
+                let mut b = vec![0u8; len];
+                f.read_exact_at(&mut b, (at + off) as u64).unwrap();
+                assert!(b == data[at + off..at + off + len], "bytes at {}", at + off);
+                read += len as u64;
+            }
+            at += 1536 << 10;
+        }
+        (read, served())
+    };
+    let (read, direct) = chunks("table.parquet");
+    let (_, cached) = chunks("table.bin");
+    // Pages around each read, and what a continued read fetches ahead (as much as it has read).
+    assert!(
+        direct <= 2 * read,
+        "direct I/O: {read} bytes read cost the Hub {direct} bytes"
+    );
+    assert!(
+        cached > 2 * direct,
+        "the page cache's readahead costs more ({cached} bytes) than direct I/O ({direct}): the \
+         test no longer shows what --direct-io is for"
+    );
+
+    // mmap of a direct I/O file works (Polars and pyarrow's memory_map read parquet that way).
+    let f = std::fs::File::open(dir.join("table.parquet")).unwrap();
+    // SAFETY: a private read-only mapping of a file this test opened, read and unmapped below
+    // while the file stays open; nothing else maps or resizes it.
+    let mapped = unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            SIZE,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            0,
+        );
+        assert_ne!(
+            p,
+            libc::MAP_FAILED,
+            "mmap of a direct I/O file: {}",
+            std::io::Error::last_os_error()
+        );
+        let bytes = std::slice::from_raw_parts(p as *const u8, SIZE).to_vec();
+        libc::munmap(p, SIZE);
+        bytes
+    };
+    assert!(mapped == data, "a mapping of a direct I/O file reads the Hub's bytes");
+}

@@ -73,7 +73,7 @@ pub struct ChunkStore {
     /// block the memory tier let go of before its write ended is served from here rather than
     /// fetched again (on a loaded machine a full scan fetched a block twice that way). A leaf
     /// lock, like `loading`.
-    writing: Arc<parking_lot::Mutex<std::collections::HashMap<(Arc<str>, u64), Bytes>>>,
+    writing: Arc<parking_lot::Mutex<BlockBytes>>,
     /// Blocks readers hold (see `hold`), served from here before either tier.
     holds: hold::Holds,
     /// Blocks the write queue turned away, written when the memory tier lets them go.
@@ -109,6 +109,9 @@ fn left_memory(holds: &hold::Holds, k: &(Arc<str>, u64)) {
 
 /// A set of (content key, block index).
 type BlockSet = std::collections::HashSet<(Arc<str>, u64)>;
+
+/// Blocks by (content key, block index), with their bytes.
+type BlockBytes = std::collections::HashMap<(Arc<str>, u64), Bytes>;
 
 /// Marks a block as loading for as long as it lives.
 struct Loading<'a> {

@@ -20,7 +20,7 @@ pub struct SourceArgs {
     /// Branch, tag, full commit id or refs/pr/N (default: main, or the @REVISION of REPO).
     #[arg(long)]
     pub revision: Option<String>,
-    /// Hub endpoint (default: $HF_ENDPOINT, else https://huggingface.co).
+    /// Hub endpoint (default: $HF_ENDPOINT, else <https://huggingface.co>).
     #[arg(long)]
     pub endpoint: Option<String>,
     /// Hub token (default: $HF_TOKEN, else the token file under $HF_HOME).
@@ -98,6 +98,14 @@ pub struct SourceArgs {
     /// through hubfs as before). `off`: every read goes through hubfs.
     #[arg(long, default_value = "auto", value_parser = ["auto", "off"])]
     pub passthrough: String,
+    /// Files of read-only FUSE mounts read without the kernel's readahead (direct I/O), e.g.
+    /// '*.parquet': what a program reads is about what is fetched. For column queries (DuckDB,
+    /// Polars, pyarrow reading a few columns), whose scattered reads the kernel's readahead turns
+    /// into up to ten times the bytes. Full scans of such files are slower with it over a slow
+    /// link (docs/CONFIGURATION.md). Comma-separated globs on the path in the repo; default none.
+    /// A file the disk cache holds whole still passes through, and mmap keeps working.
+    #[arg(long, value_name = "GLOBS", default_value = "none", value_parser = parse_globs)]
+    pub direct_io: GlobsArg,
     /// Kernel readahead of the mount in KiB (a page fault in an mmap'd file reads around it by as
     /// much). Default: 8192 for model repos (safetensors loads), 1024 for datasets, spaces and
     /// buckets (random reads of a mapping pay it per fault).
@@ -130,6 +138,21 @@ pub fn parse_memory_limit(s: &str) -> Result<u64, String> {
         return Err(format!("{s} is too small: a mount needs at least {}M", min >> 20));
     }
     Ok(v)
+}
+
+/// `--direct-io`: globs, or none.
+#[derive(Debug, Clone)]
+pub struct GlobsArg(pub Option<globset::GlobSet>);
+
+fn parse_globs(s: &str) -> Result<GlobsArg, String> {
+    if s.trim().is_empty() || s.trim() == "none" {
+        return Ok(GlobsArg(None));
+    }
+    let mut set = globset::GlobSetBuilder::new();
+    for g in s.split(',').map(str::trim).filter(|g| !g.is_empty()) {
+        set.add(globset::Glob::new(g).map_err(|e| format!("{g}: {e}"))?);
+    }
+    set.build().map(|g| GlobsArg(Some(g))).map_err(|e| e.to_string())
 }
 
 /// `--commit-budget`: a budget, or none (`0`).
@@ -166,6 +189,7 @@ impl SourceArgs {
             disk_cache_bytes: self.cache_size,
             prefetch_files: self.prefetch_files,
             passthrough: self.passthrough == "auto",
+            direct_io: self.direct_io.0.clone(),
             readahead: self.readahead_kib.map(|k| k << 10),
             shared_cache: self.shared_cache.clone(),
             ..VfsOptions::default()
@@ -200,7 +224,7 @@ pub struct DaemonArgs {
     /// own: detached from this terminal, logging to a file (see --log-file).
     #[arg(long)]
     pub daemon: bool,
-    /// The log file (with --daemon by default CACHE_DIR/logs/<mountpoint>.log, printed by `mount`
+    /// The log file (with --daemon by default CACHE_DIR/logs/MOUNTPOINT.log, printed by `mount`
     /// and shown by `hubfs status`; without --daemon, stderr unless this is given).
     #[arg(long)]
     pub log_file: Option<PathBuf>,

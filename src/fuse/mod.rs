@@ -28,6 +28,7 @@ const _: () = assert!(MAX_READ as u64 == crate::vfs::READAHEAD_OTHER);
 
 pub mod ceiling;
 mod convert;
+mod direct;
 mod passthrough;
 mod plus;
 pub mod readahead;
@@ -36,6 +37,7 @@ mod warm;
 
 pub use warm::page_cache_bytes;
 
+use direct::DirectReads;
 use passthrough::Passthrough;
 use plus::PlusPolicy;
 
@@ -44,6 +46,8 @@ pub struct FuseAdapter {
     rt: tokio::runtime::Handle,
     ttl: Duration,
     passthrough: Arc<Passthrough>,
+    /// Opens answered with direct I/O (`--direct-io`).
+    direct: Arc<DirectReads>,
     /// How many entries READDIRPLUS first pages carry (`plus`).
     plus: Arc<PlusPolicy>,
 }
@@ -56,6 +60,7 @@ impl FuseAdapter {
             rt,
             ttl,
             passthrough: Arc::new(Passthrough::default()),
+            direct: Arc::default(),
             plus: Arc::new(PlusPolicy::default()),
         }
     }
@@ -127,6 +132,9 @@ impl Filesystem for FuseAdapter {
         // (seen in the stress test). There, `ls -l` costs one LOOKUP per entry instead.
         if !self.vfs.is_writable() {
             let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+        }
+        if self.vfs.options().direct_io.is_some() && !self.vfs.is_writable() {
+            self.direct.negotiate(config);
         }
         // Passthrough for fully cached files of read-only mounts (kernel 6.9+). Depth 1: the
         // backing files sit on an ordinary filesystem.
@@ -373,12 +381,12 @@ impl Filesystem for FuseAdapter {
             write: flags.acc_mode() != OpenAccMode::O_RDONLY,
             truncate: flags.0 & libc::O_TRUNC != 0,
         };
-        let (vfs, passthrough) = (self.vfs.clone(), self.passthrough.clone());
+        let (vfs, passthrough, direct) = (self.vfs.clone(), self.passthrough.clone(), self.direct.clone());
         self.rt.spawn(async move {
             let _t = crate::metrics::timer("fuse", "open");
             match vfs.open_with(ino.0, mode).await {
                 Ok((fh, keep)) => {
-                    let f = if keep {
+                    let mut f = if keep {
                         FopenFlags::FOPEN_KEEP_CACHE
                     } else {
                         FopenFlags::empty()
@@ -386,6 +394,11 @@ impl Filesystem for FuseAdapter {
                     if mode.write || mode.truncate {
                         reply.opened(FileHandle(fh), f)
                     } else {
+                        // A whole cached file still passes through: `reply` prefers it.
+                        if direct.granted() && vfs.direct_io(fh) {
+                            direct.opened(fh);
+                            f |= FopenFlags::FOPEN_DIRECT_IO;
+                        }
                         passthrough.reply(&vfs, ino.0, fh, f, reply)
                     }
                 }
@@ -405,7 +418,9 @@ impl Filesystem for FuseAdapter {
         _lock: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.passthrough.count_read(ino.0, offset, size, flags.0);
+        // Direct reads neither fill the page cache nor show what it holds.
+        let direct = if self.direct.is_direct(fh.0) { libc::O_DIRECT } else { 0 };
+        self.passthrough.count_read(ino.0, offset, size, flags.0 | direct);
         let vfs = self.vfs.clone();
         self.rt.spawn(async move {
             let _t = crate::metrics::timer("fuse", "read");
@@ -456,6 +471,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         self.passthrough.released(fh.0);
+        self.direct.released(fh.0);
         self.vfs.release(fh.0);
         reply.ok();
     }

@@ -71,6 +71,9 @@ pub struct VfsOptions {
     /// FUSE passthrough for fully cached files on read-only mounts, where the kernel allows it
     /// (`passthrough`).
     pub passthrough: bool,
+    /// Files whose read-only opens skip the kernel's readahead (FUSE direct I/O), by path in the
+    /// repo (`VirtualFs::direct_io`); `None`: none.
+    pub direct_io: Option<globset::GlobSet>,
     /// Kernel readahead of the mount in bytes, which the read path's sequential detection follows;
     /// `None`: by repo kind (`mount::default_readahead`).
     pub readahead: Option<u64>,
@@ -92,6 +95,7 @@ impl Default for VfsOptions {
             write: None,
             prefetch_files: 16,
             passthrough: false,
+            direct_io: None,
             readahead: None,
             shared_cache: None,
         }

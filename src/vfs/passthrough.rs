@@ -61,6 +61,28 @@ impl VirtualFs {
         Some((path, meta.size))
     }
 
+    /// Whether the kernel should read behind read handle `fh` without its readahead (FUSE direct
+    /// I/O): a file of a read-only mount that `--direct-io` names. Readahead of a file read in
+    /// scattered pieces fetched up to eleven times the bytes a parquet query read (a column
+    /// chunk's header and body read one after the other look sequential to the kernel).
+    /// When it should, the handle's reads are classified as a program's own (`reads_direct`).
+    pub fn direct_io(&self, fh: u64) -> bool {
+        let Some(globs) = self.opts.direct_io.as_ref() else {
+            return false;
+        };
+        if self.is_writable() {
+            return false;
+        }
+        let h = self.handles.lock().get(&fh).cloned();
+        match h.as_deref() {
+            Some(Handle::File { meta, state, .. }) if globs.is_match(meta.remote_path.as_str()) => {
+                state.lock().reads_direct();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Joins `meta`'s blocks into a whole file in the background if they are all on disk. With
     /// `closing` (a read handle released), also when the last few are still being written and
     /// the others are there: the reader has just read them.

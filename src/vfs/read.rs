@@ -38,6 +38,9 @@ const SPARSE_RUN: u64 = 1 << 20;
 /// a stream (a row group read by a DuckDB thread, cat, dd) gets its window after its first 4 MiB.
 const WINDOW_RUN: u64 = 4 << 20;
 
+/// The most a direct handle's sparse read fetches past its end (see `Reader::read`).
+const SPARSE_AHEAD: u64 = 256 << 10;
+
 /// What a read is to the reader's state (see `classify`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
@@ -65,6 +68,9 @@ pub struct ReadState {
     /// Set before `classify` when the file is being scanned (see `sparse::Scans`): runs are
     /// sequential from their first read, as on a model mount.
     pub scanned: bool,
+    /// The kernel sends this handle's reads as the program made them (FUSE direct I/O): a read
+    /// of `SPARSE_RUN` or more is a program reading that much, a stream's read, not readahead.
+    direct: bool,
     /// Prefetch window in blocks; doubles on sequential reads past the readahead, resets on a
     /// seek.
     window: u64,
@@ -102,6 +108,7 @@ impl Default for ReadState {
             run_bytes: 0,
             proven: false,
             scanned: false,
+            direct: false,
             window: 1,
             held: Box::new(Held {
                 out_of_order: true,
@@ -115,6 +122,11 @@ impl ReadState {
     /// The reader is expected to read in order until a read behind its front shows otherwise.
     pub fn expect_in_order(&mut self) {
         self.held.out_of_order = false;
+    }
+
+    /// The handle's reads come without the kernel's readahead (see `direct`).
+    pub fn reads_direct(&mut self) {
+        self.direct = true;
     }
 
     /// Holds `key`'s blocks `blocks` (those not held yet) and returns the ones newly held.
@@ -243,8 +255,11 @@ impl Reader {
         }
         let key = file.id.key();
         let (first, last) = (offset / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
-        let (class, prefetch, released, front) = {
+        let (class, prefetch, released, front, ahead) = {
             let mut st = state.lock();
+            // Overlapping the last read's end: a reader's buffered reads restart inside the bytes
+            // it has (a page header, then the body from where the header ended).
+            let continues = st.direct && offset <= st.next && end > st.next && offset + SPARSE_AHEAD >= st.next;
             // The block the run had reached: a read behind it is a late one (the kernel's reads
             // arrive out of order), and must not load again a block the reader has read.
             let front = st.next / BLOCK_SIZE;
@@ -258,8 +273,15 @@ impl Reader {
                 Access::Sequential(window) => Some(window),
                 Access::Seek | Access::Sparse => None,
             };
+            // A direct handle's sparse read that continues the last one fetches ahead as much as
+            // its run has read (at most `SPARSE_AHEAD`): a column chunk read as a page header, then
+            // its body, then the rest cost a round trip each without.
+            let ahead = match access {
+                Access::Sparse if continues => st.run_bytes.min(SPARSE_AHEAD),
+                _ => 0,
+            };
             let (class, prefetch, released) = self.update_holds(&mut st, file, &key, first, last, class);
-            (class, prefetch, released, front)
+            (class, prefetch, released, front, ahead)
         };
         drop(released);
         let Some(_) = class else {
@@ -276,7 +298,9 @@ impl Reader {
             // waits for no load, and loading it whole would fetch again what was read of it.
             let exact = |idx| state.lock().held.exact.contains(&idx);
             let wanted = |idx| self.store.is_loading(&key, idx) || (self.store.is_held(&key, idx) && !exact(idx));
-            return self.fetch_sparse(file, commit, &key, offset, end, &wanted).await;
+            return self
+                .fetch_sparse(file, commit, &key, (offset, end), ahead, &wanted)
+                .await;
         };
 
         // Whole blocks from a hold, memory, else disk, else the Hub: `get_or_fetch` loads a block
@@ -484,13 +508,16 @@ pub fn classify(st: &mut ReadState, offset: u64, end: u64, readahead: u64) -> Ac
     } else {
         SEQUENTIAL_SLACK.max(2 * readahead)
     };
+    // A program's own read of a MiB or more (a full scan's column chunk) wants whole blocks:
+    // fetched exactly, its pieces cost a request each and the block that loads after them more.
+    let large = st.direct && len >= SPARSE_RUN;
     if offset.abs_diff(st.next) > slack {
         st.next = end;
         st.run_start = offset;
         st.run_bytes = len;
         st.window = 1;
-        st.proven = false;
-        return Access::Seek;
+        st.proven = large;
+        return if large { Access::Sequential(0) } else { Access::Seek };
     }
     // A read behind the front of its run: reads arrive out of order.
     if offset < st.next {
@@ -508,7 +535,7 @@ pub fn classify(st: &mut ReadState, offset: u64, end: u64, readahead: u64) -> Ac
         st.proven = false;
     }
     if readahead < BLOCK_SIZE && !st.scanned && st.run_bytes < WINDOW_RUN {
-        if st.run_bytes < SPARSE_RUN {
+        if st.run_bytes < SPARSE_RUN && !large {
             return Access::Sparse;
         }
         st.proven = true;
@@ -574,200 +601,5 @@ pub fn default_readahead(kind: RepoKind) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A model mount's readahead.
-    const RA: u64 = 8 << 20;
-
-    #[test]
-    fn assemble_across_blocks() {
-        let a = Bytes::from(vec![1u8; 10]);
-        let b = Bytes::from(vec![2u8; 10]);
-        let out = assemble(&[a.clone(), b], 100, 105, 113);
-        assert_eq!(&out[..], &[1, 1, 1, 1, 1, 2, 2, 2]);
-        let out = assemble(&[a], 100, 101, 103);
-        assert_eq!(&out[..], &[1, 1]);
-    }
-
-    #[test]
-    fn sequential_reads_grow_the_window_and_a_seek_resets_it() {
-        let mut st = ReadState::default();
-        let mib = 1 << 20;
-        // A reader from the start of the file prefetches at once.
-        assert_eq!(classify(&mut st, 0, mib, RA), Access::Sequential(2));
-        assert_eq!(classify(&mut st, mib, 2 * mib, RA), Access::Sequential(4));
-        // Out of order but within the slack (kernel readahead): still sequential.
-        assert_eq!(classify(&mut st, 3 * mib, 4 * mib, RA), Access::Sequential(8));
-        assert_eq!(
-            classify(&mut st, 2 * mib, 3 * mib, RA),
-            Access::Sequential(MAX_WINDOW_BLOCKS)
-        );
-        assert_eq!(classify(&mut st, 100 * mib, 101 * mib, RA), Access::Seek, "a seek");
-        // A run that starts elsewhere gets no prefetch past its blocks for its first readahead
-        // window (what one page fault's read-around looks like), then grows again.
-        for i in 101..108 {
-            assert_eq!(
-                classify(&mut st, i * mib, (i + 1) * mib, RA),
-                Access::Sequential(0),
-                "read at {i} MiB"
-            );
-        }
-        assert_eq!(classify(&mut st, 108 * mib, 109 * mib, RA), Access::Sequential(2));
-        assert_eq!(classify(&mut st, 109 * mib, 110 * mib, RA), Access::Sequential(4));
-        // Prefetch stops at the last block of the file.
-        assert_eq!(prefetch_blocks(3 * BLOCK_SIZE + 1, 1, 8), 1..4);
-        assert_eq!(prefetch_blocks(BLOCK_SIZE, 1, 8), 1..1);
-        assert_eq!(prefetch_blocks(BLOCK_SIZE * 4, 1, 0), 1..1);
-    }
-
-    #[test]
-    fn a_reader_holds_its_window_until_it_has_passed_it() {
-        let store = ChunkStore::new(1 << 20);
-        let key: Arc<str> = Arc::from("k");
-        let mut st = ReadState::default();
-        assert_eq!(st.hold(&store, &key, 0..4), vec![0, 1, 2, 3]);
-        assert_eq!(st.hold(&store, &key, 2..6), vec![4, 5], "held once per reader");
-        let gone = st.release_before(2);
-        assert_eq!(gone.keys().copied().collect::<Vec<_>>(), vec![0, 1]);
-        assert_eq!(st.held.blocks.keys().copied().collect::<Vec<_>>(), vec![2, 3, 4, 5]);
-        let gone = st.release_before(u64::MAX);
-        assert_eq!(gone.len(), 4);
-        assert!(st.held.blocks.is_empty(), "a seek lets go of everything");
-    }
-
-    #[test]
-    fn a_page_faults_read_around_prefetches_nothing_past_it() {
-        // A fault at 200 MiB: the kernel reads 8 MiB around it in 1 MiB requests, in any order.
-        let mib = 1 << 20;
-        let mut st = ReadState::default();
-        let _ = classify(&mut st, 0, mib, RA);
-        for i in [197u64, 196, 199, 198, 200, 202, 201, 203] {
-            let c = classify(&mut st, i * mib, (i + 1) * mib, RA);
-            assert!(
-                matches!(c, Access::Seek | Access::Sequential(0)),
-                "read at {i} MiB: {c:?}"
-            );
-        }
-        // The reader goes on past the window: now it is sequential for real.
-        assert_eq!(classify(&mut st, 204 * mib, 205 * mib, RA), Access::Sequential(2));
-    }
-
-    #[test]
-    fn a_one_mib_readahead_loads_blocks_after_one_mib_and_prefetches_after_four() {
-        // Dataset mounts: a fault reads around by 1 MiB (one request, a seek); a reader going on
-        // from there loads the blocks it reads once its run has read 1 MiB, and prefetches past
-        // them once it has read 4 MiB.
-        let mib = 1 << 20;
-        let mut st = ReadState::default();
-        let _ = classify(&mut st, 0, mib, mib);
-        assert_eq!(
-            classify(&mut st, 50 * mib, 51 * mib, mib),
-            Access::Seek,
-            "past the 4 MiB slack"
-        );
-        for i in 51..53 {
-            assert_eq!(
-                classify(&mut st, i * mib, (i + 1) * mib, mib),
-                Access::Sequential(0),
-                "at {i} MiB"
-            );
-        }
-        assert_eq!(classify(&mut st, 53 * mib, 54 * mib, mib), Access::Sequential(2));
-    }
-
-    #[test]
-    fn an_in_order_reader_is_one_until_a_read_arrives_behind_its_front() {
-        let mut st = ReadState::default();
-        assert!(st.held.out_of_order, "FUSE handles: the kernel's readahead reorders");
-        st.expect_in_order();
-        let mib = 1 << 20;
-        for i in 0..8 {
-            classify(&mut st, i * mib, (i + 1) * mib, 8 * mib);
-        }
-        assert!(!st.held.out_of_order, "in order so far");
-        // The kernel's readahead: a later read first, then the one before it.
-        classify(&mut st, 9 * mib, 10 * mib, 8 * mib);
-        classify(&mut st, 8 * mib, 9 * mib, 8 * mib);
-        assert!(st.held.out_of_order);
-    }
-
-    #[test]
-    fn column_chunks_stay_sparse_and_a_stream_loads_blocks_after_one_mib() {
-        // A parquet reader on a dataset mount: a 40 KiB column chunk every 1.5 MiB (within the
-        // slack of each other) from the first row group at offset 4 on. None loads whole blocks.
-        let (kib, mib) = (1 << 10, 1 << 20);
-        let mut st = ReadState::default();
-        for i in 0..16u64 {
-            let at = 4 + i * 1536 * kib;
-            assert_eq!(classify(&mut st, at, at + 40 * kib, mib), Access::Sparse, "chunk {i}");
-        }
-        // The kernel's reads of one such chunk, header then body: 4 KiB, 128 KiB, 256 KiB.
-        let at = 24 * mib;
-        assert_eq!(classify(&mut st, at, at + 4 * kib, mib), Access::Sparse);
-        assert_eq!(classify(&mut st, at + 4 * kib, at + 132 * kib, mib), Access::Sparse);
-        assert_eq!(classify(&mut st, at + 132 * kib, at + 388 * kib, mib), Access::Sparse);
-        // A 2 MiB column chunk read in one go: its second MiB loads its block, no window.
-        let at = 30 * mib;
-        let _ = classify(&mut st, at, at + mib, mib);
-        assert_eq!(classify(&mut st, at + mib, at + 2 * mib, mib), Access::Sequential(0));
-        // cat: 128 KiB, then the kernel's growing readahead: blocks from the first MiB on, a window
-        // (at once: a run from offset 0) from the fourth.
-        let mut st = ReadState::default();
-        assert_eq!(classify(&mut st, 0, 128 * kib, mib), Access::Sparse);
-        assert_eq!(classify(&mut st, 128 * kib, 384 * kib, mib), Access::Sparse);
-        assert_eq!(classify(&mut st, 384 * kib, 1408 * kib, mib), Access::Sequential(0));
-        let mut at = 1408 * kib;
-        while at + mib < 4 * mib {
-            assert_eq!(classify(&mut st, at, at + mib, mib), Access::Sequential(0));
-            at += mib;
-        }
-        assert_eq!(classify(&mut st, at, at + mib, mib), Access::Sequential(2));
-        // A model mount (a block of readahead) loads blocks from the first read.
-        let mut st = ReadState::default();
-        assert_eq!(classify(&mut st, 0, 128 * kib, RA), Access::Sequential(2));
-        // There too, reads that skip more than they read start a new run each: a read-around's
-        // blocks, no prefetch.
-        let _ = classify(&mut st, 3 * mib, 3 * mib + 4 * kib, RA);
-        assert_eq!(classify(&mut st, 6 * mib, 6 * mib + 4 * kib, RA), Access::Sequential(0));
-    }
-
-    #[test]
-    fn a_scanned_file_is_read_in_blocks_from_the_first_read() {
-        let mib = 1 << 20;
-        let mut st = ReadState::default();
-        assert_eq!(classify(&mut st, 2 * mib, 2 * mib + 4096, mib), Access::Sparse);
-        assert!(!st.proven);
-        st.scanned = true;
-        assert_eq!(classify(&mut st, 30 * mib, 30 * mib + 4096, mib), Access::Seek);
-        assert_eq!(
-            classify(&mut st, 30 * mib + 4096, 30 * mib + 8192, mib),
-            Access::Sequential(0),
-            "a run of a scanned file loads its blocks at once"
-        );
-        assert!(st.proven);
-        let scans = crate::vfs::sparse::Scans::default();
-        let key: Arc<str> = Arc::from("k");
-        scans.proven(&key);
-        assert!(!scans.scanned(&key), "one run is a reader, not a scan");
-        scans.proven(&key);
-        assert!(scans.scanned(&key));
-    }
-
-    #[test]
-    fn small_reads_keep_a_short_slack() {
-        let mut st = ReadState::default();
-        let kib = 1 << 10;
-        let _ = classify(&mut st, 0, 4 * kib, RA);
-        assert_eq!(
-            classify(&mut st, 6 << 20, (6 << 20) + 4 * kib, RA),
-            Access::Seek,
-            "6 MiB away: a seek"
-        );
-        let _ = classify(&mut st, 0, 1 << 20, RA);
-        assert!(
-            matches!(classify(&mut st, 12 << 20, 13 << 20, RA), Access::Sequential(_)),
-            "a readahead-sized read 11 MiB on is sequential"
-        );
-    }
-}
+#[path = "read_tests.rs"]
+mod tests;

@@ -67,14 +67,14 @@ impl Scans {
 impl Reader {
     /// Bytes `[offset, end)` of `file` for a sparse read: per block, from its load if `join` says
     /// the block is on its way whole (or held), else what its parts have and the rest fetched and
-    /// kept as parts.
+    /// kept as parts, with up to `ahead` bytes past `end` (within its block) kept too.
     pub(super) async fn fetch_sparse(
         &self,
         file: &FileMeta,
         commit: &str,
         key: &Arc<str>,
-        offset: u64,
-        end: u64,
+        (offset, end): (u64, u64),
+        ahead: u64,
         join: &(dyn Fn(u64) -> bool + Sync),
     ) -> VfsResult<Bytes> {
         let (first, last) = (offset / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
@@ -90,7 +90,8 @@ impl Reader {
             if join(idx) {
                 return whole().await;
             }
-            let (mut rf, rt) = (from / unit * unit, (to.div_ceil(unit) * unit).min(len));
+            let fetch_to = if idx == last { (to + ahead).min(len) } else { to };
+            let (mut rf, rt) = (from / unit * unit, (fetch_to.div_ceil(unit) * unit).min(len));
             if base + to >= file.size {
                 rf = rf.min(len.saturating_sub(TAIL) / unit * unit);
             }
