@@ -517,7 +517,15 @@ pub fn classify(st: &mut ReadState, offset: u64, end: u64, readahead: u64) -> Ac
         st.run_bytes = len;
         st.window = 1;
         st.proven = large;
-        return if large { Access::Sequential(0) } else { Access::Seek };
+        return match (large, st.scanned) {
+            // A scan's next row group: its blocks and the next ones, as a stream's.
+            (true, true) => {
+                st.window = 2;
+                Access::Sequential(2)
+            }
+            (true, false) => Access::Sequential(0),
+            (false, _) => Access::Seek,
+        };
     }
     // A read behind the front of its run: reads arrive out of order.
     if offset < st.next {
