@@ -130,6 +130,9 @@ fn a_direct_handle_loads_blocks_for_a_programs_read_of_a_mib() {
     let at = 30 * mib;
     assert_eq!(classify(&mut st, at, at + mib, mib), Access::Sequential(0));
     assert_eq!(classify(&mut st, at + mib, at + 2 * mib, mib), Access::Sequential(0));
+    // In a file being scanned, a large read elsewhere is the next row group: a window too.
+    st.scanned = true;
+    assert_eq!(classify(&mut st, 60 * mib, 61 * mib, mib), Access::Sequential(2));
     // Without direct I/O a READ of a MiB may be the kernel's readahead: exact, as before.
     let mut st = ReadState::default();
     assert_eq!(classify(&mut st, at, at + mib, mib), Access::Seek);
