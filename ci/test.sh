@@ -29,6 +29,7 @@
 #      ci/bench-metadata.sh (find, ls -lR, du, os.walk, os.scandir, stat over 10,000 files: one listing per folder)
 #      ci/bench-publish.sh (cp -r of 500 small + 4 x 64 MiB into a --write mount beside upload_folder)
 #      ci/bench-parquet.sh (DuckDB, pyarrow and random preads over parquet shards: Hub bytes against needed)
+#      ci/bench-download.sh (one file of a model repo through a mount beside hf_hub_download)
 #      ci/bench-charts.py (a PNG per workload from those benches' output, in CARGO_TARGET_DIR/bench-charts)
 #   6. final line `N passed, M failed` (cargo tests + the scripts' checks; a failed fmt/clippy/build step
 #      counts as one failure); exit status non-zero if any step failed.
@@ -269,6 +270,9 @@ script_step "bench: publishing a folder" bench-publish 1 bash ci/bench-publish.s
 # preads over 2 parquet shards of 47 MiB on a dataset mount, loopback only (about a minute): every answer
 # checked against the source, Hub bytes against what each query needs
 script_step "bench: sparse parquet reads" bench-parquet 1 env HUBFS_BENCH_PROFILES=loopback bash ci/bench-parquet.sh "$HUBFS_BIN" "$VENV_PY"
+# One file of a model repo read through a mount (whole, and one 8 MiB piece) beside hf_hub_download, 64 MiB,
+# loopback and 30 ms (under a minute): every byte's sha256, a whole read <= 1.05 x the file
+script_step "bench: one file beside hf_hub_download" bench-download 1 bash ci/bench-download.sh "$HUBFS_BIN" "$VENV_PY" 64 2
 # Charts of this run's bench figures (PNG, one per workload; a missing log skips its chart)
 if [ "$QUICK" != 1 ] && [ -x "$VENV_PY" ]; then
   CHARTS="${HUBFS_BENCH_CHARTS:-$CARGO_TARGET_DIR/bench-charts}"
