@@ -208,3 +208,53 @@ fn nfs_serving_from_the_command_line() {
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     rt.block_on(hub.stop());
 }
+
+/// A mount still waiting for the Hub (here one that is not there: it would retry for
+/// `--max-hub-wait`, 10 minutes) stops at SIGTERM, as a person or a supervisor expects, and
+/// leaves nothing mounted.
+#[test]
+fn a_mount_waiting_for_the_hub_stops_at_sigterm() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: FUSE mounts need root here");
+        return;
+    }
+    // A port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hubfs"))
+        .args(["mount", "demo/tiny-model", mnt.to_str().unwrap()])
+        .env("HF_ENDPOINT", format!("http://127.0.0.1:{port}"))
+        .env("HF_TOKEN", "hf_local_write")
+        .env("HF_HOME", dir.path().join("home"))
+        .env("XDG_CACHE_HOME", dir.path().join("cache"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(child.try_wait().unwrap().is_none(), "still waiting for the Hub");
+    // SAFETY: kill(2) on the child this test started and has not reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("the mount did not stop within 10 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(143), "{err}");
+    assert!(err.contains("stopped before"), "{err}");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(mnt.to_str().unwrap()), "nothing left mounted");
+}

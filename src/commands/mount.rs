@@ -80,7 +80,9 @@ pub fn run(mut args: MountArgs) -> anyhow::Result<()> {
         let _g = rt.enter();
         StopSignals::new()?
     };
+    let ready = stop_before_ready(&rt, &args.mountpoint)?;
     let mounted = crate::process::session::mount(req, &rt)?;
+    ready.store(true, std::sync::atomic::Ordering::SeqCst);
     let mut rec = record(
         &args.source,
         mounted.vfs.is_writable(),
@@ -126,4 +128,36 @@ pub fn run(mut args: MountArgs) -> anyhow::Result<()> {
     }
     tracing::info!("unmounted");
     r
+}
+
+/// Stops the process at SIGINT or SIGTERM while the mount is not ready yet: opening the repo waits
+/// for the Hub (up to `--max-hub-wait`, 10 minutes by default, when it refuses or is down), and a
+/// stop sent meanwhile was caught and then left unanswered until that wait ended. There is nothing
+/// to drain before the mount is ready; a FUSE mount this process made already is detached so
+/// that none is left behind. Set the returned flag once the mount is ready: stops are the
+/// mount's own from then on.
+fn stop_before_ready(
+    rt: &tokio::runtime::Runtime,
+    mountpoint: &std::path::Path,
+) -> anyhow::Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut early = {
+        let _g = rt.enter();
+        StopSignals::new()?
+    };
+    let (flag, dir) = (ready.clone(), absolute(mountpoint));
+    rt.spawn(async move {
+        early.recv().await;
+        if flag.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        // The mountpoint was checked free before: a hubfs mount there now is this process's.
+        if crate::process::mountinfo::mounted_at(&dir).is_some_and(|m| m.fstype == "fuse.hubfs") {
+            let _ = rustix::mount::unmount(&dir, rustix::mount::UnmountFlags::DETACH);
+        }
+        tracing::info!("stopped before the mount was ready");
+        eprintln!("hubfs: stopped before {} was mounted", dir.display());
+        std::process::exit(143);
+    });
+    Ok(ready)
 }
