@@ -5,7 +5,7 @@
 
 LOGDIR holds what the bench scripts printed, one file per script named after its prefix, as
 ci/test.sh's `script_step` saves them: bench-parquet.log, bench-metadata.log, bench-publish.log,
-bench-listing.log, bench-shards-py.log, bench-mmap.log (and bench-download.log when there is one).
+bench-listing.log, bench-shards-py.log, bench-mmap.log, bench-requests.log, bench-download.log.
 The scripts print markdown table rows (`| ... |`) or `figure:` lines; this reads those and writes
 OUTDIR/<workload>.png, 800 x 450 pixels. A log or a row that is missing or unreadable skips that
 chart with a note on stdout; the script never fails a run (exit status 0, also without matplotlib).
@@ -249,7 +249,32 @@ def download(lines, outdir):
     save(plt, fig, outdir, "download")
 
 
-CHARTS = [("bench-parquet", parquet), ("bench-metadata", metadata), ("bench-publish", publish),
+def requests(lines, outdir):
+    # after "workload api resolvers cas": NAME (may hold spaces) then three counts
+    rows, inside = [], False
+    for line in lines:
+        parts = line.split()
+        if parts[:4] == ["workload", "api", "resolvers", "cas"]:
+            inside, rows = True, []
+            continue
+        if inside:
+            if len(parts) >= 4 and all(p.isdigit() for p in parts[-3:]):
+                rows.append((" ".join(parts[:-3]), [int(p) for p in parts[-3:]]))
+            else:
+                inside = False
+    if not rows:
+        return note("bench-requests: no result rows, chart skipped")
+    labels = [name for name, _ in rows]
+    series = [(bucket, colour, [max(v[i], 0.5) if v[i] else None for _, v in rows])
+              for i, (bucket, colour) in enumerate([("api", HUBFS), ("resolvers", PEER), ("CAS", OTHER)])]
+    plt, fig, ax = figure("Hub requests per workload, by the Hub's rate-limit bucket (lower is better)")
+    grouped(ax, labels, series, fmt="{:.0f}")
+    ax.set_yscale("log")
+    ax.set_ylabel("requests (log scale)")
+    save(plt, fig, outdir, "requests")
+
+
+CHARTS = [("bench-requests", requests), ("bench-parquet", parquet), ("bench-metadata", metadata), ("bench-publish", publish),
           ("bench-listing", listing), ("bench-shards-py", shards), ("bench-mmap", mmap),
           ("bench-download", download)]
 
