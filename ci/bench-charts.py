@@ -5,7 +5,9 @@
 
 LOGDIR holds what the bench scripts printed, one file per script named after its prefix, as
 ci/test.sh's `script_step` saves them: bench-parquet.log, bench-metadata.log, bench-publish.log,
-bench-listing.log, bench-shards-py.log, bench-mmap.log, bench-requests.log, bench-download.log.
+bench-listing.log, bench-shards-py.log, bench-mmap.log, bench-requests.log, bench-download.log,
+and the cargo benches' smoke runs `logged_step` saves: bench-many-readers.log and
+bench-many-readers-budget.log (one chart of both), bench-fuse-read.log (disk tier, passthrough).
 The scripts print markdown table rows (`| ... |`) or `figure:` lines; this reads those and writes
 OUTDIR/<workload>.png, 800 x 450 pixels. A log or a row that is missing or unreadable skips that
 chart with a note on stdout; the script never fails a run (exit status 0, also without matplotlib).
@@ -15,6 +17,7 @@ import os
 import re
 import statistics
 import sys
+import textwrap
 
 W, H, DPI = 8, 4.5, 100  # 800 x 450 pixels
 WRITTEN = []
@@ -28,13 +31,13 @@ def note(msg):
         pass
 
 
-def read_log(logdir, prefix):
+def read_log(logdir, prefix, missing="chart skipped"):
     path = os.path.join(logdir, f"{prefix}.log")
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read().splitlines()
     except OSError:
-        note(f"{prefix}: no log at {path}, chart skipped")
+        note(f"{prefix}: no log at {path}, {missing}")
         return None
 
 
@@ -76,8 +79,26 @@ def figure(title):
     return plt, fig, ax
 
 
-def save(plt, fig, outdir, name):
-    fig.tight_layout()
+def panels(title, width_ratios):
+    """A figure of side-by-side axes, one per entry of WIDTH_RATIOS, under one title."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(width_ratios), figsize=(W, H), dpi=DPI, width_ratios=width_ratios,
+                             squeeze=False)
+    axes = list(axes[0])
+    fig.suptitle(title, fontsize=11)
+    for ax in axes:
+        ax.spines[["top", "right"]].set_visible(False)
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+    return plt, fig, axes
+
+
+def save(plt, fig, outdir, name, rect=(0, 0, 1, 1)):
+    fig.tight_layout(rect=rect)
     path = os.path.join(outdir, f"{name}.png")
     fig.savefig(path, dpi=DPI, pil_kwargs={"optimize": True})
     plt.close(fig)
@@ -274,9 +295,128 @@ def requests(lines, outdir):
     save(plt, fig, outdir, "requests")
 
 
+def profile_name(p):
+    return "30 ms per request, 200 Mbit/s" if p == "30ms" else p
+
+
+def variant_name(v):
+    """`--memory-limit 128M` for a variant named limit128, `--memory-cache-size 8M` for tier8M."""
+    m = re.fullmatch(r"limit(\d+[KMG]?)", v)
+    if m:
+        return f"--memory-limit {m.group(1)}{'' if m.group(1)[-1].isalpha() else 'M'}"
+    m = re.fullmatch(r"tier(\d+[KMG]?)", v)
+    if m:
+        return f"--memory-cache-size {m.group(1)}"
+    return "default options" if v == "default" else v
+
+
+def many_readers(lines, outdir):
+    # | hubfs | frontend | options | Hub | readers | files | aggregate MB/s | Hub bytes / distinct bytes read |
+    #   Hub requests | mount peak RSS |   (both smoke runs' logs, one after the other)
+    rows = [r for r in table_rows(lines, 10) if num(r[6]) is not None and num(r[7]) is not None]
+    if not rows:
+        return note("bench-many-readers: no result rows, chart skipped")
+    shapes = list(dict.fromkeys((r[4], r[5]) for r in rows))
+    groups = list(dict.fromkeys((r[3],) + ((r[4], r[5]) if len(shapes) > 1 else ()) for r in rows))
+    kinds = list(dict.fromkeys((r[0], r[1], r[2]) for r in rows))
+    builds = {k[0] for k in kinds}
+    fronts = {k[1] for k in kinds}
+
+    def key(r):
+        return (r[3],) + ((r[4], r[5]) if len(shapes) > 1 else ())
+
+    def label(g):
+        if len(g) == 1:
+            return profile_name(g[0]).replace(", ", "\n")
+        return f"{'30 ms' if g[0] == '30ms' else g[0]}\n{g[1]} reader{'s' if g[1] != '1' else ''},\n{g[2]}"
+
+    def kind_name(k):
+        parts = ([k[0]] if len(builds) > 1 else []) + ([k[1].upper()] if len(fronts) > 1 else [])
+        return ", ".join(parts + [variant_name(k[2])])
+
+    colours = [HUBFS, OTHER, PEER, STOCK]
+
+    def values(col):
+        return [(kind_name(k), colours[i % 4],
+                 [mean([num(r[col]) for r in rows if key(r) == g and (r[0], r[1], r[2]) == k]) for g in groups])
+                for i, k in enumerate(kinds)]
+
+    readers = f"{shapes[0][0]} readers" if len(shapes) == 1 else "Readers"
+    what = f", files of {shapes[0][1]}" if len(shapes) == 1 else ""
+    front = f" {next(iter(fronts)).upper()}" if len(fronts) == 1 else ""
+    ratios = [num(r[7]) for r in rows]
+    plt, fig, (left, right) = panels(f"{readers} at once through one{front} mount{what}\n"
+                                     f"Hub bytes / bytes read: {min(ratios):.3f}–{max(ratios):.3f} in every run", [1, 1])
+    labels = [label(g) for g in groups]
+    grouped(left, labels, values(6), fmt="{:.0f}")
+    left.set_title("aggregate MB/s (higher is better)", fontsize=9)
+    left.set_ylabel("MB/s")
+    grouped(right, labels, values(9), fmt="{:.0f}")
+    right.set_title("mount peak RSS (MiB)", fontsize=9)
+    right.set_ylabel("MiB")
+    limits = sorted({int(m.group(1)) for k in kinds for m in [re.fullmatch(r"limit(\d+)M?", k[2])] if m})
+    for mib in limits:
+        right.axhline(mib, color="#c53030", linestyle="--", linewidth=1, label=f"the limit, {mib} MiB")
+    left.get_legend().remove()
+    right.get_legend().remove()
+    handles, names = right.get_legend_handles_labels()  # one legend for both, under them
+    ncol = min(len(names), 3)
+    fig.legend(handles, names, fontsize=8, frameon=False, loc="lower center", ncol=ncol)
+    save(plt, fig, outdir, "many-readers", rect=(0, 0.05 * -(-len(names) // ncol), 1, 1))
+
+
+def passthrough_short(label):
+    for prefix, short in (("cold read", "cold read"), ("b: first", "b: at once\n(join still\nrunning)"),
+                          ("b: second", "b: again,\nafter the\njoin"), ("a: first", "a: after\nthe join"),
+                          ("c: second mount", "c: second\nmount, same\ncache dir"),
+                          ("d: same mount", "d: after\ndrop_caches"), ("d: the same again", "d: the\nsame again")):
+        if label.startswith(prefix):
+            return short
+    return "\n".join(textwrap.wrap(label, 11))
+
+
+def fuse_read(lines, outdir):
+    # the disk tier's rows of `| measurement | figure | ratio / target |`, and
+    # `| passthrough, order of events | auto GB/s | off GB/s | auto / off | ... |` (9 cells)
+    disk = {}
+    for r in table_rows(lines, 3):
+        if r[0].startswith("cold sequential, CLI caches"):
+            m = re.search(r"disk tier off \(([\d.]+) GB/s", r[2])
+            disk["on"], disk["off"] = num(r[1]), float(m.group(1)) if m else None
+        elif r[0].startswith("re-read from the disk tier"):
+            disk["re-read"] = num(r[1])
+    orders = [r for r in table_rows(lines, 9) if num(r[1]) is not None and num(r[2]) is not None]
+    have_disk = disk.get("on") is not None
+    if not have_disk and not orders:
+        return note("bench-fuse-read: no disk tier or passthrough rows, chart skipped")
+    ratios = [1, 4] if have_disk and orders else [1]
+    plt, fig, axes = panels("The disk tier and FUSE passthrough: reads of one file, GB/s (higher is better)", ratios)
+    dax = axes[0] if have_disk else None
+    pax = axes[-1] if orders else None
+    if dax is not None:
+        grouped(dax, ["cold read", "re-read,\nfresh mount"],
+                [("tier on", HUBFS, [disk["on"], disk.get("re-read")]),
+                 ("tier off", STOCK, [disk["off"], None])], fmt="{:.2f}")
+        dax.legend(fontsize=8, frameon=False, loc="upper left")
+        dax.set_ylim(0, max(v for v in disk.values() if v is not None) * 1.3)  # room for the legend
+        dax.set_title("disk tier", fontsize=9)
+        dax.set_ylabel("GB/s")
+    if pax is not None:
+        grouped(pax, [passthrough_short(r[0]) for r in orders],
+                [("passthrough on (auto)", HUBFS, [num(r[1]) for r in orders]),
+                 ("passthrough off", STOCK, [num(r[2]) for r in orders])], fmt="{:.2f}")
+        for t in pax.get_xticklabels():
+            t.set_fontsize(7)
+        pax.set_title("passthrough, by order of events", fontsize=9)
+        if dax is None:
+            pax.set_ylabel("GB/s")
+    save(plt, fig, outdir, "fuse-read")
+
+
 CHARTS = [("bench-requests", requests), ("bench-parquet", parquet), ("bench-metadata", metadata), ("bench-publish", publish),
           ("bench-listing", listing), ("bench-shards-py", shards), ("bench-mmap", mmap),
-          ("bench-download", download)]
+          ("bench-download", download), (("bench-many-readers", "bench-many-readers-budget"), many_readers),
+          ("bench-fuse-read", fuse_read)]
 
 
 def main(argv):
@@ -294,14 +434,17 @@ def main(argv):
     except OSError as e:
         note(f"cannot create {outdir}: {e}; no charts")
         return 0
-    for prefix, build in CHARTS:
-        lines = read_log(logdir, prefix)
-        if lines is None:
+    for prefixes, build in CHARTS:
+        # a chart drawn from several logs takes what is there of them, one after another
+        prefixes = prefixes if isinstance(prefixes, tuple) else (prefixes,)
+        missing = "chart skipped" if len(prefixes) == 1 else "its chart drawn from the others"
+        logs = [lines for lines in (read_log(logdir, p, missing) for p in prefixes) if lines is not None]
+        if not logs:
             continue
         try:
-            build(lines, outdir)
+            build([line for lines in logs for line in lines], outdir)
         except Exception as e:  # a chart that cannot be drawn is skipped, never the run
-            note(f"{prefix}: chart skipped ({type(e).__name__}: {e})")
+            note(f"{'+'.join(prefixes)}: chart skipped ({type(e).__name__}: {e})")
     note(f"{len(WRITTEN)} chart(s) in {outdir}")
     return 0
 

@@ -140,6 +140,15 @@ run_step() { # name, command...
   say "$name"
   if "$@"; then step_ok "$name"; return 0; else step_fail "$name"; return 1; fi
 }
+# logged_step PREFIX NAME COMMAND...: run_step that also saves the output to $LOGDIR/PREFIX.log (for
+# ci/bench-charts.py), keeping the command's exit status
+logged_step() {
+  local prefix="$1" name="$2" rc; shift 2
+  say "$name"
+  "$@" 2>&1 | tee "$LOGDIR/$prefix.log"
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" -eq 0 ]; then step_ok "$name"; return 0; else step_fail "$name"; return 1; fi
+}
 
 run_step "cargo fmt --check" cargo fmt --all -- --check
 run_step "cargo clippy" cargo clippy --all-targets -- -D warnings
@@ -182,19 +191,19 @@ run_step "micro-benchmarks smoke (cargo test --bench micro)" cargo test --bench 
 # The disk tier's and passthrough's read benchmarks once on a 64 MiB file (about 30 s, dev profile):
 # their checks hold (the tier keeps the file, a re-read needs no download, its files take no page
 # cache; a second mount passes through exactly when asked to); the figures are not meant.
-run_step "bench smoke: disk tier, passthrough (cargo test --bench fuse_read)" \
+logged_step bench-fuse-read "bench smoke: disk tier, passthrough (cargo test --bench fuse_read)" \
   env HUBFS_BENCH_MIB=64 HUBFS_BENCH_RUNS=1 HUBFS_BENCH_ONLY=disk,passthrough cargo test --bench fuse_read
 # Several readers at once (issue 29), about 30 s: 4 readers of 4 files of 48 MiB, on loopback and on a
 # 30 ms Hub, with an 8 MiB memory tier so their prefetch windows contend for it. Asserts the Hub served
 # at most 1.02 × the bytes read: no block is fetched twice while a reader wants it (the build before
 # the fix: 1.389). Readers of one file are left out until their seeks never fetch twice (BENCHMARKS.md).
-run_step "bench smoke: many readers fetch each block once (cargo test --bench many_readers)" \
+logged_step bench-many-readers "bench smoke: many readers fetch each block once (cargo test --bench many_readers)" \
   env HUBFS_BENCH_MIB=48 HUBFS_BENCH_READERS=4 HUBFS_BENCH_MODES=files HUBFS_BENCH_CHECK=1 \
   HUBFS_BENCH_VARIANTS=tier8M:--memory-cache-size=8M cargo test --bench many_readers
 # The same readers under --memory-limit 128M, on loopback and at 30 ms: peak RSS within 1.25 × the limit
 # and Hub bytes ≤ 1.02 × as without a budget (issue 29). The debug build measured 117–126 MiB (without a
 # budget they take 186+) and 1.007–1.009 in three runs of both profiles (2026-11-27).
-run_step "bench smoke: many readers within a memory budget (cargo test --bench many_readers)" \
+logged_step bench-many-readers-budget "bench smoke: many readers within a memory budget (cargo test --bench many_readers)" \
   env HUBFS_BENCH_MIB=48 HUBFS_BENCH_READERS=4 HUBFS_BENCH_MODES=files HUBFS_BENCH_CHECK=1 \
   HUBFS_BENCH_PROFILES=loopback,30ms HUBFS_BENCH_RSS_FACTOR=1.25 "HUBFS_BENCH_VARIANTS=limit128:--memory-limit=128M" \
   cargo test --bench many_readers
