@@ -117,8 +117,8 @@ def _stop_detached_child(child_args: List[str]) -> None:
             with open(f"/proc/{pid}/environ", "rb") as f:
                 if b"HUBFS_DAEMON_CHILD=1" not in f.read().split(b"\0"):
                     continue
-            # SIGTERM first: one that mounted meanwhile unmounts on it. One still waiting for the
-            # Hub does not heed it (it only listens once mounted), hence SIGKILL after a grace time.
+            # SIGTERM: one still waiting for the Hub stops at once, one that mounted meanwhile
+            # unmounts and drains; SIGKILL after a grace time if it is stuck all the same.
             os.kill(pid, signal.SIGTERM)
             for _ in range(50):
                 time.sleep(0.1)
