@@ -85,13 +85,7 @@ mounted() {
 echo "file: $MIB MiB (Xet), build: $BIN"
 printf '| profile | way | seconds | Hub MiB | peak RSS MiB |\n|---|---|---|---|---|\n'
 for PROFILE in $PROFILES; do
-  case "$PROFILE" in
-    loopback) body='{"api":{},"resolve":{},"cas":{}}' ;;
-    30ms) body='{"api":{"latency_ms":30},"resolve":{"latency_ms":30,"bandwidth_mbps":200},"cas":{"latency_ms":30,"bandwidth_mbps":200}}' ;;
-    *) echo "unknown profile $PROFILE"; exit 2 ;;
-  esac
-  curl -sf -X POST "$EP/admin/faults" -H "authorization: Bearer $HF_TOKEN" -H 'content-type: application/json' \
-    -d "$body" >/dev/null
+  set_profile "$PROFILE"
   for _ in $(seq 1 "$ROUNDS"); do
     download
     mounted "hubfs, whole file (cat)" "$WANT" cat "$MNT/model.safetensors"

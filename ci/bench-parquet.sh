@@ -235,13 +235,7 @@ echo "dataset: $SHARDS shards, $((TOTAL >> 20)) MiB"
 printf '| profile | pass | build | seconds | needed MiB | Hub MiB | Hub / needed | requests api / resolve / cas | peak RSS MiB |\n'
 printf '|---|---|---|---|---|---|---|---|---|\n'
 for PROFILE in $PROFILES; do
-  case "$PROFILE" in
-    loopback) body='{"api":{},"resolve":{},"cas":{}}' ;;
-    30ms) body='{"api":{"latency_ms":30},"resolve":{"latency_ms":30,"bandwidth_mbps":200},"cas":{"latency_ms":30,"bandwidth_mbps":200}}' ;;
-    *) echo "unknown profile $PROFILE"; exit 2 ;;
-  esac
-  curl -sf -X POST "$EP/admin/faults" -H "authorization: Bearer $HF_TOKEN" -H 'content-type: application/json' \
-    -d "$body" >/dev/null
+  set_profile "$PROFILE"
   for kind in $PASSES; do
     for b in ${HUBFS_BENCH_BINS:-$BIN}; do pass "$kind" "$b"; done
   done

@@ -53,3 +53,17 @@ stop_matching() {
   done
   pkill -9 -f -- "$1" || true
 }
+
+# set_profile PROFILE: the local Hub at $EP (token $HF_TOKEN) answers as on `loopback` (no delay) or on
+# `30ms` (every request delayed 30 ms, 200 Mbit/s per connection for resolves and CAS); exits 2 on any
+# other name.
+set_profile() {
+  local body
+  case "$1" in
+    loopback) body='{"api":{},"resolve":{},"cas":{}}' ;;
+    30ms) body='{"api":{"latency_ms":30},"resolve":{"latency_ms":30,"bandwidth_mbps":200},"cas":{"latency_ms":30,"bandwidth_mbps":200}}' ;;
+    *) echo "unknown profile $1"; exit 2 ;;
+  esac
+  curl -sf -X POST "$EP/admin/faults" -H "authorization: Bearer $HF_TOKEN" -H 'content-type: application/json' \
+    -d "$body" >/dev/null
+}

@@ -7,8 +7,7 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use hubfs::local_hub::{DEFAULT_WRITE_TOKEN, LocalHub, RouteClass};
 use serde_json::Value;
@@ -37,17 +36,6 @@ fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-/// Detaches the mount and kills its daemon if the test ends early.
-struct Mounted(PathBuf, i32);
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        // SAFETY: kill(2) on the daemon this test started (gone already: ESRCH, ignored).
-        unsafe { libc::kill(self.1, libc::SIGKILL) };
-    }
 }
 
 #[test]
@@ -84,7 +72,7 @@ fn readers_under_a_small_budget_get_every_byte_once_and_status_shows_the_memory(
         .output()
         .unwrap();
     let (pid, _log) = common::isolated::daemon_started(&o);
-    let _mounted = Mounted(dir.clone(), pid);
+    let _mounted = common::isolated::DaemonMount(dir.clone(), pid);
     for i in 0..FILES {
         std::fs::metadata(dir.join(format!("shard-{i}.bin"))).unwrap();
     }

@@ -7,8 +7,8 @@ mod common;
 
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::process::Command;
 
+use common::isolated::DaemonMount;
 use hubfs::local_hub::{DEFAULT_WRITE_TOKEN, LocalHub, RouteClass};
 
 const SIZE: usize = 24 << 20;
@@ -17,43 +17,48 @@ const SIZE: usize = 24 << 20;
 const READ: usize = 512 << 10;
 const STRIDE: usize = 2 << 20;
 
-/// Detaches the mount and kills its daemon if the test ends early.
-struct Mounted(PathBuf, i32);
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        // SAFETY: kill(2) on the daemon this test started (gone already: ESRCH, ignored).
-        unsafe { libc::kill(self.1, libc::SIGKILL) };
-    }
-}
-
-#[test]
-fn strided_reads_fetch_their_bytes_and_a_later_cat_only_the_rest() {
+/// A local Hub with `files` in dataset `local/NAME` (Xet), mounted with `mount --daemon` and
+/// `extra` options: the runtime and Hub (kept alive), the mountpoint and its guard; `None` when
+/// not root (FUSE mounts need it here).
+fn mounted(name: &str, files: &[(&str, &[u8])], extra: &[&str]) -> Option<(Hub, PathBuf, DaemonMount)> {
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipped: FUSE mounts need root here");
-        return;
+        return None;
     }
     let rt = tokio::runtime::Runtime::new().unwrap();
     let hub = rt.block_on(LocalHub::start_temp(false)).unwrap();
     let ep = hub.endpoint().to_string();
-    let data = common::bytes(SIZE, 44);
-    let repo = common::Repo::dataset("local/sparse");
-    rt.block_on(common::upload_xet_files(
-        &ep,
-        &repo,
-        &[("table.parquet".to_string(), data.clone())],
-    ));
+    let repo = common::Repo::dataset(&format!("local/{name}"));
+    let files: Vec<(String, Vec<u8>)> = files.iter().map(|(p, d)| (p.to_string(), d.to_vec())).collect();
+    rt.block_on(common::upload_xet_files(&ep, &repo, &files));
     let cli = common::isolated::Isolated::new(&ep);
     let dir = cli.path("mnt");
     std::fs::create_dir_all(&dir).unwrap();
     let o = cli
         .command(Some(DEFAULT_WRITE_TOKEN))
-        .args(["mount", "datasets/local/sparse", dir.to_str().unwrap(), "--daemon"])
+        .args([
+            "mount",
+            &format!("datasets/local/{name}"),
+            dir.to_str().unwrap(),
+            "--daemon",
+        ])
+        .args(extra)
         .output()
         .unwrap();
     let (pid, _log) = common::isolated::daemon_started(&o);
-    let _mounted = Mounted(dir.clone(), pid);
+    let guard = DaemonMount(dir.clone(), pid);
+    Some(((rt, hub, cli), dir, guard))
+}
+
+/// What `mounted` keeps alive for a test: the runtime, the Hub, and the binary's private home.
+type Hub = (tokio::runtime::Runtime, LocalHub, common::isolated::Isolated);
+
+#[test]
+fn strided_reads_fetch_their_bytes_and_a_later_cat_only_the_rest() {
+    let data = common::bytes(SIZE, 44);
+    let Some(((_rt, hub, _cli), dir, _mounted)) = mounted("sparse", &[("table.parquet", &data)], &[]) else {
+        return;
+    };
     let path = dir.join("table.parquet");
     assert_eq!(std::fs::metadata(&path).unwrap().len(), SIZE as u64);
     hub.reset_stats();
@@ -97,34 +102,11 @@ fn strided_reads_fetch_their_bytes_and_a_later_cat_only_the_rest() {
 /// takes the two reads for a stream); with `--direct-io` the Hub serves about what was read.
 #[test]
 fn direct_io_reads_cost_what_the_program_reads_and_the_file_still_maps() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: FUSE mounts need root here");
-        return;
-    }
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let hub = rt.block_on(LocalHub::start_temp(false)).unwrap();
-    let ep = hub.endpoint().to_string();
     let data = common::bytes(SIZE, 45);
-    let repo = common::Repo::dataset("local/direct");
-    rt.block_on(common::upload_xet_files(
-        &ep,
-        &repo,
-        &[
-            ("table.parquet".to_string(), data.clone()),
-            ("table.bin".to_string(), data.clone()),
-        ],
-    ));
-    let cli = common::isolated::Isolated::new(&ep);
-    let dir = cli.path("mnt");
-    std::fs::create_dir_all(&dir).unwrap();
-    let o = cli
-        .command(Some(DEFAULT_WRITE_TOKEN))
-        .args(["mount", "datasets/local/direct", dir.to_str().unwrap(), "--daemon"])
-        .args(["--direct-io", "*.parquet"])
-        .output()
-        .unwrap();
-    let (pid, _log) = common::isolated::daemon_started(&o);
-    let _mounted = Mounted(dir.clone(), pid);
+    let files: [(&str, &[u8]); 2] = [("table.parquet", &data), ("table.bin", &data)];
+    let Some(((_rt, hub, _cli), dir, _mounted)) = mounted("direct", &files, &["--direct-io", "*.parquet"]) else {
+        return;
+    };
     let served = || -> u64 { RouteClass::ALL.iter().map(|c| hub.stats(*c).bytes_out).sum() };
     // DuckDB's reads of one column chunk (from the bench's trace): 4 KiB, then 16 KiB, then 8 KiB.
     let pieces = [(0usize, 4usize << 10), (4 << 10, 16 << 10), (20 << 10, 8 << 10)];

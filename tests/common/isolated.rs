@@ -86,3 +86,15 @@ pub fn wait_gone(pid: i32) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A `mount --daemon` a test started: on drop (the test ended, passed or not) the mount is
+/// detached and its daemon killed, so a failed assertion leaves nothing mounted behind.
+pub struct DaemonMount(pub PathBuf, pub i32);
+
+impl Drop for DaemonMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        // SAFETY: kill(2) on the daemon this test started (gone already: ESRCH, ignored).
+        unsafe { libc::kill(self.1, libc::SIGKILL) };
+    }
+}
