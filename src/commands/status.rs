@@ -172,6 +172,10 @@ fn print_memory(m: &crate::chunk_store::MemoryReport) {
             s.dropped,
             s.pending_uploads
         );
+        println!(
+            "      metadata: {} served, {} missed, {} written; revisions: {} records found, {} written",
+            s.meta_hits, s.meta_misses, s.meta_written, s.refs_found, s.refs_written
+        );
     }
     if m.prefetches_refused + m.waits + m.overruns > 0 {
         println!(

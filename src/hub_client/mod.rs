@@ -42,6 +42,8 @@ use std::time::Duration;
 
 use url::Url;
 
+use crate::util::is_commit_id;
+
 pub use bucket::{BucketBatchOutcome, BucketOp, bucket_state_id};
 pub use commit::{CommitOp, CommitRequest, PreuploadFile, SAMPLE_BYTES, UploadMode};
 pub use config::{
@@ -212,11 +214,6 @@ fn check_rev(repo: &RepoRef, rev: &str) -> Result<(), HubClientError> {
 /// Checks a path argument; returns it without leading/trailing slashes.
 fn check_path<'a>(repo: &RepoRef, path: &'a str, allow_root: bool) -> Result<&'a str, HubClientError> {
     repo::check_path(path, allow_root).map_err(|why| HubClientError::bad_input(format!("{repo}: {path}"), why))
-}
-
-/// A full 40-hex commit id (immutable content: safe to cache by).
-fn is_commit_id(rev: &str) -> bool {
-    rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 impl fmt::Debug for HubClient {

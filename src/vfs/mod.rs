@@ -17,6 +17,7 @@ mod passthrough;
 pub mod read;
 pub mod remote;
 mod rename;
+mod revision;
 mod shared_meta;
 mod small_batch;
 mod small_files;
@@ -35,6 +36,7 @@ use parking_lot::Mutex;
 
 use crate::chunk_store::ChunkStore;
 use crate::hub_client::{HubClient, RepoRef};
+use crate::util::is_commit_id;
 use crate::write::staging::DirtyFile;
 pub use attrs::{Caller, NewNode, may_access};
 use commit::Writer;
@@ -47,6 +49,7 @@ use read::{ReadState, Reader};
 pub use remote::ContentId;
 use remote::{FileMeta, Remote};
 pub use rename::RenameFlags;
+use revision::Revision;
 pub use write::{SetAttr, TimeSet};
 
 #[derive(Debug, Clone)]
@@ -179,11 +182,6 @@ enum Handle {
     },
 }
 
-struct Revision {
-    commit: String,
-    checked: Instant,
-}
-
 /// Lock order: `revision` (async) → `handles` → `last_content` → the overlay (in `writer`) → the
 /// inode table; `dirs_listed` is a leaf; the sync locks are never held across an `.await`.
 pub struct VirtualFs {
@@ -218,10 +216,6 @@ pub struct VirtualFs {
     /// Present on writable mounts: staging, overlay and the committer's state.
     writer: Option<Writer>,
     passthrough: passthrough::State,
-}
-
-fn is_commit_id(s: &str) -> bool {
-    s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// `a/b` (without a slash where one side is empty). Called for every entry of every listing
@@ -319,10 +313,7 @@ impl VirtualFs {
             repo,
             revision_name: revision.to_string(),
             subfolder: subfolder.unwrap_or("").trim_matches('/').to_string(),
-            revision: tokio::sync::Mutex::new(Revision {
-                commit: info.sha,
-                checked: Instant::now(),
-            }),
+            revision: tokio::sync::Mutex::new(Revision::new(info.sha, Instant::now())),
             inodes: inode::InodeTable::new(),
             listings: moka::future::Cache::builder()
                 .weigher(|_k, v: &Arc<Listing>| v.entries.len().min(u32::MAX as usize) as u32 + 1)
@@ -369,28 +360,12 @@ impl VirtualFs {
         &self.client
     }
 
-    /// The commit the mount currently shows; a branch or tag is re-resolved once per TTL.
+    /// The commit the mount currently shows; a branch or tag is re-resolved once per TTL
+    /// (`revision`).
     pub async fn commit(&self) -> VfsResult<String> {
         let mut rev = self.revision.lock().await;
-        if !is_commit_id(&self.revision_name) && rev.checked.elapsed() >= self.opts.metadata_ttl {
-            // Background work: with the Hub's api window nearly spent or closed it is not sent (the
-            // known commit is served until the window allows), and it never waits here holding
-            // every lookup behind this lock.
-            let info = crate::hub_client::windows::background(self.client.repo_info(&self.repo, &self.revision_name));
-            match info.await {
-                Ok(info) => {
-                    if info.sha != rev.commit {
-                        tracing::info!(old = %rev.commit, new = %info.sha, "revision moved");
-                        rev.commit = info.sha;
-                    }
-                    rev.checked = Instant::now();
-                }
-                Err(e) if e.rate_limited_for().is_some() => {
-                    tracing::debug!(error = %e, "revision not refreshed: the Hub's window is kept for reads")
-                }
-                // Keep serving the known commit when the Hub is unreachable; retry next time.
-                Err(e) => tracing::warn!(error = %e, "could not refresh the revision"),
-            }
+        if !is_commit_id(&self.revision_name) {
+            self.refresh_revision(&mut rev).await;
         }
         Ok(rev.commit.clone())
     }

@@ -216,7 +216,8 @@ pub fn store_env(url: &str, mut c: Command) -> Command {
     let log = std::env::var("HUBFS_TEST_RUST_LOG");
     c.env(
         "RUST_LOG",
-        log.as_deref().unwrap_or("hubfs=info,hubfs::chunk_store::shared=debug"),
+        log.as_deref()
+            .unwrap_or("hubfs=info,hubfs::chunk_store::shared=debug,hubfs::vfs::revision=debug"),
     )
     .stdin(Stdio::null());
     if url.starts_with("gs://") {

@@ -125,7 +125,7 @@ impl Uploads {
 }
 
 impl SharedTier {
-    fn meta_path(&self, root: &[&str], key: &MetaKey) -> Path {
+    pub(super) fn meta_path(&self, root: &[&str], key: &MetaKey) -> Path {
         let prefix = self.0.prefix.split('/').filter(|p| !p.is_empty());
         Path::from_iter(
             prefix

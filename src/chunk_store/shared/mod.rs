@@ -16,6 +16,8 @@
 //!   looked up and written behind the same way, as objects under `PREFIX/meta/`, keyed by repo,
 //!   commit and path, with the same verified header, so a fleet mounting one revision lists it
 //!   on the Hub about once.
+//! - Revisions (`refs`): the commit a branch or tag resolved to, as the last node to ask the Hub
+//!   got it, so a fleet re-resolves a branch about once per metadata TTL.
 //! - Failure is a slowdown: every store request has a deadline; an error or an expired deadline
 //!   pauses the tier for [`PAUSE`] (reads go straight to the Hub), then it is tried again.
 //!
@@ -28,6 +30,7 @@ mod claim;
 pub mod format;
 mod meta;
 mod open;
+mod refs;
 mod upload;
 
 use std::sync::Arc;
@@ -40,6 +43,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 pub use claim::{CLAIM_STALE, Claim};
 pub use meta::{MAX_META_BYTES, MetaKey};
 pub use open::{SCHEMES, supported as supported_url};
+pub use refs::{REF_DEADLINE, RefClaim, RefLook, RefRecord};
 
 /// Deadline of a block lookup (the GET and its body): past it the read goes to the Hub.
 pub const LOOKUP_DEADLINE: Duration = Duration::from_secs(5);
@@ -95,8 +99,8 @@ struct Inner {
     /// Set once the store refused a conditional create as unsupported: no claims from then on.
     no_claims: AtomicBool,
     /// Counts for `hubfs status`: hits, misses, invalid, written, dropped; metadata hits,
-    /// misses, written.
-    counts: [std::sync::atomic::AtomicU64; 8],
+    /// misses, written; revision records found and written.
+    counts: [std::sync::atomic::AtomicU64; 10],
     /// This process in claim objects (host and pid), for whoever looks at the bucket.
     node: String,
     /// Files whose last lookup missed (see `load`); bounded by [`MISS_RUNS`].
@@ -129,6 +133,12 @@ pub struct SharedReport {
     pub meta_misses: u64,
     #[serde(default)]
     pub meta_written: u64,
+    /// Branch and tag records found in the tier at a revision's refresh (`refs`).
+    #[serde(default)]
+    pub refs_found: u64,
+    /// Records this node wrote after asking the Hub itself.
+    #[serde(default)]
+    pub refs_written: u64,
 }
 
 /// What a lookup found: a block's bytes, or a metadata object's value.
@@ -180,6 +190,8 @@ impl SharedTier {
             "meta_hit" => 5,
             "meta_miss" => 6,
             "meta_written" => 7,
+            "ref_found" => 8,
+            "ref_written" => 9,
             _ => return,
         };
         self.0.counts[i].fetch_add(1, Ordering::Relaxed);
@@ -200,6 +212,8 @@ impl SharedTier {
             meta_hits: c(5),
             meta_misses: c(6),
             meta_written: c(7),
+            refs_found: c(8),
+            refs_written: c(9),
         }
     }
 
