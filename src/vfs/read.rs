@@ -41,6 +41,11 @@ const WINDOW_RUN: u64 = 4 << 20;
 /// The most a direct handle's sparse read fetches past its end (see `Reader::read`).
 const SPARSE_AHEAD: u64 = 256 << 10;
 
+/// Runs a direct handle keeps besides the current one (see `ReadState::pick_run`): pyarrow reads
+/// a file's pre-buffered ranges as two streams on one descriptor, DuckDB's threads share one per
+/// file, and each stream must keep its own window.
+const PARKED_RUNS: usize = 3;
+
 /// What a read is to the reader's state (see `classify`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
@@ -78,11 +83,24 @@ pub struct ReadState {
     held: Box<Held>,
 }
 
+/// A run put aside while the handle reads elsewhere: the fields of `ReadState` it had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Run {
+    next: u64,
+    run_start: u64,
+    run_bytes: u64,
+    proven: bool,
+    window: u64,
+}
+
 /// The blocks of the current run a reader is reading or has asked to prefetch, held in the chunk
 /// store until it has read past them (or seeks, or closes), so the memory tier cannot evict them
 /// before the reader gets there (other readers' blocks push them out of its LRU).
 #[derive(Debug, Default)]
 struct Held {
+    /// A direct handle's other runs, the most recent first (at most [`PARKED_RUNS`]; see
+    /// `ReadState::pick_run`). Here, boxed, since most handles have none.
+    parked: Vec<Run>,
     /// The content the holds are of.
     key: Option<Arc<str>>,
     blocks: std::collections::BTreeMap<u64, BlockHold>,
@@ -127,6 +145,44 @@ impl ReadState {
     /// The handle's reads come without the kernel's readahead (see `direct`).
     pub fn reads_direct(&mut self) {
         self.direct = true;
+    }
+
+    fn run(&self) -> Run {
+        Run {
+            next: self.next,
+            run_start: self.run_start,
+            run_bytes: self.run_bytes,
+            proven: self.proven,
+            window: self.window,
+        }
+    }
+
+    fn set_run(&mut self, r: Run) {
+        (self.next, self.run_start, self.run_bytes, self.proven, self.window) =
+            (r.next, r.run_start, r.run_bytes, r.proven, r.window);
+    }
+
+    /// On a direct handle, makes the run that a read of `[offset, end)` continues the current one:
+    /// a parked run it is near, or, if none, a new one (`classify` starts it), the current run
+    /// being parked. So two streams read on one descriptor each keep their window, where one run
+    /// would start over at every switch and prefetch nothing. The kernel's readahead of a
+    /// buffered handle already follows one stream per descriptor, and such a handle has one run.
+    pub fn pick_run(&mut self, offset: u64, end: u64, readahead: u64) {
+        let slack = slack(end - offset, readahead);
+        if !self.direct || offset.abs_diff(self.next) <= slack {
+            return;
+        }
+        let current = self.run();
+        match self.held.parked.iter().position(|r| offset.abs_diff(r.next) <= slack) {
+            Some(i) => {
+                let resumed = self.held.parked.remove(i);
+                self.set_run(resumed);
+            }
+            None if current.run_bytes == 0 => return,
+            None => {}
+        }
+        self.held.parked.insert(0, current);
+        self.held.parked.truncate(PARKED_RUNS);
     }
 
     /// Holds `key`'s blocks `blocks` (those not held yet) and returns the ones newly held.
@@ -180,7 +236,18 @@ impl ReadState {
     /// the caller drops what is returned after unlocking the state.
     fn release_before(&mut self, from: u64) -> std::collections::BTreeMap<u64, BlockHold> {
         let kept = self.held.blocks.split_off(&from);
-        std::mem::replace(&mut self.held.blocks, kept)
+        let mut gone = std::mem::replace(&mut self.held.blocks, kept);
+        // Blocks a parked run reads or has asked for stay held: its reader comes back to them.
+        for r in &self.held.parked {
+            let (lo, hi) = (r.run_start / BLOCK_SIZE, r.next / BLOCK_SIZE + r.window);
+            let theirs: Vec<u64> = gone.range(lo..=hi).map(|(i, _)| *i).collect();
+            for i in theirs {
+                if let Some(h) = gone.remove(&i) {
+                    self.held.blocks.insert(i, h);
+                }
+            }
+        }
+        gone
     }
 }
 
@@ -257,6 +324,7 @@ impl Reader {
         let (first, last) = (offset / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
         let (class, prefetch, released, front, ahead) = {
             let mut st = state.lock();
+            st.pick_run(offset, end, self.readahead);
             // Overlapping the last read's end: a reader's buffered reads restart inside the bytes
             // it has (a page header, then the body from where the header ended).
             let continues = st.direct && offset <= st.next && end > st.next && offset + SPARSE_AHEAD >= st.next;
@@ -269,6 +337,7 @@ impl Reader {
             if st.proven && !was_proven {
                 self.scans.proven(&key);
             }
+            tracing::trace!(path = %file.remote_path, offset, len = end - offset, ?access, direct = st.direct, "read");
             let class = match access {
                 Access::Sequential(window) => Some(window),
                 Access::Seek | Access::Sparse => None,
@@ -503,11 +572,7 @@ pub fn classify(st: &mut ReadState, offset: u64, end: u64, readahead: u64) -> Ac
     // Kernel readahead sends several reads at once and they may arrive out of order: a read near
     // where the last one ended still counts as sequential.
     let len = end - offset;
-    let slack = if len <= SMALL_READ {
-        SEQUENTIAL_SLACK
-    } else {
-        SEQUENTIAL_SLACK.max(2 * readahead)
-    };
+    let slack = slack(len, readahead);
     // A program's own read of a MiB or more (a full scan's column chunk) wants whole blocks:
     // fetched exactly, its pieces cost a request each and the block that loads after them more.
     let large = st.direct && len >= SPARSE_RUN;
@@ -557,6 +622,16 @@ pub fn classify(st: &mut ReadState, offset: u64, end: u64, readahead: u64) -> Ac
     }
     st.window = (st.window * 2).min(MAX_WINDOW_BLOCKS);
     Access::Sequential(st.window)
+}
+
+/// How far from where the last read ended a read of `len` bytes may start and still continue
+/// its run (see `SEQUENTIAL_SLACK`).
+fn slack(len: u64, readahead: u64) -> u64 {
+    if len <= SMALL_READ {
+        SEQUENTIAL_SLACK
+    } else {
+        SEQUENTIAL_SLACK.max(2 * readahead)
+    }
 }
 
 /// The blocks a prefetch of `count` blocks from block `from` covers in a file of `size` bytes.

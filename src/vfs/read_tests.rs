@@ -138,6 +138,54 @@ fn a_direct_handle_loads_blocks_for_a_programs_read_of_a_mib() {
     assert_eq!(classify(&mut st, at, at + mib, mib), Access::Seek);
 }
 
+/// `pick_run`, then `classify`: what `Reader::read` does.
+fn read_at(st: &mut ReadState, offset: u64, end: u64, readahead: u64) -> Access {
+    st.pick_run(offset, end, readahead);
+    classify(st, offset, end, readahead)
+}
+
+#[test]
+fn two_streams_on_one_direct_handle_each_keep_their_window() {
+    let mib = 1 << 20;
+    let mut st = ReadState::default();
+    st.reads_direct();
+    // pyarrow's two pre-buffered ranges of one file, read 1 MiB at a time, in turn.
+    let (a, b) = (0, 33 * mib);
+    let mut last = (Access::Seek, Access::Seek);
+    for i in 0..8 {
+        last.0 = read_at(&mut st, a + i * mib, a + (i + 1) * mib, mib);
+        last.1 = read_at(&mut st, b + i * mib, b + (i + 1) * mib, mib);
+    }
+    assert!(
+        matches!(last, (Access::Sequential(x), Access::Sequential(y)) if x >= 2 && y >= 2),
+        "both streams prefetch: {last:?}"
+    );
+    // One run alone starts over at every switch and never prefetches (a buffered handle, whose
+    // reads the kernel's readahead already orders, keeps one run).
+    let mut one = ReadState::default();
+    one.reads_direct();
+    for i in 0..8 {
+        last.0 = classify(&mut one, a + i * mib, a + (i + 1) * mib, mib);
+        last.1 = classify(&mut one, b + i * mib, b + (i + 1) * mib, mib);
+    }
+    assert_eq!(last, (Access::Sequential(0), Access::Sequential(0)));
+    // A footer read in between parks nothing it would have to give back: the streams go on.
+    assert_eq!(read_at(&mut st, 60 * mib, 60 * mib + 65536, mib), Access::Seek);
+    assert!(matches!(read_at(&mut st, a + 8 * mib, a + 9 * mib, mib), Access::Sequential(x) if x >= 2));
+    assert!(matches!(read_at(&mut st, b + 8 * mib, b + 9 * mib, mib), Access::Sequential(x) if x >= 2));
+    // At most PARKED_RUNS runs wait besides the current one: the oldest goes.
+    for k in 0..PARKED_RUNS as u64 + 1 {
+        read_at(&mut st, (100 + 10 * k) * mib, (101 + 10 * k) * mib, mib);
+    }
+    assert_eq!(st.held.parked.len(), PARKED_RUNS);
+    assert!(
+        st.held
+            .parked
+            .iter()
+            .all(|r| r.next != a + 9 * mib && r.next != b + 9 * mib)
+    );
+}
+
 #[test]
 fn column_chunks_stay_sparse_and_a_stream_loads_blocks_after_one_mib() {
     // A parquet reader on a dataset mount: a 40 KiB column chunk every 1.5 MiB (within the
