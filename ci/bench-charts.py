@@ -7,7 +7,10 @@ LOGDIR holds what the bench scripts printed, one file per script named after its
 ci/test.sh's `script_step` saves them: bench-parquet.log, bench-metadata.log, bench-publish.log,
 bench-listing.log, bench-shards-py.log, bench-mmap.log, bench-requests.log, bench-download.log,
 and the cargo benches' smoke runs `logged_step` saves: bench-many-readers.log and
-bench-many-readers-budget.log (one chart of both), bench-fuse-read.log (disk tier, passthrough).
+bench-many-readers-budget.log (one chart of both), bench-fuse-read.log (two charts: one large
+file; the disk tier and passthrough), bench-fuse-write.log (writes), bench-micro.log (the
+criterion medians of a run with `-- --bench`); and bench-fleet.log, the `figure:` lines
+tests/shared_cache.rs appends to the file HUBFS_SHARED_FIGURES names (ci/test.sh: this one).
 The scripts print markdown table rows (`| ... |`) or `figure:` lines; this reads those and writes
 OUTDIR/<workload>.png, 800 x 450 pixels. A log or a row that is missing or unreadable skips that
 chart with a note on stdout; the script never fails a run (exit status 0, also without matplotlib).
@@ -413,10 +416,222 @@ def fuse_read(lines, outdir):
     save(plt, fig, outdir, "fuse-read")
 
 
+def bars(ax, labels, values, colours, fmt="{:.2g}"):
+    """One bar per label, each in its own colour, its value written on it (None: no bar)."""
+    bs = ax.bar(range(len(labels)), [v if v is not None else 0 for v in values], 0.6, color=colours)
+    for b, v in zip(bs, values):
+        if v is not None:
+            ax.annotate(fmt.format(v), (b.get_x() + b.get_width() / 2, b.get_height()),
+                        ha="center", va="bottom", fontsize=7, xytext=(0, 1), textcoords="offset points")
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, fontsize=7)
+
+
+def measurement_rows(lines):
+    """`| measurement | figure | notes |` rows of a cargo bench's table, by their first cell."""
+    return {r[0]: r for r in table_rows(lines, 3)}
+
+
+def large_file(lines, outdir):
+    # fuse_read's rows: the ceiling, cold / warm sequential, random 4 KiB reads, cold at 30 ms
+    rows = measurement_rows(lines)
+
+    def figure_of(prefix):
+        r = rows.get(prefix) or next((r for k, r in rows.items() if k.startswith(prefix)), None)
+        return (num(r[1]), r) if r else (None, None)
+
+    ceiling, _ = figure_of("FUSE ceiling")
+    cold, _ = figure_of("hubfs cold sequential read")
+    hub_cached, _ = figure_of("hubfs cold sequential read, the Hub's files")
+    warm, _ = figure_of("hubfs warm re-read")
+    slow, _ = figure_of("hubfs cold sequential, Hub at 30 ms")
+    rand_cold, rand_row = figure_of("hubfs cold 4 KiB random reads")
+    rand_warm, _ = figure_of("hubfs warm 4 KiB random reads")
+    if cold is None and rand_cold is None:
+        return note("bench-fuse-read: no cold sequential or random rows (HUBFS_BENCH_ONLY without seq, random), "
+                    "chart skipped")
+    m = next((re.search(r"(\d+) MiB Xet file", line) for line in lines if "FUSE read benchmark" in line), None)
+    size = f" ({m.group(1)} MiB)" if m else ""
+    seq = [(lab, v, c) for lab, v, c in (
+        ("FUSE ceiling\n(memory\nfilesystem)", ceiling, STOCK), ("cold", cold, HUBFS),
+        ("cold, the Hub's\nfiles in its\npage cache", hub_cached, HUBFS), ("warm re-read\n(hubfs cache)", warm, OTHER),
+        ("cold, 30 ms,\n200 Mbit/s", slow, PEER)) if v is not None]
+    rand = [(lab, v, c) for lab, v, c in (("cold", rand_cold, HUBFS), ("warm", rand_warm, OTHER)) if v is not None]
+    plt, fig, axes = panels(f"One large Xet file{size} through a FUSE mount", [3, 1] if seq and rand else [1])
+    if seq:
+        ax = axes[0]
+        bars(ax, [s[0] for s in seq], [s[1] for s in seq], [s[2] for s in seq], fmt="{:.2f}")
+        ax.set_title("sequential 1 MiB reads, GB/s (higher is better)", fontsize=9)
+        ax.set_ylabel("GB/s")
+    if rand:
+        ax = axes[-1]
+        per_read = num(rand_row[2]) if rand_row else None
+        labels = [f"cold\n{per_read:.2f} Hub\nrequests\na read" if lab == "cold" and per_read is not None else lab
+                  for lab, _, _ in rand]
+        bars(ax, labels, [r[1] for r in rand], [r[2] for r in rand], fmt="{:,.0f}")
+        ax.set_yscale("log")
+        ax.set_title("4 KiB random reads/s", fontsize=9)
+        ax.set_ylabel("reads/s (log scale)")
+    save(plt, fig, outdir, "large-file")
+
+
+def writes(lines, outdir):
+    # fuse_write's rows (`| 1. seq write … | 1.43 GB/s | … |`), numbered by the bench's part
+    rows = measurement_rows(lines)
+
+    def find(prefix, needle=""):
+        return next((r for k, r in rows.items() if k.startswith(prefix) and needle in k), None)
+
+    ceiling, staged = find("1. seq write", "ceiling"), find("1. seq write", "staging")
+    close, pure = find("2. close latency"), find("2. hf-hub create_commit")
+    rewrite, rss = find("3. identical rewrite"), find("5. peak RSS")
+    stage, waits = find("4. cp -r", "stage mode"), find("4. cp -r", "close_waits")
+    if not (staged or close or stage):
+        return note("bench-fuse-write: no result rows, chart skipped")
+    parts = [p for p in (staged, close, stage or waits) if p]
+    big = re.search(r"(\d+) MiB write", rss[0]) if rss else None
+    peak = f"; mount peak RSS writing {big.group(1)} MiB: {num(rss[1]):.0f} MiB" if rss and big else ""
+    plt, fig, axes = panels("Writes into a writable FUSE mount" + peak, [1] * len(parts))
+    axes = iter(axes)
+    mib = re.search(r"(\d+) MiB", (staged or close or ["", ""])[0])
+    if staged:
+        ax = next(axes)
+        labels, values, colours = [], [], []
+        if ceiling:
+            labels.append("plain file,\nsame disk")
+            values.append(num(ceiling[1]))
+            colours.append(STOCK)
+        labels.append("the mount's\nstaging")
+        values.append(num(staged[1]))
+        colours.append(HUBFS)
+        bars(ax, labels, values, colours, fmt="{:.2f}")
+        ax.set_title(f"write() of {mib.group(1) if mib else 'a'} MiB\nin 1 MiB calls, GB/s", fontsize=8)
+        ax.set_ylabel("GB/s")
+    if close:
+        ax = next(axes)
+        size = re.search(r"(\d+) MiB", close[0])
+        labels, values, colours = ["close(),\nnew file"], [num(close[1])], [HUBFS]
+        if pure:
+            labels.append("hf-hub crate,\nsame bytes")
+            values.append(num(pure[1]))
+            colours.append(STOCK)
+        if rewrite:
+            m = re.search(r"(?<!\.)close ([\d.]+) s", rewrite[2])  # not "open..close"
+            if m:
+                labels.append(f"close(),\nidentical\nrewrite,\n{rewrite[1].split('=')[0].strip()} sent")
+                values.append(float(m.group(1)))
+                colours.append(OTHER)
+        bars(ax, labels, values, colours, fmt="{:.2f}")
+        ax.set_title(f"{size.group(1) if size else 'one'} MiB until\ncommitted, seconds", fontsize=8)
+        ax.set_ylabel("seconds")
+    if stage or waits:
+        ax = next(axes)
+        labels, values, colours = [], [], []
+        for r, how, colour in ((stage, "--close stage", HUBFS), (waits, "a commit\nper close", STOCK)):
+            if r:
+                n = re.search(r"cp -r (\d+) files", r[0])
+                rate = re.search(r"([\d.]+) files/s", r[2])
+                commits = re.search(r"(\d+) commits", r[1])
+                count, made = n.group(1) if n else "?", commits.group(1) if commits else "?"
+                labels.append(f"{count} files,\n{how},\n{made} commits")
+                values.append(float(rate.group(1)) if rate else None)
+                colours.append(colour)
+        bars(ax, labels, values, colours, fmt="{:.0f}")
+        ax.set_title("cp -r of small files until\nall are on the Hub, files/s", fontsize=8)
+        ax.set_ylabel("files/s")
+    save(plt, fig, outdir, "writes")
+
+
+FLEET = re.compile(r"figure: shared tier, (\w+), (\d+) MiB: Hub only ([\d.]+) MiB/s, first node ([\d.]+) MiB/s, "
+                   r"later nodes ([\d. ]+) MiB/s, Hub bytes ([\d.]+) x one after another, ([\d.]+) x with (\d+) nodes")
+
+
+def fleet(lines, outdir):
+    stores = {}
+    for line in lines:
+        m = FLEET.search(line)
+        if m:
+            stores[m.group(1)] = m  # a store measured twice: the last run
+    if not stores:
+        return note("bench-fleet: no `figure: shared tier` lines, chart skipped")
+    order = [s for s in ("s3", "gs", "az") if s in stores] + [s for s in stores if s not in ("s3", "gs", "az")]
+    names = {"s3": "SeaweedFS (S3)", "gs": "fake-gcs-server (GCS)", "az": "Azurite (Azure Blob)"}
+    later = {s: [float(v) for v in stores[s].group(5).split()] for s in order}
+    spread = {s: f"\nlater nodes {min(v):.0f}–{max(v):.0f}" if len(v) > 1 else "" for s, v in later.items()}
+    labels = [names.get(s, s) + spread[s] for s in order]
+    series = [("Hub only (no tier)", STOCK, [float(stores[s].group(3)) for s in order]),
+              ("first node (fills the tier)", OTHER, [float(stores[s].group(4)) for s in order]),
+              ("later nodes (from the tier), mean", HUBFS, [mean(later[s]) for s in order])]
+    ratios = [float(stores[s].group(g)) for s in order for g in (6, 7)]
+    size = stores[order[0]].group(2)
+    plt, fig, ax = figure(f"Nodes sharing a cache tier, one {size} MiB file each: MiB/s (higher is better)\n"
+                         f"Hub bytes / file: {min(ratios):.3f}–{max(ratios):.3f}, nodes one after another or at once")
+    grouped(ax, labels, series, fmt="{:.0f}")
+    ax.set_ylabel("MiB/s")
+    save(plt, fig, outdir, "fleet")
+
+
+UNITS_NS = {"ns": 1.0, "µs": 1e3, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def ns(text):
+    m = re.fullmatch(r"([\d.]+) (ns|µs|us|ms|s)", text.strip())
+    return float(m.group(1)) * UNITS_NS[m.group(2)] if m else None
+
+
+def human_ns(v):
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if v >= scale:
+            return f"{v / scale:.3g} {unit}"
+    return f"{v:.3g} ns"
+
+
+def micro(lines, outdir):
+    # `| \`group/id\` | median | what one iteration is |` and
+    # `| readdir | snapshot | rebuilt per page | rebuilt / snapshot |` (printed by a measuring run)
+    medians = [(r[0].strip("`"), ns(r[1])) for r in table_rows(lines, 3) if r[0].startswith("`") and ns(r[1])]
+    readdir = [(r[0], ns(r[1]), ns(r[2])) for r in table_rows(lines, 4) if ns(r[1]) and ns(r[2])]
+    others = [(k, v) for k, v in medians if not k.startswith("readdir")]
+    if not medians and not readdir:
+        return note("bench-micro: no medians (a run with `-- --bench` prints them), chart skipped")
+    plt, fig, axes = panels("Micro-benchmarks: median time of one iteration (log scale, lower is better)",
+                            [1, 1] if readdir and others else [1])
+    if readdir:
+        ax = axes[0]
+        labels = []
+        for label, s, r in readdir:
+            m = re.match(r"(one page|whole listing), (\d+) entries", label)
+            what = ("a page" if m.group(1) == "one page" else "listing") if m else label
+            labels.append(f"{what}\n{int(m.group(2)):,}\n{r / s:.0f}×" if m else label)
+        grouped(ax, labels, [("opendir snapshot", HUBFS, [s for _, s, _ in readdir]),
+                             ("rebuilt per page", STOCK, [r for _, _, r in readdir])], fmt="")
+        ax.set_yscale("log")
+        ax.set_title("readdir of 100, 1,000, 5,000 entries:\none page, or the whole listing", fontsize=9)
+        ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: human_ns(v)))
+    if others:
+        ax = axes[-1]
+        ax.grid(axis="y", alpha=0)
+        ax.grid(axis="x", alpha=0.3)
+        ys = range(len(others))
+        ax.barh(ys, [v for _, v in others], color=HUBFS, height=0.7)
+        for y, (_, v) in zip(ys, others):
+            ax.annotate(human_ns(v), (v, y), va="center", fontsize=6, xytext=(2, 0), textcoords="offset points")
+        ax.set_yticks(list(ys))
+        ax.set_yticklabels([k for k, _ in others], fontsize=6)
+        ax.invert_yaxis()
+        ax.set_xscale("log")
+        ax.set_xlim(right=max(v for _, v in others) * 30)  # room for the values
+        ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: human_ns(v)))
+        ax.tick_params(axis="x", labelsize=7)
+        ax.set_title("the other hot paths", fontsize=9)
+    save(plt, fig, outdir, "micro")
+
+
 CHARTS = [("bench-requests", requests), ("bench-parquet", parquet), ("bench-metadata", metadata), ("bench-publish", publish),
           ("bench-listing", listing), ("bench-shards-py", shards), ("bench-mmap", mmap),
           ("bench-download", download), (("bench-many-readers", "bench-many-readers-budget"), many_readers),
-          ("bench-fuse-read", fuse_read)]
+          ("bench-fuse-read", fuse_read), ("bench-fuse-read", large_file), ("bench-fuse-write", writes),
+          ("bench-fleet", fleet), ("bench-micro", micro)]
 
 
 def main(argv):

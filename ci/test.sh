@@ -8,7 +8,8 @@
 #      Azurite installed once (ci/weed.sh, ci/gcs.sh, ci/azurite.sh, for the shared cache tests),
 #      cargo test (unit and integration tests, the VirtualFs model test, the fault matrix and the
 #      stress test in their short profiles, the module layering check), then the benches' smoke
-#      runs (micro, disk tier and passthrough, many readers)
+#      runs (micro with a short measurement, one large file's reads with the disk tier and
+#      passthrough, writes, many readers)
 #   5. ci/nfs-smoke.sh (libnfs's nfs-ls / nfs-cat against `hubfs serve-nfs`)
 #      ci/csi-sanity.sh (kubernetes-csi's csi-sanity against `hubfs csi-node`)
 #      tests/conformance/run.sh (stock huggingface_hub against `hubfs local-hub`, xet and noxet modes)
@@ -44,7 +45,7 @@ for arg in "$@"; do
   case "$arg" in
     --quick) QUICK=1 ;;
     --long) export POSIX_LONG=1 HUBFS_MODEL_CASES="${HUBFS_MODEL_CASES:-256}" HUBFS_MODEL_SEED="${HUBFS_MODEL_SEED:-random}" HUBFS_STRESS_SECS="${HUBFS_STRESS_SECS:-300}" WORKFLOW_SOAK_SECS="${WORKFLOW_SOAK_SECS:-600}" ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "ci/test.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -168,6 +169,8 @@ run_step "SeaweedFS for the shared-cache test (ci/weed.sh build)" bash ci/weed.s
 run_step "fake-gcs-server for the shared-cache test (ci/gcs.sh build)" bash ci/gcs.sh build
 run_step "Azurite for the shared-cache test (ci/azurite.sh build)" bash ci/azurite.sh build
 export HUBFS_REQUIRE_STORES=1
+# tests/shared_cache.rs appends each store's speeds and Hub bytes here, for the fleet's chart
+export HUBFS_SHARED_FIGURES="$LOGDIR/bench-fleet.log"
 
 say "cargo test"
 cargo test 2>&1 | tee "$LOGDIR/cargo-test.log"
@@ -186,13 +189,24 @@ else
   [ "$ct_failed" -eq 0 ] && FAILED=$((FAILED + 1))
 fi
 
-# Every criterion micro-benchmark once, in the dev profile: proves they build and their checks hold.
-run_step "micro-benchmarks smoke (cargo test --bench micro)" cargo test --bench micro
-# The disk tier's and passthrough's read benchmarks once on a 64 MiB file (about 30 s, dev profile):
-# their checks hold (the tier keeps the file, a re-read needs no download, its files take no page
-# cache; a second mount passes through exactly when asked to); the figures are not meant.
-logged_step bench-fuse-read "bench smoke: disk tier, passthrough (cargo test --bench fuse_read)" \
-  env HUBFS_BENCH_MIB=64 HUBFS_BENCH_RUNS=1 HUBFS_BENCH_ONLY=disk,passthrough cargo test --bench fuse_read
+# Every criterion micro-benchmark in the dev profile with a short measurement (about 20 s; 3 s of it
+# the checks each runs first): proves they build and their checks hold, and prints the medians for
+# the micro-benchmarks' chart (criterion's files go to the log dir, not beside release runs').
+logged_step bench-micro "micro-benchmarks, short measurement (cargo test --bench micro -- --bench)" \
+  env CRITERION_HOME="$LOGDIR/criterion" cargo test --bench micro -- --bench \
+  --warm-up-time 0.05 --measurement-time 0.2 --sample-size 10 --nresamples 1000 --noplot
+# One 64 MiB file's reads (ceiling, cold and warm sequential, random 4 KiB, cold at 30 ms), then the
+# disk tier's and passthrough's, once each (about 15 s, dev profile): the tier's and passthrough's
+# checks hold (the tier keeps the file, a re-read needs no download, its files take no page cache;
+# a second mount passes through exactly when asked to); the figures feed two charts, not the tables.
+logged_step bench-fuse-read "bench smoke: one large file, disk tier, passthrough (cargo test --bench fuse_read)" \
+  env HUBFS_BENCH_MIB=64 HUBFS_BENCH_RUNS=1 HUBFS_BENCH_ONLY=ceiling,seq,random,slow,disk,passthrough \
+  cargo test --bench fuse_read
+# Writes into a writable mount at a tenth of the bench's sizes (about 20 s): staging against a plain
+# file, close against the hf-hub crate's upload, an identical rewrite, cp -r of 1,000 and 100 small
+# files, peak RSS writing 409 MiB. Prints figures, checks nothing; they feed the writes' chart.
+logged_step bench-fuse-write "bench smoke: writes (cargo test --bench fuse_write)" \
+  env HUBFS_BENCH_QUICK=1 cargo test --bench fuse_write
 # Several readers at once (issue 29), about 30 s: 4 readers of 4 files of 48 MiB, on loopback and on a
 # 30 ms Hub, with an 8 MiB memory tier so their prefetch windows contend for it. Asserts the Hub served
 # at most 1.02 × the bytes read: no block is fetched twice while a reader wants it (the build before

@@ -12,7 +12,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("hubfs: {e:#}");
-            ExitCode::FAILURE
+            // One number per kind of failure (`hubfs --help` lists them); 1 for anything else.
+            ExitCode::from(hubfs::process::exit::failure_of(&e).code())
         }
     }
 }

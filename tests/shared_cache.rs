@@ -12,7 +12,9 @@
 //! nodes at once claim blocks through the store's conditional create, `hubfs cache shared` trims.
 //!
 //! `HUBFS_SHARED_TEST_MIB` sets the file's size (default 64; BENCHMARKS ran 1024 on a release
-//! build). Without the `weed` binary (or an emulator) a test is skipped, except under CI (`CI` or
+//! build). With `HUBFS_SHARED_FIGURES` set, each store's speeds and Hub bytes are appended to that
+//! file as one `figure:` line (ci/test.sh points it into its log dir for ci/bench-charts.py).
+//! Without the `weed` binary (or an emulator) a test is skipped, except under CI (`CI` or
 //! `HUBFS_REQUIRE_STORES` set, as ci/test.sh does after installing them) where it fails.
 //! `HUBFS_TEST_RUST_LOG` replaces the mounts' `RUST_LOG` (e.g. `hubfs::vfs::read=trace` to see
 //! reads that went to the Hub as exact ranges). The store, node and Hub helpers are in
@@ -39,6 +41,49 @@ fn hub_only_read(cli: &common::isolated::Isolated, hub: &LocalHub, want: &str) -
     let (sha, took) = plain.read(|_| {});
     assert_eq!(sha, want, "the node without a tier");
     (took, hub_requests(hub), plain.peak_rss_mib())
+}
+
+/// MiB/s of a read of `size` bytes that took `d`.
+fn rate(size: u64, d: Duration) -> f64 {
+    size as f64 / (1 << 20) as f64 / d.as_secs_f64()
+}
+
+/// One store's figures, printed and appended as one line to the file `HUBFS_SHARED_FIGURES` names:
+/// `figure: shared tier, s3, 64 MiB: Hub only 590 MiB/s, first node 165 MiB/s, later nodes 174 417
+/// 300 MiB/s, Hub bytes 1.011 x one after another, 1.019 x with 4 nodes at once`.
+fn figures(
+    scheme: &str,
+    size: u64,
+    hub_only: Duration,
+    first: Duration,
+    later: &[Duration],
+    seq: f64,
+    at_once: (usize, f64),
+) {
+    let later: Vec<String> = later.iter().map(|t| format!("{:.0}", rate(size, *t))).collect();
+    let line = format!(
+        "figure: shared tier, {scheme}, {} MiB: Hub only {:.0} MiB/s, first node {:.0} MiB/s, later nodes {} MiB/s, \
+         Hub bytes {seq:.3} x one after another, {:.3} x with {} nodes at once",
+        size >> 20,
+        rate(size, hub_only),
+        rate(size, first),
+        later.join(" "),
+        at_once.1,
+        at_once.0
+    );
+    eprintln!("{line}");
+    let Some(path) = std::env::var_os("HUBFS_SHARED_FIGURES") else {
+        return;
+    };
+    // One write of the whole line, appended: the stores' tests run at the same time.
+    let appended = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes()));
+    if let Err(e) = appended {
+        eprintln!("cannot append the figures to {}: {e}", Path::new(&path).display());
+    }
 }
 
 #[test]
@@ -72,6 +117,7 @@ fn a_fleet_reads_from_the_hub_once_and_the_tier_never_fails_a_read() {
         later.push(t);
     }
     let served = hub_bytes(&hub);
+    let seq_ratio = served as f64 / size as f64;
     eprintln!(
         "one after another, {} MiB: a node without the tier (Hub only) {}; node 0 (Hub, tier on) {}; nodes 1-3 (shared tier) {}; Hub served {:.3}× the file",
         size >> 20,
@@ -125,6 +171,8 @@ fn a_fleet_reads_from_the_hub_once_and_the_tier_never_fails_a_read() {
         "Hub served {served} for {size}; logs:\n{logs}"
     );
     drop(nodes);
+    let at_once = (4, served as f64 / size as f64);
+    figures("s3", size, hub_only, first, &later, seq_ratio, at_once);
 
     // 3. The store killed in the middle of a read, then restarted. The reader keeps no disk cache
     // and a small memory tier, so its second pass needs a lower tier again.
@@ -346,6 +394,7 @@ fn another_cloud_shares_blocks(script: &'static str, bin: &str, scheme: &str) {
     let (sha, t_second) = second.read(|_| {});
     assert_eq!(sha, want, "the second node");
     let served = hub_bytes(&hub);
+    let seq_ratio = (filled + served) as f64 / size as f64;
     eprintln!(
         "{scheme}://, {} MiB: a node without the tier (Hub only) {}; node 0 (Hub, tier on, {:.3}× the file) {}; node 1 (tier) {}, Hub served {served} bytes",
         size >> 20,
@@ -395,6 +444,8 @@ fn another_cloud_shares_blocks(script: &'static str, bin: &str, scheme: &str) {
     );
     assert!(served as f64 <= size as f64 * 1.3, "the Hub served {served} for {size}");
     drop(nodes);
+    let at_once = (2, served as f64 / size as f64);
+    figures(scheme, size, hub_only, t_first, &[t_second], seq_ratio, at_once);
 
     // `hubfs cache shared --trim-to` deletes the oldest blocks until the rest fit.
     let url = format!("{scheme}://{BUCKET}/seq-{run}");

@@ -150,5 +150,5 @@ def run(
     if proc.returncode != 0:
         err = _redact(proc.stderr, secrets)
         msg = error_line(err) or f"`hubfs {' '.join(args[:1])}` exited with status {proc.returncode}"
-        raise classify(msg)(msg, returncode=proc.returncode, command=argv, stderr=err)
+        raise classify(msg, proc.returncode)(msg, returncode=proc.returncode, command=argv, stderr=err)
     return proc

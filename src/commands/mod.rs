@@ -23,11 +23,28 @@ pub use mount::MountArgs;
 pub use serve_nfs::ServeNfsArgs;
 pub use source::{DaemonArgs, SourceArgs};
 
+/// What `hubfs --help` ends with: the exit statuses (`crate::process::exit`). The numbers are
+/// stable; scripts and the Python package test them.
+const EXIT_STATUS_HELP: &str = "\
+Exit status:
+  0    success
+  1    any other failure (and `hubfs doctor` when a check FAILs)
+  2    the command line was refused (unknown option, missing argument)
+  3    the repo or bucket does not exist, or it is private and the token cannot see it
+  4    the repo has no such revision (branch, tag or commit)
+  5    the Hub refused the token, or the token may not do this (401, 403, --write)
+  6    /dev/fuse cannot be opened (no FUSE in this kernel or container, or not root)
+  7    the mountpoint does not exist, is not a directory, is busy, or the kernel refused it
+  8    the Hub could not be reached, or kept failing past every retry (network, timeout, 5xx, 429)
+  143  a mount stopped by SIGINT or SIGTERM before it was ready
+`mount --daemon` exits with its mount process's status when it is 3 to 8, else with 1.";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "hubfs",
     version,
-    about = "Mount Hugging Face Hub repositories as local directories"
+    about = "Mount Hugging Face Hub repositories as local directories",
+    after_long_help = EXIT_STATUS_HELP
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -123,5 +140,23 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Doctor(args) => doctor::run(args),
         Command::CsiNode(args) => crate::csi::run(args),
         Command::CsiServe => crate::csi::run_serve(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_help_lists_every_exit_status() {
+        use crate::process::exit::Failure;
+        for f in Failure::ALL {
+            let line = format!("\n  {:<4} ", f.code());
+            assert!(
+                EXIT_STATUS_HELP.contains(&line),
+                "{f:?} ({}) is not in --help",
+                f.code()
+            );
+        }
     }
 }

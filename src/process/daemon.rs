@@ -1,5 +1,5 @@
 //! `hubfs mount --daemon`: runs the same command again without `--daemon` as a detached child and
-//! returns once the child reports the mount usable (exit 0) or fails (its error, non-zero).
+//! returns once the child reports the mount usable (exit 0) or fails (its error, and its exit status).
 //!
 //! The child must outlive the shell that started it and hold nothing of it:
 //! - it starts in a session of its own (`setsid`): no controlling terminal, no SIGHUP when the
@@ -14,7 +14,9 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
+
+use super::exit::Failure;
 
 /// Set in the child's environment: "you are the detached mount; read the handover on stdin".
 const CHILD_ENV: &str = "HUBFS_DAEMON_CHILD";
@@ -126,7 +128,12 @@ pub fn run_detached() -> anyhow::Result<()> {
         .unwrap_or("no error output")
         .to_string();
     let hint = log.map(|p| format!(" (log: {p})")).unwrap_or_default();
-    bail!("mount failed ({status}): {}{hint}", msg.trim_start_matches("hubfs: "))
+    // The child's exit status names the kind of failure: this process exits with the same.
+    let failure = status.code().and_then(Failure::from_code).unwrap_or(Failure::Other);
+    Err(super::exit::error(
+        failure,
+        format!("mount failed ({status}): {}{hint}", msg.trim_start_matches("hubfs: ")),
+    ))
 }
 
 /// How long `mount --daemon` waits quietly for the mount before saying why it takes long.

@@ -10,6 +10,7 @@ use anyhow::{Context, bail};
 
 use crate::fuse::{FuseAdapter, MAX_READ};
 use crate::hub_client::{HubClient, HubClientConfig, HubClientError, RepoRef, WriteAccess};
+use crate::process::exit::{self, Failure};
 use crate::process::signals::StopSignals;
 use crate::vfs::error::VfsError;
 use crate::vfs::{VfsOptions, VirtualFs};
@@ -63,23 +64,27 @@ impl Drop for Mounted {
 
 /// Checks the mountpoint exists, is a directory and has nothing mounted on it yet.
 pub fn check_mountpoint(mountpoint: &Path) -> anyhow::Result<()> {
+    let bad = |message: String| exit::error(Failure::Mountpoint, message);
     let meta = std::fs::metadata(mountpoint).map_err(|_| {
-        anyhow::anyhow!(
+        bad(format!(
             "mountpoint {} does not exist: create it first (mkdir -p {0})",
             mountpoint.display()
-        )
+        ))
     })?;
     if !meta.is_dir() {
-        bail!("mountpoint {} is not a directory", mountpoint.display());
+        return Err(bad(format!("mountpoint {} is not a directory", mountpoint.display())));
     }
-    if let Some(parent) = mountpoint.canonicalize()?.parent()
+    let canonical = mountpoint
+        .canonicalize()
+        .map_err(|e| bad(format!("mountpoint {}: {e}", mountpoint.display())))?;
+    if let Some(parent) = canonical.parent()
         && let Ok(pm) = std::fs::metadata(parent)
         && pm.dev() != meta.dev()
     {
-        bail!(
+        return Err(bad(format!(
             "mountpoint {} is busy: something is already mounted there (unmount it with `hubfs unmount {0}`)",
             mountpoint.display()
-        );
+        )));
     }
     Ok(())
 }
@@ -88,10 +93,13 @@ pub fn check_mountpoint(mountpoint: &Path) -> anyhow::Result<()> {
 fn preflight(mountpoint: &Path) -> anyhow::Result<()> {
     check_mountpoint(mountpoint)?;
     if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
-        bail!(
-            "cannot open /dev/fuse ({e}): FUSE mounts need root here, or a kernel with FUSE \
-             (try `sudo hubfs mount …`, or serve over NFS: `hubfs mount --nfs` / `hubfs serve-nfs`)"
-        );
+        return Err(exit::error(
+            Failure::FuseUnavailable,
+            format!(
+                "cannot open /dev/fuse ({e}): FUSE mounts need root here, or a kernel with FUSE \
+                 (try `sudo hubfs mount …`, or serve over NFS: `hubfs mount --nfs` / `hubfs serve-nfs`)"
+            ),
+        ));
     }
     Ok(())
 }
@@ -126,7 +134,7 @@ pub fn open_vfs(
     }
     let vfs = rt
         .block_on(VirtualFs::new(hub, repo.clone(), &revision, subfolder.as_deref(), opts))
-        .map_err(|e| anyhow::anyhow!(explain(spec, &revision, &e)))?;
+        .map_err(|e| exit::error(Failure::of_vfs(&e), explain(spec, &revision, &e)))?;
     let vfs = Arc::new(vfs);
     vfs.start_committer(rt.handle());
     let commit = rt.block_on(vfs.commit()).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -159,7 +167,10 @@ fn check_write(
             opts.write = None;
             return Ok(());
         }
-        bail!("--write needs a token that may write to {spec}: pass --token or set HF_TOKEN, or {instead}");
+        return Err(exit::error(
+            Failure::TokenRefused,
+            format!("--write needs a token that may write to {spec}: pass --token or set HF_TOKEN, or {instead}"),
+        ));
     }
     if let WriteAccess::No(why) = rt.block_on(hub.write_access(repo)) {
         if optional {
@@ -168,7 +179,10 @@ fn check_write(
             opts.write = None;
             return Ok(());
         }
-        bail!("the token may not write to {spec} ({why}): pass a token that may, or {instead}");
+        return Err(exit::error(
+            Failure::TokenRefused,
+            format!("the token may not write to {spec} ({why}): pass a token that may, or {instead}"),
+        ));
     }
     if repo.is_bucket() {
         check_bucket_write(hub, repo, spec, opts, rt)?;
@@ -195,8 +209,9 @@ fn check_bucket_write(
             opts.write = None;
             Ok(())
         }
-        Err(e @ (HubClientError::Unauthorized { .. } | HubClientError::Forbidden { .. })) => Err(anyhow::anyhow!(
-            "the token may not write to {spec} ({e}): pass a token that may, or mount with --read-only"
+        Err(e @ (HubClientError::Unauthorized { .. } | HubClientError::Forbidden { .. })) => Err(exit::error(
+            Failure::TokenRefused,
+            format!("the token may not write to {spec} ({e}): pass a token that may, or mount with --read-only"),
         )),
         // Anything else (a missing bucket, an unreachable Hub) is for opening it to report.
         Err(_) => Ok(()),
@@ -225,6 +240,8 @@ pub fn explain(repo: &str, revision: &str, e: &VfsError) -> String {
              (pass --token or set HF_TOKEN)"
         ),
         VfsError::Remote(HubClientError::RevisionNotFound { .. }) => {
+            // The spec may name the revision itself (`ns/name@v9`): the repo is what precedes it.
+            let repo = repo.split_once('@').map_or(repo, |(r, _)| r);
             format!("revision {revision:?} not found in {repo} (use a branch, tag, full commit id or refs/pr/N)")
         }
         VfsError::Remote(HubClientError::Unauthorized { .. }) => {
@@ -262,7 +279,12 @@ pub fn mount(req: MountRequest, rt: &tokio::runtime::Runtime) -> anyhow::Result<
     let adapter = FuseAdapter::new(vfs.clone(), rt.handle().clone());
     let passthrough = adapter.passthrough_stats();
     let session = fuser::Session::new(adapter, &req.mountpoint, &config)
-        .with_context(|| format!("mounting at {}", req.mountpoint.display()))?
+        .map_err(|e| {
+            exit::error(
+                Failure::Mountpoint,
+                format!("mounting at {}: {e}", req.mountpoint.display()),
+            )
+        })?
         .spawn()
         .context("starting the FUSE session")?;
     crate::fuse::readahead::raise_readahead(&req.mountpoint, vfs.readahead());

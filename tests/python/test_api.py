@@ -170,7 +170,7 @@ def test_repo_that_does_not_exist(hub, tmp_path):
     e = ei.value
     assert isinstance(e, hubfs.HubfsError)
     assert "repository demo/no-such-repo not found" in str(e)
-    assert e.returncode == 1 and "\n" not in str(e)
+    assert e.returncode == 3 and "\n" not in str(e)
     assert not os.path.ismount(tmp_path)
 
 
@@ -182,8 +182,9 @@ def test_private_repo_needs_the_token(hub, private_model):
 
 
 def test_revision_that_does_not_exist(hub):
-    with pytest.raises(hubfs.RevisionNotFoundError, match="no-such-branch"):
+    with pytest.raises(hubfs.RevisionNotFoundError, match="no-such-branch") as ei:
         hubfs.mount("demo/tiny-model", revision="no-such-branch", cache_dir=hub.cache_dir)
+    assert ei.value.returncode == 4
 
 
 def test_bad_token_is_refused_and_never_shown(hub):
@@ -191,9 +192,37 @@ def test_bad_token_is_refused_and_never_shown(hub):
     with pytest.raises(hubfs.TokenRefusedError) as ei:
         hubfs.mount("demo/tiny-model", token=secret, cache_dir=hub.cache_dir)
     e = ei.value
-    assert "rejected the token" in str(e)
+    assert "rejected the token" in str(e) and e.returncode == 5
     for text in (str(e), repr(e), e.stderr, " ".join(e.command or []), str(e.args)):
         assert secret not in text
+
+
+def test_mountpoint_that_does_not_exist(hub, tmp_path):
+    with pytest.raises(hubfs.MountpointError, match="does not exist") as ei:
+        hubfs.mount("demo/tiny-model", tmp_path / "missing", cache_dir=hub.cache_dir)
+    assert ei.value.returncode == 7
+
+
+def test_unreachable_hub_without_patience(hub, tmp_path):
+    with pytest.raises(hubfs.HubUnavailableError, match="Connection refused") as ei:
+        hubfs.mount(
+            "demo/tiny-model", tmp_path, endpoint="http://127.0.0.1:1", cache_dir=hub.cache_dir, max_hub_wait="0"
+        )
+    assert ei.value.returncode == 8
+    assert not os.path.ismount(tmp_path)
+
+
+def test_exit_status_decides_before_the_wording():
+    from hubfs.errors import classify
+
+    # The status names the class whatever the message says; 1 (or no status) leaves it to the words.
+    assert classify("anything at all", 3) is hubfs.RepoNotFoundError
+    assert classify("the Hub rejected the token", 7) is hubfs.MountpointError
+    assert classify("the Hub rejected the token", 1) is hubfs.TokenRefusedError
+    assert classify("/m is not a hubfs mount: nothing is mounted there", 1) is hubfs.NotMountedError
+    assert classify("cannot open /dev/fuse (ENOENT)") is hubfs.FuseUnavailableError
+    assert classify("something new", 1) is hubfs.HubfsError
+    assert classify("error: unexpected argument", 2) is hubfs.HubfsError
 
 
 def test_token_is_not_on_the_daemons_command_line(hub, writable_dataset):
