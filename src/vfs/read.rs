@@ -331,11 +331,12 @@ impl Reader {
             // The block the run had reached: a read behind it is a late one (the kernel's reads
             // arrive out of order), and must not load again a block the reader has read.
             let front = st.next / BLOCK_SIZE;
-            st.scanned = self.scans.scanned(&key);
+            let folder = super::sparse::folder_of(&file.remote_path);
+            st.scanned = self.scans.scanned(&key, folder);
             let was_proven = st.proven;
             let access = classify(&mut st, offset, end, self.readahead);
             if st.proven && !was_proven {
-                self.scans.proven(&key);
+                self.scans.proven(&key, folder);
             }
             tracing::trace!(path = %file.remote_path, offset, len = end - offset, ?access, direct = st.direct, "read");
             let class = match access {

@@ -242,10 +242,24 @@ fn a_scanned_file_is_read_in_blocks_from_the_first_read() {
     assert!(st.proven);
     let scans = crate::vfs::sparse::Scans::default();
     let key: Arc<str> = Arc::from("k");
-    scans.proven(&key);
-    assert!(!scans.scanned(&key), "one run is a reader, not a scan");
-    scans.proven(&key);
-    assert!(scans.scanned(&key));
+    scans.proven(&key, "data");
+    assert!(!scans.scanned(&key, "data"), "one run is a reader, not a scan");
+    scans.proven(&key, "data");
+    assert!(scans.scanned(&key, "data"));
+    // One file scanned is not yet the folder; a second is, for its other files.
+    let (other, next): (Arc<str>, Arc<str>) = (Arc::from("o"), Arc::from("n"));
+    assert!(!scans.scanned(&next, "data"));
+    scans.proven(&other, "data");
+    scans.proven(&other, "data");
+    assert!(scans.scanned(&next, "data"), "a shard of a folder being scanned");
+    assert!(!scans.scanned(&next, "other"), "not another folder's");
+    // More runs of one file count it once.
+    scans.proven(&key, "b");
+    scans.proven(&key, "b");
+    scans.proven(&key, "b");
+    assert!(!scans.scanned(&next, "b"));
+    assert_eq!(crate::vfs::sparse::folder_of("data/part-0.parquet"), "data");
+    assert_eq!(crate::vfs::sparse::folder_of("top.bin"), "");
 }
 
 #[test]

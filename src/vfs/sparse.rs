@@ -39,29 +39,74 @@ const POOLED_MIN: u64 = 1 << 20;
 /// open a file and read a 6 MiB row group at a time, each a run of its own, and reading the first
 /// MiB of every row group exactly cost a full scan at 30 ms 1.7 times its time. From the second
 /// such run on, a file's runs are sequential from their first read. Per mount, by content key.
+///
+/// A folder in which two files were scanned lately (within [`FOLDER_SCAN_FOR`] of the last one)
+/// is being scanned too: the other shards of a dataset are read the same way, so their runs are
+/// sequential from their first read as well, rather than each file's first two row groups paying
+/// the round trips again. A column query never proves a run (its chunks are far smaller than a
+/// run must read), so it leaves no mark; one that follows a full scan of the same folder within
+/// that time loads whole blocks, as the scan did.
 #[derive(Default)]
-pub struct Scans(parking_lot::Mutex<std::collections::HashMap<Arc<str>, u32>>);
+pub struct Scans(parking_lot::Mutex<ScanCounts>);
+
+#[derive(Default)]
+struct ScanCounts {
+    /// Runs proven per content key.
+    files: std::collections::HashMap<Arc<str>, u32>,
+    /// Per folder: files scanned in it, and when the last one was.
+    folders: std::collections::HashMap<String, (u32, std::time::Instant)>,
+}
 
 /// Runs after which a file counts as scanned.
 const SCANNED_AFTER: u32 = 2;
 
-/// Files remembered at most (the table starts again when full).
+/// Files scanned in a folder after which its other files count as scanned.
+const FOLDER_SCANNED_AFTER: u32 = 2;
+
+/// How long a folder counts as being scanned after its last file was.
+const FOLDER_SCAN_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Files (and folders) remembered at most (the table starts again when full).
 const SCANS_KEPT: usize = 4096;
 
 impl Scans {
-    /// Whether `key`'s content is being scanned.
-    pub fn scanned(&self, key: &Arc<str>) -> bool {
-        self.0.lock().get(key).is_some_and(|n| *n >= SCANNED_AFTER)
+    /// Whether `key`'s content, a file in `folder` (its repo path's parent), is being scanned.
+    pub fn scanned(&self, key: &Arc<str>, folder: &str) -> bool {
+        let m = self.0.lock();
+        m.files.get(key).is_some_and(|n| *n >= SCANNED_AFTER)
+            || m
+                .folders
+                .get(folder)
+                .is_some_and(|(n, at)| *n >= FOLDER_SCANNED_AFTER && at.elapsed() < FOLDER_SCAN_FOR)
     }
 
-    /// A run over `key`'s content turned sequential.
-    pub fn proven(&self, key: &Arc<str>) {
+    /// A run over `key`'s content, a file in `folder`, turned sequential.
+    pub fn proven(&self, key: &Arc<str>, folder: &str) {
         let mut m = self.0.lock();
-        if m.len() >= SCANS_KEPT && !m.contains_key(key) {
-            m.clear();
+        if m.files.len() >= SCANS_KEPT && !m.files.contains_key(key) {
+            m.files.clear();
         }
-        *m.entry(key.clone()).or_default() += 1;
+        let n = m.files.entry(key.clone()).or_default();
+        *n += 1;
+        if *n != SCANNED_AFTER {
+            return;
+        }
+        if m.folders.len() >= SCANS_KEPT && !m.folders.contains_key(folder) {
+            m.folders.clear();
+        }
+        let now = std::time::Instant::now();
+        let f = m.folders.entry(folder.to_string()).or_insert((0, now));
+        // A folder scanned long ago starts counting again.
+        if f.1.elapsed() >= FOLDER_SCAN_FOR {
+            f.0 = 0;
+        }
+        *f = (f.0 + 1, now);
     }
+}
+
+/// The folder of repo path `path` ("" at the root).
+pub fn folder_of(path: &str) -> &str {
+    path.rsplit_once('/').map_or("", |(dir, _)| dir)
 }
 
 impl Reader {
