@@ -14,7 +14,8 @@
 #   duckdb full      every column
 #   pyarrow narrow / filtered / full   pyarrow.parquet.read_table with the same columns and filter
 #   pread 4k / 64k   200 random preads of that size spread over the shards
-#   PASS@direct      the same through a mount with --direct-io '*.parquet' (no kernel readahead)
+#   PASS@direct      the same through a mount with --direct-io '*.parquet' (no kernel readahead); the
+#                    passes without @direct mount with --direct-io none (the page cache, the default)
 # On loopback and on the 30 ms profile (every request delayed 30 ms, 200 Mbit/s per connection), or the
 # profiles in HUBFS_BENCH_PROFILES. Prints, per pass: seconds, the bytes it needs (from the parquet
 # metadata: every footer and the column chunks of the row groups read; for preads, the bytes read),
@@ -173,7 +174,7 @@ stats() { # the Hub's bytes and requests since the last reset: "bytes api resolv
 pass() {
   local label="$1" kind="${1%@direct}" mbin="$2" mp rc same secs need bytes api res cas ratio rss margs
   read -ra margs <<<"${HUBFS_BENCH_MOUNT_ARGS:-}"
-  [ "$label" = "$kind" ] || margs+=(--direct-io '*.parquet')
+  if [ "$label" = "$kind" ]; then margs+=(--direct-io none); else margs+=(--direct-io '*.parquet'); fi
   "$mbin" mount datasets/local/tables "$MNT" --cache-dir "$WORK/cache-$RANDOM$RANDOM" "${margs[@]}" >"$WORK/mount.out" 2>&1 &
   mp=$!
   PIDS+=("$mp")

@@ -97,6 +97,88 @@ fn strided_reads_fetch_their_bytes_and_a_later_cat_only_the_rest() {
     );
 }
 
+/// Reads `path` (holding `data`) as a parquet reader reads column chunks 1.5 MiB apart: DuckDB's
+/// reads of one chunk (from the bench's trace), 4 KiB, then 16 KiB, then 8 KiB. The bytes read,
+/// the bytes the Hub served for them, and the file's pages in the page cache after them (while
+/// it is still open: an open may drop them).
+fn column_chunks(hub: &LocalHub, path: &std::path::Path, data: &[u8]) -> (u64, u64, usize) {
+    let pieces = [(0usize, 4usize << 10), (4 << 10, 16 << 10), (20 << 10, 8 << 10)];
+    let _ = std::fs::metadata(path).unwrap();
+    hub.reset_stats();
+    let f = std::fs::File::open(path).unwrap();
+    let (mut read, mut at) = (0u64, 4usize);
+    while at + (28 << 10) < SIZE - (2 << 20) {
+        for (off, len) in pieces {
+            let mut b = vec![0u8; len];
+            f.read_exact_at(&mut b, (at + off) as u64).unwrap();
+            assert!(b == data[at + off..at + off + len], "bytes at {}", at + off);
+            read += len as u64;
+        }
+        at += 1536 << 10;
+    }
+    let served = RouteClass::ALL.iter().map(|c| hub.stats(*c).bytes_out).sum();
+    (read, served, page_cached(&f))
+}
+
+/// With `--direct-io`, a file of a folder in which another file was just read through twice (the
+/// shards of a full scan) is opened through the page cache, so the kernel reads ahead of it; a
+/// file in another folder is still read directly.
+#[test]
+fn a_folder_being_scanned_is_read_through_the_page_cache() {
+    let (a, b, c) = (
+        common::bytes(SIZE, 46),
+        common::bytes(SIZE, 47),
+        common::bytes(SIZE, 48),
+    );
+    let files: [(&str, &[u8]); 3] = [("data/a.parquet", &a), ("data/b.parquet", &b), ("other/c.parquet", &c)];
+    let Some(((_rt, hub, _cli), dir, _mounted)) = mounted("scan", &files, &["--direct-io", "*.parquet"]) else {
+        return;
+    };
+    for _ in 0..2 {
+        assert!(std::fs::read(dir.join("data/a.parquet")).unwrap() == a);
+    }
+    let (read, scanned, cached_b) = column_chunks(&hub, &dir.join("data/b.parquet"), &b);
+    let (_, direct, cached_c) = column_chunks(&hub, &dir.join("other/c.parquet"), &c);
+    eprintln!(
+        "{read} bytes read: the Hub served {scanned} in the scanned folder ({cached_b} pages in the page \
+         cache), {direct} in the other ({cached_c} pages)"
+    );
+    assert!(
+        direct <= 2 * read,
+        "another folder's file is read directly: {direct} bytes"
+    );
+    assert_eq!(cached_c, 0, "direct reads leave nothing in the page cache");
+    assert!(
+        cached_b * 4096 >= read as usize,
+        "the scanned folder's file was read through the page cache: {cached_b} pages"
+    );
+    assert!(scanned > 2 * direct, "and loaded in blocks, as a scan: {scanned} bytes");
+}
+
+/// Pages of open file `f` in the kernel's page cache (mincore of a mapping, which faults nothing
+/// in).
+fn page_cached(f: &std::fs::File) -> usize {
+    let mut vec = vec![0u8; SIZE.div_ceil(4096)];
+    // SAFETY: a shared read-only mapping of a file the caller holds open, only passed to mincore
+    // (which reads no page) and unmapped before returning.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            SIZE,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(f),
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+        let rc = libc::mincore(p, SIZE, vec.as_mut_ptr());
+        let err = std::io::Error::last_os_error();
+        libc::munmap(p, SIZE);
+        assert_eq!(rc, 0, "mincore: {err}");
+    }
+    vec.iter().filter(|v| *v & 1 == 1).count()
+}
+
 /// A parquet reader's column chunks, 1.5 MiB apart, each read as a page header, then its body in
 /// two reads. Through the page cache the kernel reads ahead of each (its readahead
 /// takes the two reads for a stream); with `--direct-io` the Hub serves about what was read.
@@ -107,27 +189,8 @@ fn direct_io_reads_cost_what_the_program_reads_and_the_file_still_maps() {
     let Some(((_rt, hub, _cli), dir, _mounted)) = mounted("direct", &files, &["--direct-io", "*.parquet"]) else {
         return;
     };
-    let served = || -> u64 { RouteClass::ALL.iter().map(|c| hub.stats(*c).bytes_out).sum() };
-    // DuckDB's reads of one column chunk (from the bench's trace): 4 KiB, then 16 KiB, then 8 KiB.
-    let pieces = [(0usize, 4usize << 10), (4 << 10, 16 << 10), (20 << 10, 8 << 10)];
-    let chunks = |name: &str| -> (u64, u64) {
-        let _ = std::fs::metadata(dir.join(name)).unwrap();
-        hub.reset_stats();
-        let f = std::fs::File::open(dir.join(name)).unwrap();
-        let (mut read, mut at) = (0u64, 4usize);
-        while at + (28 << 10) < SIZE - (2 << 20) {
-            for (off, len) in pieces {
-                let mut b = vec![0u8; len];
-                f.read_exact_at(&mut b, (at + off) as u64).unwrap();
-                assert!(b == data[at + off..at + off + len], "bytes at {}", at + off);
-                read += len as u64;
-            }
-            at += 1536 << 10;
-        }
-        (read, served())
-    };
-    let (read, direct) = chunks("table.parquet");
-    let (_, cached) = chunks("table.bin");
+    let (read, direct, _) = column_chunks(&hub, &dir.join("table.parquet"), &data);
+    let (_, cached, _) = column_chunks(&hub, &dir.join("table.bin"), &data);
     // Pages around each read, and what a continued read fetches ahead (as much as it has read).
     assert!(
         direct <= 2 * read,

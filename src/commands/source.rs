@@ -101,9 +101,11 @@ pub struct SourceArgs {
     /// Files of read-only FUSE mounts read without the kernel's readahead (direct I/O), e.g.
     /// '*.parquet': what a program reads is about what is fetched. For column queries (DuckDB,
     /// Polars, pyarrow reading a few columns), whose scattered reads the kernel's readahead turns
-    /// into up to ten times the bytes. Full scans of such files are slower with it over a slow
-    /// link (docs/CONFIGURATION.md). Comma-separated globs on the path in the repo; default none.
-    /// A file the disk cache holds whole still passes through, and mmap keeps working.
+    /// into up to ten times the bytes. A file of a folder being scanned whole (one of its files
+    /// read through within 30 s) is opened as usual; still, full scans opened all at once
+    /// (pyarrow, datasets) are slower with it over a slow link (docs/CONFIGURATION.md).
+    /// Comma-separated globs on the path in the repo; default none. A file the disk cache holds
+    /// whole still passes through, and mmap keeps working.
     #[arg(long, value_name = "GLOBS", default_value = "none", value_parser = parse_globs)]
     pub direct_io: GlobsArg,
     /// Kernel readahead of the mount in KiB (a page fault in an mmap'd file reads around it by as

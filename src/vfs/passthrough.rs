@@ -76,6 +76,12 @@ impl VirtualFs {
         let h = self.handles.lock().get(&fh).cloned();
         match h.as_deref() {
             Some(Handle::File { meta, state, .. }) if globs.is_match(meta.remote_path.as_str()) => {
+                // A file of a folder being scanned (a full scan's other shards) is read whole: the
+                // kernel's readahead and page cache serve its many small reads better.
+                let folder = super::sparse::folder_of(&meta.remote_path);
+                if self.reader.scans.scanned(&meta.id.key(), folder) {
+                    return false;
+                }
                 state.lock().reads_direct();
                 true
             }

@@ -40,12 +40,12 @@ const POOLED_MIN: u64 = 1 << 20;
 /// MiB of every row group exactly cost a full scan at 30 ms 1.7 times its time. From the second
 /// such run on, a file's runs are sequential from their first read. Per mount, by content key.
 ///
-/// A folder in which two files were scanned lately (within [`FOLDER_SCAN_FOR`] of the last one)
-/// is being scanned too: the other shards of a dataset are read the same way, so their runs are
-/// sequential from their first read as well, rather than each file's first two row groups paying
-/// the round trips again. A column query never proves a run (its chunks are far smaller than a
-/// run must read), so it leaves no mark; one that follows a full scan of the same folder within
-/// that time loads whole blocks, as the scan did.
+/// A folder in which a file was scanned lately (within [`FOLDER_SCAN_FOR`]) is being scanned too:
+/// the other shards of a dataset are read the same way, so their runs are sequential from their
+/// first read as well, rather than each file's first two row groups paying the round trips again,
+/// and they are opened through the page cache (`VirtualFs::direct_io`). A column query never
+/// proves a run (its chunks are far smaller than a run must read), so it leaves no mark; one that
+/// follows a full scan of the same folder within that time loads whole blocks, as the scan did.
 #[derive(Default)]
 pub struct Scans(parking_lot::Mutex<ScanCounts>);
 
@@ -61,7 +61,7 @@ struct ScanCounts {
 const SCANNED_AFTER: u32 = 2;
 
 /// Files scanned in a folder after which its other files count as scanned.
-const FOLDER_SCANNED_AFTER: u32 = 2;
+const FOLDER_SCANNED_AFTER: u32 = 1;
 
 /// How long a folder counts as being scanned after its last file was.
 const FOLDER_SCAN_FOR: std::time::Duration = std::time::Duration::from_secs(30);
@@ -74,8 +74,7 @@ impl Scans {
     pub fn scanned(&self, key: &Arc<str>, folder: &str) -> bool {
         let m = self.0.lock();
         m.files.get(key).is_some_and(|n| *n >= SCANNED_AFTER)
-            || m
-                .folders
+            || m.folders
                 .get(folder)
                 .is_some_and(|(n, at)| *n >= FOLDER_SCANNED_AFTER && at.elapsed() < FOLDER_SCAN_FOR)
     }
