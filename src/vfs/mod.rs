@@ -596,7 +596,12 @@ impl VirtualFs {
         match h.as_ref() {
             Handle::File {
                 meta, commit, state, ..
-            } => self.reader.read(meta, commit, state, offset, size).await,
+            } => {
+                let t = Instant::now();
+                let got = self.reader.read(meta, commit, state, offset, size).await;
+                tracing::trace!(path = %meta.remote_path, offset, us = t.elapsed().as_micros() as u64, "read answered");
+                got
+            }
             Handle::Local { file, .. } => read_staged(file.clone(), offset, size).await,
             Handle::Dir(_) => Err(VfsError::IsDir),
         }
