@@ -397,6 +397,12 @@ fn a_node_finding_everything_in_the_tier_asks_the_hub_only_for_its_revision() {
     );
 }
 
+/// Times `node`'s tier paused after a failed store request (its log says so at `warn`).
+fn tier_paused(node: &Node) -> usize {
+    let log = std::fs::read_to_string(&node.log).unwrap_or_default();
+    log.matches("shared cache unavailable").count()
+}
+
 /// Opens the mount's root every 100 ms (each open asks the mount for its current commit) until
 /// `until`, or until the listing holds `wanted` if given; when it was found, if it was.
 fn watch_root(dir: &Path, until: Instant, wanted: Option<&str>) -> Option<Instant> {
@@ -450,9 +456,20 @@ fn a_fleet_resolves_its_branch_about_once_per_ttl_and_follows_it_when_it_moves()
 
     // N nodes on one tier, each opening its root 10 times a second for the period.
     let shared: Vec<Node> = (0..n).map(|i| node(&format!("s{i}"), true)).collect();
-    let before = api();
-    fleet_watches(&shared, Instant::now() + period, None);
-    let shared_api = api() - before;
+    let paused = || shared.iter().map(tier_paused).sum::<usize>();
+    let mut shared_api = 0;
+    // SeaweedFS on these 2 cores has answered a write after 7 s, which pauses a node's tier for
+    // 10 s (its reads and revisions then go to the Hub, as they should): that period measures
+    // the Hub, not the tier, and is measured once more.
+    for attempt in 0..2 {
+        let (before, paused_before) = (api(), paused());
+        fleet_watches(&shared, Instant::now() + period, None);
+        shared_api = api() - before;
+        if paused() == paused_before {
+            break;
+        }
+        eprintln!("attempt {attempt}: a node's tier paused (the store failed a request): measuring again");
+    }
 
     // The branch moves: every node lists the new file within about 1.5 TTL.
     let repo = common::Repo::model("local/shared");
