@@ -257,31 +257,48 @@ fn a_fleet_costs_the_hub_about_one_nodes_requests() {
     );
 
     // N nodes over another empty tier, mounted one after another and reading all at once.
-    let url = format!("s3://{BUCKET}/fleet-{run}");
-    hub.reset_stats();
-    let t = Instant::now();
-    let nodes: Vec<Node> = (0..n).map(|i| node(&format!("node{i}"), &url)).collect();
-    let mounted = t.elapsed();
-    let mounts = Requests::now(&hub);
-    let start = std::sync::Barrier::new(n);
-    let t = Instant::now();
-    let results: Vec<(BTreeMap<String, String>, Vec<String>)> = std::thread::scope(|s| {
-        let readers: Vec<_> = nodes
-            .iter()
-            .map(|node| {
-                let (start, names) = (&start, &names);
-                s.spawn(move || {
-                    start.wait();
-                    read_all(&node.dir, names)
+    // SeaweedFS on these 2 cores has left 32 nodes' lookups unanswered for 5 s, which pauses
+    // their tiers (their reads then go to the Hub, as they should): a fleet over the bound whose
+    // nodes' tiers paused measured the store's stall, and runs once more over a fresh prefix.
+    let bound = 2 * one.total() + n as u64;
+    let mut attempt = 0;
+    let (nodes, mounted, mounts, results, read_took, fleet, counts, refused) = loop {
+        let url = format!("s3://{BUCKET}/fleet-{run}-{attempt}");
+        hub.reset_stats();
+        let t = Instant::now();
+        let nodes: Vec<Node> = (0..n).map(|i| node(&format!("node{i}"), &url)).collect();
+        let mounted = t.elapsed();
+        let mounts = Requests::now(&hub);
+        let start = std::sync::Barrier::new(n);
+        let t = Instant::now();
+        let results: Vec<(BTreeMap<String, String>, Vec<String>)> = std::thread::scope(|s| {
+            let readers: Vec<_> = nodes
+                .iter()
+                .map(|node| {
+                    let (start, names) = (&start, &names);
+                    s.spawn(move || {
+                        start.wait();
+                        read_all(&node.dir, names)
+                    })
                 })
-            })
-            .collect();
-        readers.into_iter().map(|r| r.join().unwrap()).collect()
-    });
-    let read_took = t.elapsed();
-    let fleet = Requests::now(&hub);
-    let counts = tier_counts(&cli);
-    let refused = hub.request_window_stats().refused;
+                .collect();
+            readers.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        let read_took = t.elapsed();
+        let fleet = Requests::now(&hub);
+        let counts = tier_counts(&cli);
+        let refused = hub.request_window_stats().refused;
+        let paused: usize = nodes.iter().map(tier_paused).sum();
+        if fleet.total() > bound && paused > 0 && attempt == 0 {
+            eprintln!(
+                "the fleet cost the Hub {fleet} while {paused} tiers paused (the store stalled): once more\n{}",
+                log_summary(&nodes)
+            );
+            attempt += 1;
+            continue;
+        }
+        break (nodes, mounted, mounts, results, read_took, fleet, counts, refused);
+    };
 
     let failed: Vec<String> = results
         .iter()
@@ -297,7 +314,6 @@ fn a_fleet_costs_the_hub_about_one_nodes_requests() {
                 .map(move |d| format!("node {i}: {d}"))
         })
         .collect();
-    let bound = 2 * one.total() + n as u64;
     eprintln!(
         "fleet of {n} nodes, {REPO} ({} files): one node alone {one} in {:.1} s (tier after it: {one_tier})",
         want.len(),
