@@ -109,6 +109,14 @@ def save(plt, fig, outdir, name, rect=(0, 0, 1, 1)):
     note(f"wrote {path}")
 
 
+def label_bars(ax, bars, values, fmt):
+    """Writes each bar's value on top of it (a None value: no label)."""
+    for b, v in zip(bars, values):
+        if v is not None:
+            ax.annotate(fmt.format(v), (b.get_x() + b.get_width() / 2, b.get_height()),
+                        ha="center", va="bottom", fontsize=7, xytext=(0, 1), textcoords="offset points")
+
+
 def grouped(ax, labels, series, fmt="{:.2g}"):
     """Bars of several series per label; SERIES is [(name, colour, [value or None per label])]."""
     n = len(series)
@@ -116,11 +124,7 @@ def grouped(ax, labels, series, fmt="{:.2g}"):
     for i, (name, colour, values) in enumerate(series):
         xs = [j + (i - (n - 1) / 2) * width for j in range(len(labels))]
         vs = [v if v is not None else 0 for v in values]
-        bars = ax.bar(xs, vs, width, label=name, color=colour)
-        for b, v in zip(bars, values):
-            if v is not None:
-                ax.annotate(fmt.format(v), (b.get_x() + b.get_width() / 2, b.get_height()),
-                            ha="center", va="bottom", fontsize=7, xytext=(0, 1), textcoords="offset points")
+        label_bars(ax, ax.bar(xs, vs, width, label=name, color=colour), values, fmt)
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, fontsize=8)
     ax.legend(fontsize=8, frameon=False)
@@ -419,10 +423,7 @@ def fuse_read(lines, outdir):
 def bars(ax, labels, values, colours, fmt="{:.2g}"):
     """One bar per label, each in its own colour, its value written on it (None: no bar)."""
     bs = ax.bar(range(len(labels)), [v if v is not None else 0 for v in values], 0.6, color=colours)
-    for b, v in zip(bs, values):
-        if v is not None:
-            ax.annotate(fmt.format(v), (b.get_x() + b.get_width() / 2, b.get_height()),
-                        ha="center", va="bottom", fontsize=7, xytext=(0, 1), textcoords="offset points")
+    label_bars(ax, bs, values, fmt)
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, fontsize=7)
 

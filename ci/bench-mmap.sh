@@ -141,8 +141,7 @@ ratio=$(pct "$RATE_safetensors" "$RATE_dd")
 sratio=$(pct "$RATE_shuffled" "$RATE_dd")
 echo "  figure: ${MIB} MiB, cold, loopback: dd $RATE_dd MB/s; safetensors in order $RATE_safetensors MB/s = $ratio% of dd; shuffled $RATE_shuffled MB/s = $sratio% (target >= 80% in order)"
 
-curl -sf -X POST "$EP/admin/faults" -H "authorization: Bearer $HF_TOKEN" -H 'content-type: application/json' \
-  -d '{"api":{"latency_ms":30},"resolve":{"latency_ms":30,"bandwidth_mbps":200},"cas":{"latency_ms":30,"bandwidth_mbps":200}}' >/dev/null
+set_profile 30ms
 check "the realistic profile set on the local Hub (30 ms, 200 Mbit/s per connection)" $?
 profile "30 ms" dd safetensors
 sl_ratio=$(pct "$RATE_safetensors" "$RATE_dd")
@@ -151,8 +150,7 @@ echo "  figure: ${MIB} MiB, cold, 30 ms and 200 Mbit/s: dd $RATE_dd MB/s; safete
 # A random reader of a mapping (numpy memmap sampling): 30 reads of 4 KiB at random places, on
 # loopback, with the model mount's default readahead and with the 1 MiB other repo kinds get. What
 # it costs is the Hub's bytes: every fault reads a whole readahead window around it.
-curl -sf -X POST "$EP/admin/faults" -H "authorization: Bearer $HF_TOKEN" -H 'content-type: application/json' \
-  -d '{"api":{},"resolve":{},"cas":{}}' >/dev/null
+set_profile loopback
 hub_mib() { # MiB the Hub has sent since the last reset (downloads and xorb ranges)
   curl -sf -H "authorization: Bearer $HF_TOKEN" "$EP/admin/stats" |
     "$PY" -c "import json, sys; d = json.load(sys.stdin); print(round((d['resolve']['bytes_out'] + d['cas']['bytes_out']) / 2**20))"

@@ -123,13 +123,7 @@ EOF
 }
 
 for PROFILE in $PROFILES; do
-  case "$PROFILE" in
-    loopback) body='{"api":{},"resolve":{},"cas":{}}' ;;
-    30ms) body='{"api":{"latency_ms":30},"resolve":{"latency_ms":30,"bandwidth_mbps":200},"cas":{"latency_ms":30,"bandwidth_mbps":200}}' ;;
-    *) echo "unknown profile $PROFILE"; exit 2 ;;
-  esac
-  curl -sf -X POST "$EP/admin/faults" -H "authorization: Bearer $HF_TOKEN" -H 'content-type: application/json' \
-    -d "$body" >/dev/null
+  set_profile "$PROFILE"
   declare -A R=()
   for round in 1 2; do
     for kind in serial pool pool-budget; do pass "$kind"; R[$kind.$round]=$RATE; done

@@ -98,3 +98,26 @@ impl Drop for DaemonMount {
         unsafe { libc::kill(self.1, libc::SIGKILL) };
     }
 }
+
+/// Whether this machine can replace `/dev` in a private mount namespace (`unshare -m`), the way
+/// tests hide `/dev/fuse` from the binary; if not, says why the calling test is skipped.
+pub fn can_hide_dev() -> bool {
+    let probe = Command::new("unshare")
+        .args(["-m", "sh", "-c", "mount -t tmpfs none /dev"])
+        .stderr(std::process::Stdio::piped())
+        .output();
+    match probe {
+        Ok(o) if o.status.success() => true,
+        Ok(o) => {
+            eprintln!(
+                "skipped: cannot replace /dev in a private mount namespace: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            false
+        }
+        Err(e) => {
+            eprintln!("skipped: unshare cannot run: {e}");
+            false
+        }
+    }
+}
