@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # POSIX suites nobody here wrote, run on a writable FUSE mount of a local-Hub dataset (or, with
-# --bucket, of a local-Hub bucket):
-#   bash ci/posix.sh HUBFS_BIN [--long] [--bucket]
+# --bucket, of a local-Hub bucket; with --overlay, on an overlay mount of a local-Hub model repo
+# made with a read token, whose fsx file is a Hub file, copied up by fsx's first open):
+#   bash ci/posix.sh HUBFS_BIN [--long] [--bucket | --overlay]
 #
 #   pjdfstest 0.2.2  every test except those in ci/pjdfstest-skip.txt (none left: hard links work),
 #                    with the feature set tmpfs passes here. Prints
@@ -12,22 +13,27 @@
 #                    operation). Then unmount (which drains the commits), remount, and compare both
 #                    names, in the mount and on the Hub, with fsx's final image (the same seeded run
 #                    on local disk); the names must still be one inode with st_nlink 2.
+# With --overlay, the remount compares the layer (nothing reached the Hub), then `hubfs overlay
+# commit` publishes it with a write token and the Hub's files are compared.
 # Both tools are installed with `cargo install --locked` if missing. Ends with `posix: N passed, M failed`
-# (`posix-bucket: …` with --bucket).
+# (`posix-bucket: …` with --bucket, `posix-overlay: …` with --overlay).
 set -uo pipefail
 
-BIN="${1:?usage: ci/posix.sh HUBFS_BIN [--long] [--bucket]}"
+BIN="${1:?usage: ci/posix.sh HUBFS_BIN [--long] [--bucket | --overlay]}"
 LONG=0
 BUCKET=0
+OVERLAY=0
 for a in "${@:2}"; do
   case "$a" in
     --long) LONG=1 ;;
     --bucket) BUCKET=1 ;;
+    --overlay) OVERLAY=1 ;;
     *) echo "unknown option $a"; exit 2 ;;
   esac
 done
 SUMMARY=posix # the last line's prefix, which ci/test.sh counts
 [ "$BUCKET" = 1 ] && SUMMARY=posix-bucket
+[ "$OVERLAY" = 1 ] && SUMMARY=posix-overlay
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/hubfs-posix.XXXXXX")"
 # pjdfstest runs some cases as other users (nobody, daemon): they must reach the mount point.
@@ -76,6 +82,17 @@ if [ "$BUCKET" = 1 ]; then
   curl -sf -X POST "$EP/api/buckets/local/posix" -H "authorization: Bearer $HF_TOKEN" \
     -H 'content-type: application/json' -d '{}' >/dev/null
   check "bucket local/posix created" $?
+elif [ "$OVERLAY" = 1 ]; then
+  SOURCE=local/posix WRITE_ARGS=(--overlay) MOUNT_TOKEN=hf_local_read
+  DOWNLOAD="$EP/local/posix/resolve/main/fsx"
+  curl -sf -X POST "$EP/api/repos/create" -H "authorization: Bearer $HF_TOKEN" \
+    -H 'content-type: application/json' -d '{"name":"posix","organization":"local","type":"model"}' >/dev/null &&
+    head -c 262144 /dev/urandom | base64 -w0 >"$WORK/seed.b64" &&
+    { printf '{"key":"header","value":{"summary":"seed"}}\n{"key":"file","value":{"path":"fsx/fsx.bin","encoding":"base64","content":"'
+      cat "$WORK/seed.b64"; printf '"}}\n'; } >"$WORK/seed.ndjson" &&
+    curl -sf -X POST "$EP/api/models/local/posix/commit/main" -H "authorization: Bearer $HF_TOKEN" \
+      -H 'content-type: application/x-ndjson' --data-binary @"$WORK/seed.ndjson" >/dev/null
+  check "model repo local/posix created with a 256 KiB fsx/fsx.bin" $?
 else
   SOURCE=datasets/local/posix WRITE_ARGS=(--write)
   DOWNLOAD="$EP/datasets/local/posix/resolve/main/fsx"
@@ -87,8 +104,8 @@ fi
 mkdir -p "$MNT" "$OTHER_FS"
 start_mount() { # extra args...
   # --allow-other: pjdfstest switches to other users (nobody, daemon) to check permissions.
-  "$BIN" mount "${WRITE_ARGS[@]}" "$SOURCE" "$MNT" --cache-dir "$WORK/cache" --allow-other "$@" \
-    >"$WORK/mount.out" 2>>"$WORK/mount.err" &
+  HF_TOKEN="${MOUNT_TOKEN:-$HF_TOKEN}" "$BIN" mount "${WRITE_ARGS[@]}" "$SOURCE" "$MNT" --cache-dir "$WORK/cache" \
+    --allow-other "$@" >"$WORK/mount.out" 2>>"$WORK/mount.err" &
   MOUNT_PID=$!
   PIDS+=($MOUNT_PID)
   wait_line "$WORK/mount.out" "mounted " >/dev/null
@@ -174,8 +191,14 @@ sendfile = 1
 EOF
 mkdir -p "$WORK/fsx-artifacts" "$MNT/fsx"
 # fsx opens its file with O_CREAT|O_TRUNC (the inode stays): a second name made now must follow
-# every operation.
-: >"$MNT/fsx/fsx.bin" && ln "$MNT/fsx/fsx.bin" "$MNT/fsx/fsx-link.bin" &&
+# every operation. (On the overlay, fsx.bin is a Hub file until then.)
+if [ "$OVERLAY" = 1 ]; then
+  [ "$(stat -c %s "$MNT/fsx/fsx.bin")" = 262144 ]
+  check "overlay: fsx/fsx.bin is the Hub's 256 KiB file" $?
+else
+  : >"$MNT/fsx/fsx.bin"
+fi
+ln "$MNT/fsx/fsx.bin" "$MNT/fsx/fsx-link.bin" &&
   [ "$(stat -c %h "$MNT/fsx/fsx-link.bin")" = 2 ]
 check "fsx.bin has a hard link, fsx-link.bin (st_nlink 2)" $?
 start=$(date +%s)
@@ -196,9 +219,22 @@ good="$WORK/ref/fsx.bin"
 [ -f "$good" ] && cmp "$good" "$MNT/fsx/fsx-link.bin"
 check "the hard link fsx-link.bin equals fsx's final image" $?
 
-# Unmount (drains every pending commit), mount again, and compare with fsx's final image.
+# Unmount (drains every pending commit; an overlay keeps its layer), mount again, and compare with
+# fsx's final image.
 stop_mount
 check "unmount drains the commits" $?
+if [ "$OVERLAY" = 1 ]; then
+  start_mount
+  check "remount of the overlay" $?
+  [ -f "$good" ] && cmp "$good" "$MNT/fsx/fsx.bin" && cmp "$good" "$MNT/fsx/fsx-link.bin"
+  check "after a remount the layer's fsx.bin and fsx-link.bin equal fsx's final image" $?
+  curl -sfL -H "authorization: Bearer $HF_TOKEN" "$DOWNLOAD/fsx.bin" -o "$WORK/hub-before.bin" &&
+    [ "$(stat -c %s "$WORK/hub-before.bin")" = 262144 ] && ! cmp -s "$good" "$WORK/hub-before.bin"
+  check "nothing of the layer reached the Hub before it was published" $?
+  HF_TOKEN=hf_local_write timeout 300 "$BIN" overlay commit "$MNT" -m "fsx" >"$WORK/publish.out" 2>&1
+  check "hubfs overlay commit publishes the layer: $(head -c 200 "$WORK/publish.out")" $?
+  stop_mount
+fi
 start_mount
 check "remount" $?
 [ -f "$good" ] && cmp "$good" "$MNT/fsx/fsx.bin" && cmp "$good" "$MNT/fsx/fsx-link.bin"

@@ -5,7 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use hubfs::hub_client::{HubClient, HubClientConfig, HubClientError, RepoKind, RepoRef, TreeEntry};
+use hubfs::hub_client::{
+    CommitOp, CommitRequest, HubClient, HubClientConfig, HubClientError, RepoKind, RepoRef, TreeEntry,
+};
 use hubfs::local_hub::{FaultSettings, LocalHub, RouteClass};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -394,6 +396,60 @@ async fn revisions_and_special_paths() {
     // The PR did not touch main.
     let e = c.read_range(&model(), &main, "pr-note.txt", 0, 10).await.unwrap_err();
     assert!(matches!(e, HubClientError::NotFound { .. }), "{e:?}");
+    hub.stop().await;
+}
+
+/// `commit_answer` with `create_pr`: the PR is opened from `parent` even though main moved, and
+/// its URL and number come back; a plain commit has neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_answer_opens_a_pr_from_a_parent() {
+    let hub = LocalHub::start_temp(false).await.unwrap();
+    create_repo(&hub, "local", "pr-client", false).await;
+    let c = client(&hub, Some(WRITE));
+    let repo = RepoRef::model("local/pr-client").unwrap();
+    let put = |path: &str| CommitRequest {
+        summary: format!("add {path}"),
+        ops: vec![CommitOp::Inline {
+            path: path.to_string(),
+            content: bytes::Bytes::copy_from_slice(path.as_bytes()),
+        }],
+        ..Default::default()
+    };
+    let old = c.commit(&repo, "main", &put("old.txt")).await.unwrap();
+    let plain = c.commit_answer(&repo, "main", &put("later.txt")).await.unwrap();
+    assert_eq!((plain.pr_url.as_deref(), plain.pr_num), (None, None));
+    let later = plain.commit;
+
+    let pr = CommitRequest {
+        parent: Some(old.clone()),
+        create_pr: true,
+        ..put("pr.txt")
+    };
+    let ans = c.commit_answer(&repo, "main", &pr).await.unwrap();
+    assert_eq!(ans.pr_num, Some(1), "{ans:?}");
+    assert!(
+        ans.pr_url
+            .as_deref()
+            .is_some_and(|u| u.ends_with("/local/pr-client/discussions/1")),
+        "{ans:?}"
+    );
+    assert_eq!(c.repo_info(&repo, "refs/pr/1").await.unwrap().sha, ans.commit);
+    let root = c.list_dir(&repo, "refs/pr/1", "").await.unwrap();
+    let mut got = names(&root);
+    got.sort_unstable();
+    assert_eq!(got, [".gitattributes", "old.txt", "pr.txt"]);
+    assert_eq!(c.repo_info(&repo, "main").await.unwrap().sha, later, "main stays");
+
+    // A parent the repo does not have; and the stale parent without create_pr (412).
+    let bad = CommitRequest {
+        parent: Some("0".repeat(40)),
+        ..pr.clone()
+    };
+    let e = c.commit_answer(&repo, "main", &bad).await.unwrap_err();
+    assert!(matches!(e, HubClientError::RevisionNotFound { .. }), "{e:?}");
+    let stale = CommitRequest { create_pr: false, ..pr };
+    let e = c.commit(&repo, "main", &stale).await.unwrap_err();
+    assert!(matches!(e, HubClientError::Conflict { .. }), "{e:?}");
     hub.stop().await;
 }
 

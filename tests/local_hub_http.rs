@@ -1213,6 +1213,156 @@ async fn parent_commit_mismatch_is_412() {
     hub.stop().await;
 }
 
+/// `?create_pr=1` with a `parentCommit` behind the branch: the PR is made from that parent (the
+/// branch's later commits are not in it) and targets the branch of the URL; without `create_pr`
+/// the same stale parent is still 412.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pr_from_parent_commit() {
+    let hub = LocalHub::start_temp(false).await.unwrap();
+    let ep = hub.endpoint();
+    let c = client();
+    let repo = Repo::model("local/pr-parent");
+    create_repo_ok(&c, ep, WRITE, &repo, false).await;
+    let oid = |v: Value| v["commitOid"].as_str().unwrap().to_string();
+    let old = oid(commit_ok(
+        &c,
+        ep,
+        WRITE,
+        &repo,
+        &[header_line("old", None), utf8_line("old.txt", "old")],
+    )
+    .await);
+    // main moves past `old`.
+    let main = oid(commit_ok(
+        &c,
+        ep,
+        WRITE,
+        &repo,
+        &[header_line("later", None), utf8_line("later.txt", "later")],
+    )
+    .await);
+    let files = |rev: &'static str| {
+        let c = c.clone();
+        let url = format!("{}/tree/{rev}?recursive=true", repo.api(ep));
+        async move {
+            let (_, v) = get_json(&c, &url, None).await;
+            paths_of(v.as_array().unwrap()).into_iter().collect::<BTreeSet<_>>()
+        }
+    };
+
+    let r = commit_raw(
+        &c,
+        ep,
+        WRITE,
+        &repo,
+        "main",
+        "?create_pr=1",
+        ndjson(&[header_line("from old", Some(&old)), utf8_line("pr.txt", "pr")]),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert!(v["pullRequestUrl"].as_str().unwrap().ends_with("/discussions/1"), "{v}");
+    let pr = oid(v);
+    assert_eq!(head_sha(&c, ep, None, &repo, "refs%2Fpr%2F1").await, pr);
+    // The PR's commit sits on `old`, holds its file and old's, and not main's later one.
+    let (_, hist) = get_json(&c, &format!("{}/commits/refs%2Fpr%2F1", repo.api(ep)), None).await;
+    assert_eq!(hist[0]["id"], pr.as_str());
+    assert_eq!(hist[1]["id"], old.as_str(), "parent of the PR commit");
+    assert_eq!(
+        files("refs%2Fpr%2F1").await,
+        [".gitattributes", "old.txt", "pr.txt"].map(String::from).into()
+    );
+    let r = c
+        .get(repo.resolve(ep, "refs%2Fpr%2F1", "later.txt"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404, "main's later file is not in the PR");
+    // main is untouched.
+    assert_eq!(head_sha(&c, ep, None, &repo, "main").await, main);
+    assert!(files("main").await.contains("later.txt"));
+    assert!(!files("main").await.contains("pr.txt"));
+    let (_, d) = get_json(&c, &format!("{}/discussions/1", repo.api(ep)), None).await;
+    assert_eq!(d["isPullRequest"], json!(true));
+    assert_eq!(d["changes"]["base"], "refs/heads/main");
+    assert_eq!(d["changes"]["headCommit"], pr.as_str());
+
+    // A PR targets the branch it was opened on.
+    let r = c
+        .post(format!("{}/branch/dev", repo.api(ep)))
+        .header("authorization", bearer(WRITE))
+        .json(&json!({"startingPoint": old}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = commit_raw(
+        &c,
+        ep,
+        WRITE,
+        &repo,
+        "dev",
+        "?create_pr=1",
+        ndjson(&[header_line("to dev", Some(&old)), utf8_line("dev.txt", "dev")]),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let (_, d) = get_json(&c, &format!("{}/discussions/2", repo.api(ep)), None).await;
+    assert_eq!(d["changes"]["base"], "refs/heads/dev");
+    let (_, list) = get_json(&c, &format!("{}/discussions", repo.api(ep)), None).await;
+    let bases: Vec<&str> = list["discussions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["changes"]["base"].as_str().unwrap())
+        .collect();
+    assert_eq!(bases, ["refs/heads/dev", "refs/heads/main"]);
+
+    // A parent that is no commit of this repo (unknown, short, or another repo's) is a 4xx.
+    let other = Repo::model("local/pr-parent-other");
+    create_repo_ok(&c, ep, WRITE, &other, false).await;
+    let foreign = head_sha(&c, ep, None, &other, "main").await;
+    for bad in ["f".repeat(40), old[..7].to_string(), foreign] {
+        let r = commit_raw(
+            &c,
+            ep,
+            WRITE,
+            &repo,
+            "main",
+            "?create_pr=1",
+            ndjson(&[header_line("bad parent", Some(&bad)), utf8_line("x.txt", "x")]),
+        )
+        .await;
+        assert_hub_error(r, Some(StatusCode::NOT_FOUND), &format!("PR from parent {bad}")).await;
+    }
+    // Without create_pr the stale parent is still refused.
+    let r = commit_raw(
+        &c,
+        ep,
+        WRITE,
+        &repo,
+        "main",
+        "",
+        ndjson(&[header_line("stale", Some(&old)), utf8_line("y.txt", "y")]),
+    )
+    .await;
+    assert_hub_error(
+        r,
+        Some(StatusCode::PRECONDITION_FAILED),
+        "stale parentCommit without create_pr",
+    )
+    .await;
+    assert_eq!(head_sha(&c, ep, None, &repo, "main").await, main);
+    let (_, refs) = get_json(&c, &format!("{}/refs?include_pull_requests=true", repo.api(ep)), None).await;
+    assert_eq!(
+        refs["pullRequests"].as_array().unwrap().len(),
+        2,
+        "refused PRs leave no ref"
+    );
+    hub.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_commits_all_land() {
     let hub = LocalHub::start_temp(false).await.unwrap();

@@ -12,6 +12,7 @@ pub mod demo;
 mod doctor;
 pub mod local_hub;
 pub mod mount;
+mod overlay;
 mod serve;
 pub mod serve_nfs;
 pub mod source;
@@ -98,6 +99,10 @@ pub enum Command {
         #[arg(long, short)]
         verbose: bool,
     },
+    /// An overlay mount's layer (`hubfs mount REPO DIR --overlay`): `diff` lists its changes,
+    /// `commit` publishes them as one commit or pull request, `reset` drops them.
+    #[command(subcommand)]
+    Overlay(overlay::OverlayCommand),
     /// The caches: `hubfs cache shared URL` shows (and trims) the shared cache tier.
     #[command(subcommand)]
     Cache(cache::CacheCommand),
@@ -135,6 +140,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             json,
             verbose,
         } => status::run(cache_dir.as_deref(), json, verbose),
+        Command::Overlay(cmd) => overlay::run(cmd),
         Command::Cache(cmd) => cache::run(cmd),
         Command::Demo { dir, exit } => demo::run(&dir, exit),
         Command::Doctor(args) => doctor::run(args),

@@ -59,7 +59,10 @@ pub fn run(mut args: MountArgs) -> anyhow::Result<()> {
     }
     crate::process::allocator::tune();
     let (client, mut vfs) = args.source.to_settings();
-    if let Some(w) = vfs.write.as_mut() {
+    if let Some(o) = vfs.write.as_mut().and_then(|w| w.overlay.as_mut()) {
+        o.mountpoint = Some(absolute(&args.mountpoint));
+    }
+    if let Some(w) = vfs.write.as_mut().filter(|w| w.overlay.is_none()) {
         w.close = match args.close.as_str() {
             "commit" => crate::vfs::CloseMode::Commit,
             "stage" => crate::vfs::CloseMode::Stage,
@@ -115,7 +118,12 @@ pub fn run(mut args: MountArgs) -> anyhow::Result<()> {
     )?;
     let vfs = mounted.vfs.clone();
     let r = wait_until_unmounted(&rt, mounted, signals);
-    if vfs.is_writable() {
+    if vfs.is_overlay() {
+        // Nothing is committed: the layer is made durable and stays for the next mount.
+        rt.block_on(vfs.drain(drain));
+        vfs.remove_status();
+    }
+    if vfs.is_writable() && !vfs.is_overlay() {
         // The kernel released every handle: commit what is left, within the drain timeout.
         let left = rt.block_on(vfs.drain(drain));
         vfs.remove_status();

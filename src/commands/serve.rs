@@ -92,7 +92,14 @@ pub(super) fn record(
         commit: commit.to_string(),
         mountpoint,
         frontend,
-        mode: if writable { "writable" } else { "read-only" }.to_string(),
+        mode: if source.overlay.is_some() {
+            "overlay"
+        } else if writable {
+            "writable"
+        } else {
+            "read-only"
+        }
+        .to_string(),
         nfs_addr: nfs_addr.map(|a| a.to_string()),
         log_file: setup.log_file.as_ref().map(|p| p.display().to_string()),
         status_file: writable.then(|| {

@@ -58,7 +58,10 @@ pub(super) fn run_nfs(
         }
     }
     crate::process::allocator::tune();
-    let (client, vfs) = source.to_settings();
+    let (client, mut vfs) = source.to_settings();
+    if let Some(o) = vfs.write.as_mut().and_then(|w| w.overlay.as_mut()) {
+        o.mountpoint = dir.as_deref().map(absolute);
+    }
     let ttl = vfs.metadata_ttl;
     let drain = source.drain_timeout;
     let rt = runtime()?;

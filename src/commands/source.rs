@@ -57,6 +57,21 @@ pub struct SourceArgs {
     /// Read-only even where the mount would be writable by default (a bucket).
     #[arg(long, conflicts_with = "write")]
     pub read_only: bool,
+    /// A local writable layer over the revision (which stays read-only on the Hub): every change
+    /// is kept on local disk, across unmounts and crashes, until `hubfs overlay commit` publishes
+    /// it as one commit or pull request (`hubfs overlay diff` lists it, `hubfs overlay reset`
+    /// drops it). A read token is enough. The layer lives under the cache dir, keyed by Hub, repo
+    /// and revision, or in UPPER with `--overlay=UPPER`. The mount stays on the revision's commit
+    /// until it is remounted.
+    #[arg(
+        long,
+        value_name = "UPPER",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "",
+        conflicts_with_all = ["write", "read_only"]
+    )]
+    pub overlay: Option<String>,
     /// With --write: commit title; {summary} becomes what the commit does, {count} its number of changes.
     #[arg(long, default_value = "hubfs: {summary}", requires = "write")]
     pub commit_message: String,
@@ -198,7 +213,20 @@ impl SourceArgs {
         };
         let mut vfs = vfs;
         let bucket = RepoRef::parse(&self.repo).is_ok_and(|(r, _, _)| r.is_bucket());
-        if self.write || (bucket && !self.read_only) {
+        if let Some(upper) = &self.overlay {
+            let cache = vfs.cache_dir.clone().unwrap_or_else(crate::vfs::default_cache_dir);
+            vfs.write = Some(crate::vfs::WriteOptions {
+                staging_root: cache.join("overlays"),
+                status_dir: Some(cache.join("mounts")),
+                close: crate::vfs::CloseMode::Keep,
+                posix_strict: false,
+                overlay: Some(crate::vfs::OverlayOptions {
+                    upper: (!upper.is_empty()).then(|| super::serve::absolute(std::path::Path::new(upper))),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        } else if self.write || (bucket && !self.read_only) {
             let cache = vfs.cache_dir.clone().unwrap_or_else(crate::vfs::default_cache_dir);
             let mut w = crate::vfs::WriteOptions {
                 staging_root: cache.join("staging"),

@@ -148,6 +148,32 @@ impl HubClient {
     }
 }
 
+impl HubClient {
+    /// `POST /api/{kind}s/{repo}/branch/{name}` with `startingPoint`: creates a branch at a commit
+    /// (an existing branch answers 409: `Conflict`).
+    pub async fn create_branch(&self, repo: &RepoRef, name: &str, starting_point: &str) -> Result<(), HubClientError> {
+        check_rev(repo, name)?;
+        let ctx = ErrorContext::call("POST", repo, Some(name), None);
+        let url = self.api_url(repo, &format!("/branch/{}", encode_revision(name)))?;
+        let body = serde_json::to_vec(&serde_json::json!({ "startingPoint": starting_point }))
+            .map_err(|e| HubClientError::bad_input("branch", e.to_string()))?;
+        let req = Request {
+            method: Method::POST,
+            body: Some(("application/json", Bytes::from(body))),
+            long_wait_fails: true,
+            ..Request::get(url)
+        };
+        let reply = self.inner.http.send(&req, &ctx).await?;
+        if !reply.status.is_success() {
+            return Err(HubClientError::invalid(
+                &ctx,
+                format!("creating the branch answered {}", reply.status),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Whether `entry` lies below directory `dir` ("" = the root).
 fn below(dir: &str, entry: &str) -> bool {
     dir.is_empty() || entry.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))

@@ -70,9 +70,23 @@ impl CommitOp {
 pub struct CommitRequest {
     pub summary: String,
     pub description: String,
-    /// The commit the change was made against; the Hub answers 412 if the branch moved.
+    /// The commit the change was made against; the Hub answers 412 if the branch moved, except
+    /// with `create_pr`, where the pull request is made from this commit.
     pub parent: Option<String>,
+    /// Open a pull request (`refs/pr/N`) instead of moving the branch, which then stays as it is.
+    pub create_pr: bool,
     pub ops: Vec<CommitOp>,
+}
+
+/// What the Hub answered to a commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitAnswer {
+    /// The new commit's id.
+    pub commit: String,
+    /// The pull request's page (`…/discussions/N`) when the commit opened one.
+    pub pr_url: Option<String>,
+    /// `N` of that pull request's `refs/pr/N`, from the URL's last segment.
+    pub pr_num: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -93,6 +107,22 @@ struct RawPreupload {
 struct RawCommitAnswer {
     #[serde(rename = "commitOid")]
     commit_oid: Option<String>,
+    #[serde(rename = "pullRequestUrl", default)]
+    pull_request_url: Option<String>,
+}
+
+impl RawCommitAnswer {
+    /// `None` when the answer has no valid commit id (nothing else can be trusted then).
+    fn answer(self) -> Option<CommitAnswer> {
+        let commit = self.commit_oid.filter(|o| super::is_commit_id(o))?;
+        let pr_url = self.pull_request_url.filter(|u| !u.is_empty());
+        // The Hub's PR URL ends in the discussion number, which is also N of refs/pr/N.
+        let pr_num = pr_url
+            .as_deref()
+            .and_then(|u| u.trim_end_matches('/').rsplit('/').next())
+            .and_then(|n| n.parse().ok());
+        Some(CommitAnswer { commit, pr_url, pr_num })
+    }
 }
 
 impl HubClient {
@@ -166,9 +196,23 @@ impl HubClient {
 
     /// `POST /api/{kind}s/{repo}/commit/{rev}` (NDJSON). Returns the new commit id.
     pub async fn commit(&self, repo: &RepoRef, branch: &str, req: &CommitRequest) -> Result<String, HubClientError> {
+        Ok(self.commit_answer(repo, branch, req).await?.commit)
+    }
+
+    /// `POST /api/{kind}s/{repo}/commit/{rev}[?create_pr=1]` (NDJSON). Returns the new commit id
+    /// and, when `req.create_pr` opened a pull request, its URL and number.
+    pub async fn commit_answer(
+        &self,
+        repo: &RepoRef,
+        branch: &str,
+        req: &CommitRequest,
+    ) -> Result<CommitAnswer, HubClientError> {
         check_rev(repo, branch)?;
         let ctx = ErrorContext::call("POST", repo, Some(branch), None);
-        let url = self.api_url(repo, &format!("/commit/{}", encode_revision(branch)))?;
+        let mut url = self.api_url(repo, &format!("/commit/{}", encode_revision(branch)))?;
+        if req.create_pr {
+            url.query_pairs_mut().append_pair("create_pr", "1");
+        }
         let body = ndjson(repo, req)?;
         let http_req = Request {
             method: Method::POST,
@@ -178,8 +222,7 @@ impl HubClient {
         };
         let reply = self.inner.http.send(&http_req, &ctx).await?;
         let raw: RawCommitAnswer = parse_json(&reply, &ctx)?;
-        raw.commit_oid
-            .filter(|o| super::is_commit_id(o))
+        raw.answer()
             .ok_or_else(|| HubClientError::invalid(&ctx, "commit answer has no commitOid"))
     }
 }
@@ -226,6 +269,7 @@ mod tests {
             summary: "s".into(),
             description: String::new(),
             parent: Some("a".repeat(40)),
+            create_pr: false,
             ops: vec![
                 CommitOp::Inline {
                     path: "x/y.txt".into(),
@@ -253,5 +297,33 @@ mod tests {
             ..Default::default()
         };
         assert!(ndjson(&repo, &bad).is_err(), "a path escaping the repo is refused");
+    }
+
+    #[test]
+    fn commit_answer_reads_the_pull_request() {
+        let parse = |v: serde_json::Value| serde_json::from_value::<RawCommitAnswer>(v).unwrap().answer();
+        let oid = "c".repeat(40);
+        let a = parse(serde_json::json!({
+            "success": true,
+            "commitOid": oid,
+            "commitUrl": format!("https://hub.example/ns/m/commit/{oid}"),
+            "pullRequestUrl": "https://hub.example/datasets/ns/d/discussions/12",
+        }))
+        .expect("answer");
+        assert_eq!(a.commit, oid);
+        assert_eq!(
+            a.pr_url.as_deref(),
+            Some("https://hub.example/datasets/ns/d/discussions/12")
+        );
+        assert_eq!(a.pr_num, Some(12));
+        // A plain commit: no PR; an empty or odd PR URL gives no number.
+        let a = parse(serde_json::json!({"commitOid": oid})).expect("answer");
+        assert_eq!((a.pr_url, a.pr_num), (None, None));
+        let a = parse(serde_json::json!({"commitOid": oid, "pullRequestUrl": ""})).expect("answer");
+        assert_eq!((a.pr_url, a.pr_num), (None, None));
+        let a =
+            parse(serde_json::json!({"commitOid": oid, "pullRequestUrl": "https://h/x/discussions/"})).expect("answer");
+        assert_eq!(a.pr_num, None);
+        assert!(parse(serde_json::json!({"commitOid": "nope"})).is_none());
     }
 }

@@ -45,7 +45,7 @@ use url::Url;
 use crate::util::is_commit_id;
 
 pub use bucket::{BucketBatchOutcome, BucketOp, bucket_state_id};
-pub use commit::{CommitOp, CommitRequest, PreuploadFile, SAMPLE_BYTES, UploadMode};
+pub use commit::{CommitAnswer, CommitOp, CommitRequest, PreuploadFile, SAMPLE_BYTES, UploadMode};
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_ENDPOINT, DEFAULT_MAX_RETRIES, DEFAULT_PATIENCE, DEFAULT_TIMEOUT, HubClientConfig,
 };

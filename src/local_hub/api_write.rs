@@ -176,6 +176,18 @@ fn parse_commit(state: &HubState, body: &[u8], base_files: Option<&super::model:
     Ok(req)
 }
 
+/// The `parentCommit` of an NDJSON commit body's header, read before the body is parsed in full
+/// (lines are read only up to the header, which clients send first).
+fn header_parent(body: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(body).ok()?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["key"] == "header")
+        .and_then(|v| v["value"]["parentCommit"].as_str().map(str::to_string))
+        .filter(|s| !s.is_empty())
+}
+
 /// An `lfsFile` line: the object must already be uploaded (plain LFS or Xet), or be a copy of an
 /// LFS file of the base revision (`oldPath`).
 fn lfs_entry(state: &HubState, val: &Value, base: Option<&super::model::Commit>) -> HubResult<FileEntry> {
@@ -226,8 +238,16 @@ pub async fn commit(state: &HubState, req: Req, id: RepoId, rev: String) -> HubR
         tracing::info!(repo = %id, limit = %limited.limit, retry_after = limited.retry_after, "commit refused: rate limit for repository commits");
         return Err(HubError::CommitRateLimited(limited));
     }
-    let base = state.store.resolve(&repo, &rev)?;
-    let base_commit = state.store.commit(&repo, &base.commit)?;
+    let head = state.store.resolve(&repo, &rev)?.commit;
+    // `oldPath` copies read the commit the new one is made on, which for a PR from `parentCommit`
+    // is that parent rather than the head.
+    let base = if create_pr {
+        let parent = header_parent(&body);
+        state.store.commit_base(&repo, &head, parent.as_deref(), true)?
+    } else {
+        head
+    };
+    let base_commit = state.store.commit(&repo, &base)?;
     let mut creq = parse_commit(state, &body, Some(&base_commit))?;
     creq.author = author;
     creq.create_pr = create_pr;

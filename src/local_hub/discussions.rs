@@ -7,12 +7,14 @@ use serde_json::{Value, json};
 
 use super::error::{HubError, HubResult};
 use super::http_util::{json_response, read_body};
-use super::model::Discussion;
+use super::model::{Discussion, Refs};
 use super::names::RepoId;
 use super::server::Req;
 use super::state::HubState;
+use super::store::RepoState;
 
-fn discussion_json(id: &RepoId, base: &str, num: u64, d: &Discussion, head: Option<&String>) -> Value {
+/// A discussion as the Hub answers it; `repo` supplies a PR's head commit and the ref it targets.
+fn discussion_json(id: &RepoId, base: &str, num: u64, d: &Discussion, repo: &RepoState, refs: &Refs) -> Value {
     let mut v = json!({
         "num": num,
         "title": d.title,
@@ -25,7 +27,7 @@ fn discussion_json(id: &RepoId, base: &str, num: u64, d: &Discussion, head: Opti
         "url": format!("{base}/{}/discussions/{num}", id.web_path()),
     });
     if d.is_pr {
-        v["changes"] = json!({"base": "refs/heads/main", "headCommit": head});
+        v["changes"] = json!({"base": repo.pr_base(num), "headCommit": refs.prs.get(&num)});
         v["filesWithConflicts"] = json!([]);
         v["diff"] = json!("");
     }
@@ -57,7 +59,7 @@ pub async fn create(state: &HubState, req: Req, id: RepoId) -> HubResult<Respons
         .ok_or_else(|| HubError::internal("discussion vanished"))?;
     Ok(json_response(
         StatusCode::OK,
-        &discussion_json(&id, &req.base, num, d, refs.prs.get(&num)),
+        &discussion_json(&id, &req.base, num, d, &repo, &refs),
     ))
 }
 
@@ -70,7 +72,7 @@ pub async fn get(state: &HubState, req: Req, id: RepoId, num: u64) -> HubResult<
         .ok_or_else(|| HubError::EntryNotFound(format!("Discussion {num} not found")))?;
     Ok(json_response(
         StatusCode::OK,
-        &discussion_json(&id, &req.base, num, d, refs.prs.get(&num)),
+        &discussion_json(&id, &req.base, num, d, &repo, &refs),
     ))
 }
 
@@ -81,7 +83,7 @@ pub async fn list(state: &HubState, req: Req, id: RepoId) -> HubResult<Response>
         .discussions
         .iter()
         .rev()
-        .map(|(n, d)| discussion_json(&id, &req.base, *n, d, refs.prs.get(n)))
+        .map(|(n, d)| discussion_json(&id, &req.base, *n, d, &repo, &refs))
         .collect();
     let total = items.len();
     Ok(json_response(

@@ -5,6 +5,7 @@
 //! repos/{type}/{ns}/{name}/repo.json      settings and the repo's `_id`
 //! repos/{type}/{ns}/{name}/refs.json      branches, tags, PR refs (replaced atomically)
 //! repos/{type}/{ns}/{name}/commits/{id}.json
+//! repos/{type}/{ns}/{name}/pr-bases.json  the branch each PR targets, where not main (optional)
 //! objects/git/{aa}/{oid}                  regular file contents by git blob oid
 //! objects/lfs/{aa}/{sha256}               plain-LFS contents by sha256
 //! xet-bindings.jsonl                      sha256 → Xet file hash, learned from uploaded shards
@@ -13,7 +14,7 @@
 //! Every file is written to a temporary name, synced and renamed, and a commit becomes visible only
 //! when `refs.json` is replaced, so a commit lands whole or not at all, even across `kill -9`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -41,7 +42,25 @@ pub struct RepoState {
     dir: PathBuf,
     pub meta: RwLock<RepoMeta>,
     pub refs: RwLock<Refs>,
+    /// PR number → the ref its changes target (`refs/heads/dev`), for PRs that do not target main.
+    /// A file of its own beside `refs.json`, absent in older data dirs (where every PR targets main);
+    /// an entry whose PR never landed (crash before `refs.json`) is replaced when its number is used.
+    pr_bases: RwLock<BTreeMap<u64, String>>,
     pub write: tokio::sync::Mutex<()>,
+}
+
+/// The ref a pull request targets when nothing else is recorded (every PR before targets existed).
+pub const DEFAULT_PR_BASE: &str = "refs/heads/main";
+
+impl RepoState {
+    /// The ref pull request `num` targets, as the Hub names it in a discussion's `changes.base`.
+    pub fn pr_base(&self, num: u64) -> String {
+        self.pr_bases
+            .read()
+            .get(&num)
+            .cloned()
+            .unwrap_or_else(|| DEFAULT_PR_BASE.to_string())
+    }
 }
 
 /// What a revision named in a URL resolved to.
@@ -114,6 +133,9 @@ fn write_json<T: Serialize>(path: &Path, v: &T) -> HubResult<()> {
 fn new_repo_id() -> String {
     super::state::random_hex(12)
 }
+
+/// File of a repo's dir naming the branch each PR targets (see `RepoState::pr_bases`).
+const PR_BASES: &str = "pr-bases.json";
 
 fn is_commit_id(s: &str) -> bool {
     s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
@@ -311,11 +333,17 @@ impl Store {
             write_json(&dir.join("repo.json"), &meta)?;
         }
         let refs: Refs = read_json(&dir.join("refs.json"))?;
+        let pr_bases: BTreeMap<u64, String> = if dir.join(PR_BASES).is_file() {
+            read_json(&dir.join(PR_BASES))?
+        } else {
+            BTreeMap::new()
+        };
         let state = Arc::new(RepoState {
             id: id.clone(),
             dir,
             meta: RwLock::new(meta),
             refs: RwLock::new(refs),
+            pr_bases: RwLock::new(pr_bases),
             write: tokio::sync::Mutex::new(()),
         });
         Ok(Some(self.repos.lock().entry(id.clone()).or_insert(state).clone()))
@@ -360,6 +388,7 @@ impl Store {
             dir,
             meta: RwLock::new(meta),
             refs: RwLock::new(refs),
+            pr_bases: RwLock::new(BTreeMap::new()),
             write: tokio::sync::Mutex::new(()),
         });
         Ok(self.repos.lock().entry(id.clone()).or_insert(state).clone())
@@ -472,6 +501,24 @@ impl Store {
         Ok(snap)
     }
 
+    /// The commit a commit to `rev` is made on top of: `rev`'s head, or the request's parent when
+    /// opening a PR, which the Hub then creates *from* that parent even if `rev` moved since. A
+    /// parent that is no commit of this repo is `RevisionNotFound`, as any unknown revision; without
+    /// `create_pr` a parent other than the head is 412, so a stale writer cannot overwrite newer work.
+    pub fn commit_base(
+        &self,
+        repo: &RepoState,
+        head: &str,
+        parent: Option<&str>,
+        create_pr: bool,
+    ) -> HubResult<String> {
+        match parent {
+            Some(parent) if create_pr => Ok(self.snapshot(repo, parent)?.commit.id.clone()),
+            Some(parent) if parent != head => Err(HubError::PreconditionFailed),
+            _ => Ok(head.to_string()),
+        }
+    }
+
     /// Applies a commit to `rev` (a branch or PR ref; any revision when opening a PR). Caller holds
     /// `repo.write`. The new commit is durable before the ref moves.
     pub fn apply_commit(&self, repo: &RepoState, rev: &str, req: CommitRequest) -> HubResult<CommitOutcome> {
@@ -481,12 +528,8 @@ impl Store {
                 "Cannot commit to revision {rev:?}: only branches and refs/pr/N accept commits"
             )));
         }
-        if let Some(parent) = &req.parent
-            && *parent != resolved.commit
-        {
-            return Err(HubError::PreconditionFailed);
-        }
-        let base = self.commit(repo, &resolved.commit)?;
+        let parent = self.commit_base(repo, &resolved.commit, req.parent.as_deref(), req.create_pr)?;
+        let base = self.commit(repo, &parent)?;
         let mut files = base.files.clone();
         // Directories that gain entries, and the paths added (for the Hub's limits below).
         let mut touched = std::collections::BTreeSet::new();
@@ -550,7 +593,7 @@ impl Store {
         limits::check_dir_entries(&files, &touched, &git_ref, self.dir_entry_limit())?;
         let mut commit = Commit {
             id: String::new(),
-            parents: vec![resolved.commit.clone()],
+            parents: vec![parent],
             title: req.title,
             message: req.message,
             authors: vec![req.author],
@@ -565,6 +608,12 @@ impl Store {
         let mut refs = repo.refs.read().clone();
         let pr_num = if req.create_pr {
             let n = refs.next_discussion_num();
+            // The PR targets the branch named in the URL (a tag or commit id is kept as given).
+            let target = resolved
+                .branch
+                .as_deref()
+                .map_or_else(|| rev.to_string(), limits::full_ref);
+            self.set_pr_base(repo, n, &target)?;
             refs.prs.insert(n, commit.id.clone());
             refs.discussions.insert(
                 n,
@@ -592,6 +641,22 @@ impl Store {
         })
     }
 
+    /// Records that PR `n` targets `target`; written before `refs.json`, so a PR is never visible
+    /// with the wrong target. Main, the common case, is the default and costs no write.
+    fn set_pr_base(&self, repo: &RepoState, n: u64, target: &str) -> HubResult<()> {
+        let mut bases = repo.pr_bases.read().clone();
+        let changed = if target == DEFAULT_PR_BASE {
+            bases.remove(&n).is_some()
+        } else {
+            bases.insert(n, target.to_string()).as_deref() != Some(target)
+        };
+        if changed {
+            write_json(&repo.dir.join(PR_BASES), &bases)?;
+            *repo.pr_bases.write() = bases;
+        }
+        Ok(())
+    }
+
     fn write_refs(&self, repo: &RepoState, refs: Refs) -> HubResult<()> {
         write_json(&repo.dir.join("refs.json"), &refs)?;
         *repo.refs.write() = refs;
@@ -615,6 +680,8 @@ impl Store {
             is_pr: pr_base.is_some(),
         };
         if let Some(base) = pr_base {
+            // Such PRs are opened against main.
+            self.set_pr_base(repo, n, DEFAULT_PR_BASE)?;
             refs.prs.insert(n, base);
         }
         refs.discussions.insert(n, d);
@@ -780,5 +847,58 @@ mod tests {
             .err()
             .unwrap();
         assert!(matches!(err, HubError::EntryNotFound(_)));
+    }
+
+    #[test]
+    fn pr_from_parent_and_its_target_survive_reopen() {
+        let (d, s) = store();
+        let id = RepoId::new(RepoType::Model, "ns", "r").unwrap();
+        let repo = s.create_repo(&id, false, "u").unwrap();
+        let put = |path: &str| Op::Put {
+            path: path.into(),
+            entry: s.put_git_object(path.as_bytes()).unwrap(),
+        };
+        let old = s
+            .apply_commit(&repo, "main", req(vec![put("old")], None))
+            .unwrap()
+            .commit;
+        s.set_ref(&repo, RefKind::Branch, "dev", Some(old.clone())).unwrap();
+        let later = s
+            .apply_commit(&repo, "dev", req(vec![put("later")], None))
+            .unwrap()
+            .commit;
+        let pr_req = |path: &str, parent: &str| CommitRequest {
+            create_pr: true,
+            ..req(vec![put(path)], Some(parent.to_string()))
+        };
+        let pr = s.apply_commit(&repo, "refs/heads/dev", pr_req("pr", &old)).unwrap();
+        assert_eq!(pr.pr_num, Some(1));
+        let c = s.commit(&repo, &pr.commit).unwrap();
+        assert_eq!(c.parents, std::slice::from_ref(&old));
+        assert!(c.files.contains_key("pr") && c.files.contains_key("old") && !c.files.contains_key("later"));
+        assert_eq!(s.resolve(&repo, "dev").unwrap().commit, later, "the branch stays");
+        assert_eq!(repo.pr_base(1), "refs/heads/dev");
+        let main_pr = s.apply_commit(&repo, "main", pr_req("pr2", &old)).unwrap();
+        assert_eq!(repo.pr_base(main_pr.pr_num.unwrap()), DEFAULT_PR_BASE);
+        // Not a commit of this repo: RevisionNotFound, and nothing is opened.
+        for bad in ["f".repeat(40), old[..7].to_string()] {
+            let err = s.apply_commit(&repo, "main", pr_req("x", &bad)).err().unwrap();
+            assert!(matches!(err, HubError::RevisionNotFound(_)), "{err:?}");
+        }
+        assert_eq!(repo.refs.read().prs.len(), 2);
+        // Without create_pr the same parent is stale.
+        let err = s
+            .apply_commit(&repo, "dev", req(vec![put("y")], Some(old.clone())))
+            .err()
+            .unwrap();
+        assert!(matches!(err, HubError::PreconditionFailed));
+        // Targets are on disk; a data dir without the file reads as "every PR targets main".
+        let s2 = Store::open(d.path()).unwrap();
+        let repo2 = s2.repo(&id).unwrap().unwrap();
+        assert_eq!(repo2.pr_base(1), "refs/heads/dev");
+        assert_eq!(repo2.pr_base(2), DEFAULT_PR_BASE);
+        std::fs::remove_file(repo2.dir.join(PR_BASES)).unwrap();
+        let s3 = Store::open(d.path()).unwrap();
+        assert_eq!(s3.repo(&id).unwrap().unwrap().pr_base(1), DEFAULT_PR_BASE);
     }
 }

@@ -19,9 +19,54 @@ use crate::vfs::VirtualFs;
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
 pub enum Request {
-    Commit { message: Option<String> },
+    Commit {
+        message: Option<String>,
+    },
     Sync,
     Status,
+    /// An overlay's changes (`hubfs overlay diff`).
+    #[serde(rename = "overlay-diff")]
+    OverlayDiff,
+    /// Publishes an overlay's layer (`hubfs overlay commit`).
+    #[serde(rename = "overlay-commit")]
+    OverlayCommit {
+        message: String,
+        #[serde(default)]
+        description: Option<String>,
+        #[serde(default)]
+        pr: bool,
+        #[serde(default)]
+        branch: Option<String>,
+        #[serde(default)]
+        force: bool,
+        #[serde(default)]
+        token: Option<Secret>,
+    },
+    /// Drops an overlay's changes at and below `paths` (all when empty).
+    #[serde(rename = "overlay-reset")]
+    OverlayReset {
+        paths: Vec<String>,
+    },
+}
+
+/// A token on the socket: sent as it is (the socket is its user's only), never printed.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<token>")
+    }
+}
+
+impl Request {
+    fn is_overlay_op(&self) -> bool {
+        matches!(
+            self,
+            Request::OverlayDiff | Request::OverlayCommit { .. } | Request::OverlayReset { .. }
+        )
+    }
 }
 
 /// One answer line.
@@ -51,6 +96,25 @@ pub struct Answer {
     /// The answer to `status`: the Hub's request windows as the mount's answers described them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hub: Option<Vec<crate::hub_client::windows::BucketReport>>,
+    /// The answer to `overlay-diff`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<Vec<crate::vfs::Change>>,
+    /// The answer to `overlay-commit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published: Option<crate::vfs::Published>,
+    /// The answer to `overlay-reset`: entries dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped: Option<usize>,
+}
+
+impl Answer {
+    fn failed(e: impl std::fmt::Display) -> Answer {
+        Answer {
+            ok: Some(false),
+            error: Some(e.to_string()),
+            ..Answer::default()
+        }
+    }
 }
 
 /// The listening socket; removed when dropped.
@@ -130,6 +194,9 @@ async fn serve(vfs: Arc<VirtualFs>, stream: tokio::net::UnixStream) -> std::io::
             ..Answer::default()
         };
         return send(&mut w, &a).await;
+    }
+    if req.is_overlay_op() || vfs.is_overlay() {
+        return serve_overlay(&vfs, req, &mut w).await;
     }
     if !vfs.is_writable() {
         let a = Answer {
@@ -226,13 +293,113 @@ async fn serve(vfs: Arc<VirtualFs>, stream: tokio::net::UnixStream) -> std::io::
     }
 }
 
-/// Client side: sends `req` to the writable mount at `dir` and reports its answer.
-pub fn request(dir: &Path, req: &Request) -> anyhow::Result<Answer> {
-    use std::io::{BufRead, Write};
-    let rec = crate::process::registry::record_for(dir)?;
-    if rec.mode != "writable" {
-        bail!("{} is a read-only mount: there is nothing to commit", dir.display());
+/// The overlay requests (and what an overlay answers to `commit` and `sync`).
+async fn serve_overlay(vfs: &VirtualFs, req: Request, w: &mut tokio::net::unix::OwnedWriteHalf) -> std::io::Result<()> {
+    if !vfs.is_overlay() {
+        return send(w, &Answer::failed("not an overlay mount")).await;
     }
+    let a = match req {
+        Request::OverlayDiff => match vfs.layer_changes().await {
+            Ok(c) => Answer {
+                ok: Some(true),
+                changes: Some(c),
+                commit: vfs.layer_record().map(|(_, r)| r.base),
+                ..Answer::default()
+            },
+            Err(e) => Answer::failed(e),
+        },
+        Request::OverlayReset { paths } => match vfs.layer_reset(&paths).await {
+            Ok(n) => Answer {
+                ok: Some(true),
+                dropped: Some(n),
+                ..Answer::default()
+            },
+            Err(e) => Answer::failed(e),
+        },
+        Request::OverlayCommit {
+            message,
+            description,
+            pr,
+            branch,
+            force,
+            token,
+        } => {
+            let opts = crate::vfs::PublishOptions {
+                message,
+                description,
+                pr,
+                branch,
+                force,
+                token: token.map(|t| t.0),
+            };
+            let publish = vfs.publish(&opts);
+            tokio::pin!(publish);
+            let mut told = None;
+            let r = loop {
+                tokio::select! {
+                    r = &mut publish => break r,
+                    _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => {
+                        if let Some(t) = vfs.rate_limited_until()
+                            && told != Some(t)
+                        {
+                            told = Some(t);
+                            let a = Answer {
+                                waiting_until: Some(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+                                reason: Some("hub".into()),
+                                ..Answer::default()
+                            };
+                            send(w, &a).await?;
+                        }
+                    }
+                }
+            };
+            match r {
+                Ok(p) => Answer {
+                    ok: Some(true),
+                    commit: p.commit.clone(),
+                    published: Some(p),
+                    ..Answer::default()
+                },
+                Err(e) => Answer::failed(e),
+            }
+        }
+        Request::Commit { .. } | Request::Sync => Answer::failed(
+            "an overlay commits nothing by itself: publish its changes with `hubfs overlay commit DIR -m MESSAGE`",
+        ),
+        Request::Status => Answer::failed("unexpected request"),
+    };
+    send(w, &a).await
+}
+
+/// Client side: sends `req` to the writable (or overlay) mount at `dir` and reports its answer.
+pub fn request(dir: &Path, req: &Request) -> anyhow::Result<Answer> {
+    let rec = crate::process::registry::record_for(dir)?;
+    match rec.mode.as_str() {
+        "overlay" if !req.is_overlay_op() => bail!(
+            "{} is an overlay mount: it commits nothing by itself; publish its changes with \
+             `hubfs overlay commit {} -m MESSAGE`",
+            dir.display(),
+            dir.display()
+        ),
+        "overlay" => {}
+        _ if req.is_overlay_op() => bail!(
+            "{} is a {} mount, not an overlay (`hubfs mount --overlay`)",
+            dir.display(),
+            rec.mode
+        ),
+        "writable" => {}
+        _ => bail!("{} is a read-only mount: there is nothing to commit", dir.display()),
+    }
+    request_record(dir, &rec, req)
+}
+
+/// Sends `req` to the mount `rec` describes.
+pub fn request_record(
+    dir: &Path,
+    rec: &crate::process::registry::MountRecord,
+    req: &Request,
+) -> anyhow::Result<Answer> {
+    use std::io::{BufRead, Write};
     let sock = rec.control_socket.as_deref().with_context(|| {
         format!(
             "the mount at {} (pid {}) takes no commands (started by an older hubfs?)",

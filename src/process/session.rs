@@ -129,7 +129,8 @@ pub fn open_vfs(
         .unwrap_or_else(|| "main".to_string());
     let hub = HubClient::new(client.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut opts = opts.clone();
-    if opts.write.is_some() {
+    // An overlay writes to local disk only: a read token is enough until it is published.
+    if opts.write.as_ref().is_some_and(|w| w.overlay.is_none()) {
         check_write(&hub, &repo, spec, &mut opts, rt)?;
     }
     let vfs = rt
@@ -287,6 +288,24 @@ pub fn mount(req: MountRequest, rt: &tokio::runtime::Runtime) -> anyhow::Result<
         })?
         .spawn()
         .context("starting the FUSE session")?;
+    if vfs.is_overlay() {
+        // `hubfs overlay reset` changes paths behind the kernel's back: tell it to forget them.
+        let notifier = session.notifier();
+        vfs.set_invalidator(Box::new(move |f| {
+            let r = match f {
+                crate::vfs::Forget::Entry { parent, name } => {
+                    notifier.inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::new(name))
+                }
+                crate::vfs::Forget::Inode(ino) => notifier.inval_inode(fuser::INodeNo(ino), 0, -1),
+            };
+            // ENOENT: the kernel did not have it cached.
+            if let Err(e) = r
+                && e.raw_os_error() != Some(libc::ENOENT)
+            {
+                tracing::debug!(error = %e, "kernel cache invalidation");
+            }
+        }));
+    }
     crate::fuse::readahead::raise_readahead(&req.mountpoint, vfs.readahead());
     vfs.set_mountpoint(&req.mountpoint);
     Ok(Mounted {

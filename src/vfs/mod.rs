@@ -40,7 +40,10 @@ use crate::util::is_commit_id;
 use crate::write::staging::DirtyFile;
 pub use attrs::{Caller, NewNode, may_access};
 use commit::Writer;
-pub use commit::{BudgetSpec, CloseMode, Counters, DirtyReport, StatusReport, UPLOAD_AHEAD_MIN, WriteOptions};
+pub use commit::{
+    BudgetSpec, Change, ChangeKind, CloseMode, Counters, DirtyReport, OverlayOptions, PublishOptions, Published,
+    StatusReport, UPLOAD_AHEAD_MIN, WriteOptions,
+};
 use error::{VfsError, VfsResult};
 pub use inode::{Ino, ROOT_INO};
 use meta::Listing;
@@ -216,7 +219,22 @@ pub struct VirtualFs {
     /// Present on writable mounts: staging, overlay and the committer's state.
     writer: Option<Writer>,
     passthrough: passthrough::State,
+    /// How the frontend's kernel cache is told to forget what changed behind its back (an
+    /// overlay reset); set once by the frontend.
+    invalidator: std::sync::OnceLock<Invalidator>,
 }
+
+/// What a frontend's kernel cache must forget.
+pub enum Forget<'a> {
+    /// The name `name` in directory `parent`.
+    Entry { parent: Ino, name: &'a str },
+    /// The attributes and cached pages of an inode (a directory's: its listing).
+    Inode(Ino),
+}
+
+/// A frontend's way to make its kernel forget (FUSE notifications; NFS clients revalidate on
+/// their own, so NFS sets none).
+pub type Invalidator = Box<dyn Fn(Forget<'_>) + Send + Sync>;
 
 /// `a/b` (without a slash where one side is empty). Called for every entry of every listing
 /// served, so it allocates once and skips the formatting machinery.
@@ -313,7 +331,10 @@ impl VirtualFs {
             repo,
             revision_name: revision.to_string(),
             subfolder: subfolder.unwrap_or("").trim_matches('/').to_string(),
-            revision: tokio::sync::Mutex::new(Revision::new(info.sha, Instant::now())),
+            revision: tokio::sync::Mutex::new(Revision::new(
+                writer.as_ref().and_then(|w| w.layer_base()).unwrap_or(info.sha),
+                Instant::now(),
+            )),
             inodes: inode::InodeTable::new(),
             listings: moka::future::Cache::builder()
                 .weigher(|_k, v: &Arc<Listing>| v.entries.len().min(u32::MAX as usize) as u32 + 1)
@@ -336,6 +357,7 @@ impl VirtualFs {
             opts,
             writer,
             passthrough: passthrough::State::default(),
+            invalidator: std::sync::OnceLock::new(),
         };
         let commit = vfs.commit().await?;
         // (A writable mount of a bucket prefix passes even while the prefix holds nothing yet:
@@ -355,6 +377,11 @@ impl VirtualFs {
         &self.opts
     }
 
+    /// Sets how the kernel cache is told to forget paths (once; later calls are ignored).
+    pub fn set_invalidator(&self, f: Invalidator) {
+        let _ = self.invalidator.set(f);
+    }
+
     /// The Hub client this mount reads and writes through (shared by its clones).
     pub fn hub_client(&self) -> &HubClient {
         &self.client
@@ -364,7 +391,8 @@ impl VirtualFs {
     /// (`revision`).
     pub async fn commit(&self) -> VfsResult<String> {
         let mut rev = self.revision.lock().await;
-        if !is_commit_id(&self.revision_name) {
+        // An overlay stays on its commit until remounted (or published).
+        if !is_commit_id(&self.revision_name) && !self.is_overlay() {
             self.refresh_revision(&mut rev).await;
         }
         Ok(rev.commit.clone())

@@ -124,7 +124,7 @@ impl VirtualFs {
                     .writer
                     .as_ref()
                     .is_some_and(|w| matches!(w.overlay.lock().get(&to), Some(Entry::Gone)));
-                if home && pending && settle_home {
+                if home && pending && settle_home && self.rounds_run() {
                     self.sync_all().await?;
                     return Box::pin(self.rename_at(parent, name, new_parent, new_name, flags, false)).await;
                 }
@@ -168,7 +168,7 @@ impl VirtualFs {
             .writer
             .as_ref()
             .is_some_and(|w| matches!(w.overlay.lock().get(path), Some(Entry::Gone)));
-        if whiteout && self.remote_file(&commit, path).await? {
+        if whiteout && self.rounds_run() && self.remote_file(&commit, path).await? {
             self.sync_all().await?;
             return self.commit().await;
         }
@@ -194,7 +194,8 @@ impl VirtualFs {
         };
         for gone in gones {
             let source = join(from, &gone[prefix.len()..]);
-            if matches!(self.find(&commit, &source).await?, Some(Found::Dir))
+            if self.rounds_run()
+                && matches!(self.find(&commit, &source).await?, Some(Found::Dir))
                 && self.remote_file(&commit, &gone).await?
             {
                 self.sync_all().await?;

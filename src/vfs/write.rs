@@ -378,6 +378,7 @@ impl VirtualFs {
         let mode = match self.close_mode() {
             CloseMode::Commit => CloseMode::Commit,
             CloseMode::Upload | CloseMode::Stage => CloseMode::Upload,
+            CloseMode::Keep => CloseMode::Keep,
         };
         self.sync_handle(fh, mode).await?;
         Ok(self.sync_records()?)
@@ -438,6 +439,7 @@ impl VirtualFs {
                     self.upload_in_background(file);
                     self.kick();
                 }
+                CloseMode::Keep => self.sync_layer(),
             }
         }
         Ok(())

@@ -3,6 +3,8 @@
 //! drives them lives in `vfs::commit`, beside the core state it updates.
 
 pub mod instance;
+pub mod layer;
+pub mod layer_log;
 pub mod metadata;
 pub mod overlay;
 pub mod staging;

@@ -5,10 +5,15 @@
 //! whiteouts (a remote path that was deleted or moved away). A lookup asks the overlay first and
 //! the commit's tree second; a listing merges the two. When a commit lands, the entries it carried
 //! are removed and the new commit's tree shows them.
+//!
+//! A writable mount keeps its overlay in memory only (it commits within a second); an overlay
+//! mount, which commits nothing until asked, journals every change to a [`LayerLog`] so that the
+//! overlay outlives the process.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use super::layer_log::{LayerLog, Logged};
 use super::staging::DirtyFile;
 use crate::hub_client::FileMeta;
 
@@ -41,13 +46,37 @@ impl std::fmt::Debug for Entry {
     }
 }
 
+impl From<&Entry> for Logged {
+    fn from(e: &Entry) -> Logged {
+        match e {
+            Entry::File(d) => Logged::File { id: d.id() },
+            Entry::Moved(m) => Logged::Moved(m.into()),
+            Entry::Dir => Logged::Dir,
+            Entry::Gone => Logged::Gone,
+            Entry::Special { hides } => Logged::Special { hides: *hides },
+        }
+    }
+}
+
+/// The journal is compacted when it holds more lines than this many per live entry…
+const COMPACT_FACTOR: u64 = 4;
+/// …plus this many.
+const COMPACT_SLACK: u64 = 1024;
+
 /// Lock order: the overlay is locked by its owner (VirtualFs) as a leaf; nothing else is locked
-/// while it is held.
+/// while it is held (the journal's own lock is taken inside it).
 #[derive(Default)]
 pub struct Overlay {
     entries: HashMap<String, Entry>,
     /// parent path → child name → present. Lets a listing find its overlay children without a scan.
     children: HashMap<String, BTreeMap<String, ()>>,
+    /// The journal of an overlay mount; None for a writable mount.
+    log: Option<Arc<LayerLog>>,
+    /// Appends and compactions of the journal that failed.
+    log_errors: u64,
+    /// The journal's line count when a compaction last failed: the next try waits for
+    /// `COMPACT_SLACK` more lines rather than rewriting the whole log on every change.
+    compact_failed_at: Option<u64>,
 }
 
 fn split(path: &str) -> (&str, &str) {
@@ -55,6 +84,35 @@ fn split(path: &str) -> (&str, &str) {
 }
 
 impl Overlay {
+    /// An empty overlay that journals every change to `log`.
+    pub fn with_log(log: Arc<LayerLog>) -> Overlay {
+        Overlay {
+            log: Some(log),
+            ..Overlay::default()
+        }
+    }
+
+    /// Whether changes are journaled.
+    pub fn journals(&self) -> bool {
+        self.log.is_some()
+    }
+
+    /// The journal, if any (to fsync it without holding the overlay's lock).
+    pub fn log(&self) -> Option<Arc<LayerLog>> {
+        self.log.clone()
+    }
+
+    /// fsyncs the journal (a no-op without one).
+    pub fn sync_log(&self) -> std::io::Result<()> {
+        self.log.as_ref().map_or(Ok(()), |l| l.sync())
+    }
+
+    /// Journal appends and compactions that failed since the overlay was made (each was logged;
+    /// the in-memory entries stayed right, a remount may miss those changes).
+    pub fn log_errors(&self) -> u64 {
+        self.log_errors
+    }
+
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -67,7 +125,17 @@ impl Overlay {
         self.entries.get(path)
     }
 
+    /// Sets `path`'s entry, journaled when the overlay has a journal.
     pub fn set(&mut self, path: &str, e: Entry) {
+        let logged = self.log.is_some().then(|| Logged::from(&e));
+        self.restore(path, e);
+        if let Some(logged) = logged {
+            self.journal(path, |log| log.set(path, &logged));
+        }
+    }
+
+    /// Sets `path`'s entry without journaling it (rebuilding the overlay from a journal's replay).
+    pub fn restore(&mut self, path: &str, e: Entry) {
         let (parent, name) = split(path);
         self.children
             .entry(parent.to_string())
@@ -85,7 +153,39 @@ impl Overlay {
                 self.children.remove(parent);
             }
         }
+        if self.log.is_some() {
+            self.journal(path, |log| log.remove(path));
+        }
         Some(e)
+    }
+
+    /// Runs one append on the journal (if any), then compacts it once it has grown too long.
+    /// Errors are logged and counted, never raised: the in-memory overlay is right either way.
+    fn journal(&mut self, path: &str, append: impl FnOnce(&LayerLog) -> std::io::Result<()>) {
+        let Some(log) = self.log.clone() else {
+            return;
+        };
+        if let Err(e) = append(&log) {
+            self.log_errors += 1;
+            tracing::error!(path, error = %e, "overlay journal: append failed; a remount may miss this change");
+        }
+        let lines = log.lines();
+        let live = self.entries.len() as u64;
+        if lines <= COMPACT_FACTOR * live + COMPACT_SLACK
+            || self.compact_failed_at.is_some_and(|at| lines < at + COMPACT_SLACK)
+        {
+            return;
+        }
+        let mut all: Vec<(String, Logged)> = self.entries.iter().map(|(p, e)| (p.clone(), e.into())).collect();
+        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        match log.compact(&all) {
+            Ok(()) => self.compact_failed_at = None,
+            Err(e) => {
+                self.log_errors += 1;
+                self.compact_failed_at = Some(lines);
+                tracing::error!(lines, live, error = %e, "overlay journal: compaction failed");
+            }
+        }
     }
 
     /// Overlay entries directly under `dir`, by name.
@@ -141,5 +241,84 @@ mod tests {
         assert!(o.children("a").is_empty());
         assert!(o.remove("a/zz").is_none());
         assert_eq!(o.len(), 2);
+    }
+
+    fn moved() -> FileMeta {
+        FileMeta {
+            remote_path: "old/w.bin".into(),
+            commit: "c0ffee".into(),
+            size: 12,
+            id: crate::hub_client::ContentId::Lfs("ab".repeat(32)),
+            sha256: Some("ab".repeat(32)),
+            last_commit: Some(std::time::UNIX_EPOCH - std::time::Duration::new(10, 5)),
+        }
+    }
+
+    fn logged(o: &Overlay) -> BTreeMap<String, Logged> {
+        o.all().into_iter().map(|(p, e)| (p, Logged::from(&e))).collect()
+    }
+
+    #[test]
+    fn a_journaled_overlay_replays_the_same_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let staging = super::super::staging::StagingArea::open(&dir.path().join("staging")).unwrap();
+        let staged = Arc::new(staging.create("a/new.txt").unwrap());
+        let (log, live) = LayerLog::open(dir.path()).unwrap();
+        assert!(live.is_empty());
+        let mut o = Overlay::with_log(Arc::new(log));
+        assert!(o.journals() && !Overlay::default().journals());
+        o.set("a", Entry::Dir);
+        o.set("a/new.txt", Entry::File(staged.clone()));
+        o.set("a/w.bin", Entry::Moved(moved()));
+        o.set("old", Entry::Gone);
+        o.set("link", Entry::Special { hides: true });
+        o.set("tmp", Entry::Dir);
+        o.remove("tmp");
+        o.set("link", Entry::Special { hides: false });
+        // Neither journaled: no entry to remove, and a restore.
+        assert!(o.remove("nothing").is_none());
+        o.restore("restored", Entry::Dir);
+        o.sync_log().unwrap();
+        assert_eq!(o.log_errors(), 0);
+
+        let (log, live) = LayerLog::open(dir.path()).unwrap();
+        assert_eq!(log.lines(), 8);
+        let mut want = logged(&o);
+        want.remove("restored");
+        assert_eq!(live, want);
+        assert_eq!(live["a/new.txt"], Logged::File { id: staged.id() });
+        let Logged::Moved(m) = live["a/w.bin"].clone() else {
+            panic!("not moved");
+        };
+        assert_eq!(FileMeta::try_from(m).unwrap(), moved());
+    }
+
+    #[test]
+    fn a_journaled_overlay_compacts_its_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, _) = LayerLog::open(dir.path()).unwrap();
+        let log = Arc::new(log);
+        let mut o = Overlay::with_log(log.clone());
+        o.set("keep", Entry::Dir);
+        for i in 0..2000 {
+            o.set("churn", Entry::Special { hides: i % 2 == 0 });
+        }
+        o.remove("churn");
+        o.set("last", Entry::Gone);
+        assert!(log.lines() <= 4 * 2 + 1024, "{} lines", log.lines());
+        drop(o);
+        drop(log);
+        let (_, live) = LayerLog::open(dir.path()).unwrap();
+        let want = BTreeMap::from([("keep".to_string(), Logged::Dir), ("last".to_string(), Logged::Gone)]);
+        assert_eq!(live, want);
+    }
+
+    #[test]
+    fn without_a_journal_sync_is_a_no_op() {
+        let mut o = Overlay::default();
+        o.set("a", Entry::Dir);
+        o.remove("a");
+        o.sync_log().unwrap();
+        assert_eq!(o.log_errors(), 0);
     }
 }

@@ -422,6 +422,13 @@ impl DirtyFile {
         self.write_meta_locked(&path, Phase::Closed)
     }
 
+    /// Sealed with nothing written since: what a reader sees now is what a crash would leave (an
+    /// NFS client's file after COMMIT, a FUSE file after fsync, while still open).
+    pub fn settled(&self) -> bool {
+        let s = self.st.lock();
+        s.sealed && s.synced == s.generation && self.in_flight.load(Ordering::SeqCst) == 0
+    }
+
     /// The file moved to `repo_path` (rename).
     pub fn set_path(&self, repo_path: &str) -> std::io::Result<()> {
         let phase = {

@@ -216,3 +216,30 @@ def test_upload_folder_as_pr(api, refs_repo, tmp_path, cache_dir):
     assert info.pr_revision is not None
     p = api.hf_hub_download(refs_repo["repo_id"], "sub/a.txt", revision=info.pr_revision, cache_dir=cache_dir)
     assert Path(p).read_bytes() == b"folder PR\n"
+
+
+def test_pr_from_parent_commit(hf, api, refs_repo, cache_dir):
+    """create_pr=True with parent_commit behind main: the PR is made from that parent."""
+    from huggingface_hub import CommitOperationAdd
+
+    repo_id = refs_repo["repo_id"]
+    old = api.create_commit(repo_id, [CommitOperationAdd("before-pr.txt", b"at the parent\n")],
+                            commit_message="parent of a PR").oid
+    old_files = set(api.list_repo_files(repo_id, revision=old))
+    main = api.create_commit(repo_id, [CommitOperationAdd("after-parent.txt", b"main moved\n")],
+                             commit_message="main moves on").oid
+    info = api.create_commit(repo_id, [CommitOperationAdd("from-parent.txt", b"PR from the parent\n")],
+                             commit_message="PR from an older commit", create_pr=True, parent_commit=old)
+    assert info.pr_num is not None and info.pr_revision == f"refs/pr/{info.pr_num}"
+    assert api.repo_info(repo_id).sha == main, "a PR must not move main"
+
+    prs = {d.num: d for d in api.get_repo_discussions(repo_id, discussion_type="pull_request")}
+    assert info.pr_num in prs, f"PR {info.pr_num} not in {sorted(prs)}"
+    assert prs[info.pr_num].is_pull_request and prs[info.pr_num].title == "PR from an older commit"
+    details = api.get_discussion_details(repo_id, info.pr_num)
+    assert details.target_branch == "refs/heads/main"
+
+    assert set(api.list_repo_files(repo_id, revision=info.pr_revision)) == old_files | {"from-parent.txt"}
+    assert [c.commit_id for c in api.list_repo_commits(repo_id, revision=info.pr_revision)][:2] == [info.oid, old]
+    p = api.hf_hub_download(repo_id, "from-parent.txt", revision=info.pr_revision, cache_dir=cache_dir)
+    assert Path(p).read_bytes() == b"PR from the parent\n"

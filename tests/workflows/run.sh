@@ -29,12 +29,15 @@
 #      into a --write mount, cp -al and git clone --local inside it; modes, owners, mtimes, symlinks and
 #      hard links through the mount, after the commit and after a remount; regular files (every name of
 #      a hard link) on the Hub with their source's sha256, symlinks not; nfs-cp into a --write NFS server
+#  10. overlay: demo/tiny-model mounted --overlay with a read token, edited from Python, remounted;
+#      `overlay diff` lists the four changes; `overlay commit --pr` refused with the read token, done with
+#      the write token; the stock client sees the pull request with exactly those changes, main unchanged
 #
 # Prints each check as `ok`/`FAIL`, ends with `workflows: N passed, M failed`; exits non-zero if any
 # check failed. Everything it starts is stopped and its scratch dir removed on exit, also on failure.
 #
 # Environment: WORKFLOW_SOAK_SECS (default 20); WORKFLOW_KEEP=1 keeps the scratch dir;
-# WORKFLOW_ONLY=posix runs the local Hub and section 9 only;
+# WORKFLOW_ONLY=posix (or overlay) runs the local Hub and section 9 (or 10) only;
 # WORKFLOW_FOREGROUND=1 (debugging only) runs mounts as background jobs instead of --daemon.
 set -uo pipefail
 
@@ -191,9 +194,14 @@ echo "== local Hub"
 start_local_hub --seed-demo
 export HF_ENDPOINT="$EP" HF_TOKEN=hf_local_read
 echo "   $EP (scratch $WORK)"
-if [ "${WORKFLOW_ONLY:-}" = posix ]; then # section 9 alone (see the header)
-  # shellcheck source=tests/workflows/posix_tools.sh
-  . "$HERE/posix_tools.sh"
+if [ -n "${WORKFLOW_ONLY:-}" ]; then # section 9 or 10 alone (see the header)
+  case "$WORKFLOW_ONLY" in
+    # shellcheck source=tests/workflows/posix_tools.sh
+    posix) . "$HERE/posix_tools.sh" ;;
+    # shellcheck source=tests/workflows/overlay.sh
+    overlay) . "$HERE/overlay.sh" ;;
+    *) echo "WORKFLOW_ONLY: posix or overlay"; exit 2 ;;
+  esac
   echo "workflows: took $(( $(date +%s) - T0 )) s"
   echo "workflows: $PASSED passed, $FAILED failed"
   DONE=1
@@ -432,6 +440,12 @@ chk "hubfs unmount of a plain directory fails with 'not a hubfs mount'" $? || ec
 # ---------------------------------------------------------------------------------------------------------
 # shellcheck source=tests/workflows/posix_tools.sh
 . "$HERE/posix_tools.sh"
+
+# ---------------------------------------------------------------------------------------------------------
+# 10. overlay: edit a model repo with a read token, publish the edits as a pull request
+# ---------------------------------------------------------------------------------------------------------
+# shellcheck source=tests/workflows/overlay.sh
+. "$HERE/overlay.sh"
 
 echo "workflows: took $(( $(date +%s) - T0 )) s"
 echo "workflows: $PASSED passed, $FAILED failed"

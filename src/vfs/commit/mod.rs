@@ -19,6 +19,8 @@ mod ahead;
 mod aliases;
 mod bucket;
 mod budget;
+mod layer;
+mod publish;
 mod round;
 mod schedule;
 mod status;
@@ -40,6 +42,8 @@ use crate::write::overlay::{Entry, Overlay};
 use crate::write::staging::{DirtyFile, Phase, StagingArea};
 use crate::write::upload::Uploader;
 pub use budget::BudgetSpec;
+pub use layer::{Change, ChangeKind, OverlayOptions};
+pub use publish::{PublishOptions, Published};
 pub use status::{Counters, DirtyReport, StatusReport};
 
 /// Settings of a writable mount.
@@ -67,6 +71,8 @@ pub struct WriteOptions {
     /// Writable only by default (a bucket mounted without `--write`): a token that may not write
     /// gives a read-only mount instead of an error.
     pub unless_refused: bool,
+    /// An overlay mount (`--overlay`): changes stay in a local layer until `hubfs overlay commit`.
+    pub overlay: Option<OverlayOptions>,
 }
 
 /// What close() waits for on a writable mount (`--close`).
@@ -80,6 +86,9 @@ pub enum CloseMode {
     Upload,
     /// The file is durable in the local journal; upload and commit follow, grouped.
     Stage,
+    /// An overlay mount: the file is durable in the local layer, and nothing leaves the machine
+    /// until `hubfs overlay commit`.
+    Keep,
 }
 
 /// Files at least this large are uploaded at close (`CloseMode::Upload`); smaller ones are mostly
@@ -99,6 +108,7 @@ impl Default for WriteOptions {
             commit_budget: None,
             posix_strict: false,
             unless_refused: false,
+            overlay: None,
         }
     }
 }
@@ -149,6 +159,8 @@ pub(crate) struct Writer {
     subfolder: String,
     /// Uploads started at close that outlive it (`--close stage`): see `ahead`.
     ahead: ahead::AheadUploads,
+    /// An overlay mount's layer: its record and publishing state (`None` on a writable mount).
+    pub(super) layer: Option<layer::LayerState>,
 }
 
 /// `hubs/<endpoint>/kind/ns/name/branch`, each part made safe as one directory name: local state
@@ -232,14 +244,21 @@ impl Writer {
         subfolder: Option<&str>,
         opts: &WriteOptions,
     ) -> VfsResult<Writer> {
-        if super::is_commit_id(revision) {
+        if super::is_commit_id(revision) && opts.overlay.is_none() {
             return Err(VfsError::Invalid(
                 "a writable mount needs a branch (a commit id cannot move): mount @main or another branch",
             ));
         }
         let root = &opts.staging_root;
-        set_aside_legacy(root, repo, revision);
-        let dir = staging_dir(root, client.endpoint(), repo, revision);
+        let dir = match opts.overlay.as_ref().and_then(|o| o.upper.clone()) {
+            Some(upper) => upper,
+            None => {
+                if opts.overlay.is_none() {
+                    set_aside_legacy(root, repo, revision);
+                }
+                staging_dir(root, client.endpoint(), repo, revision)
+            }
+        };
         let staging = StagingArea::open(&dir).map_err(|e| staging_error(&dir, e))?;
         let now = instance::Instance {
             endpoint: client.endpoint().to_string(),
@@ -278,8 +297,15 @@ impl Writer {
             .map_err(|e| VfsError::Cache(format!("cannot read the metadata log in {}: {e}", dir.display())))?;
         let uploader = Uploader::new(client.clone(), repo.clone(), revision.to_string(), opts.upload_timeout)
             .map_err(|e| VfsError::Xet(e.to_string()))?;
+        let (overlay, layer) = match &opts.overlay {
+            Some(o) => {
+                let (overlay, state) = layer::open(client, repo, revision, info, subfolder, &dir, o, &staging).await?;
+                (overlay, Some(state))
+            }
+            None => (Overlay::default(), None),
+        };
         let w = Writer {
-            overlay: Mutex::new(Overlay::default()),
+            overlay: Mutex::new(overlay),
             uploader,
             branch: revision.to_string(),
             opts: opts.clone(),
@@ -306,8 +332,11 @@ impl Writer {
             staging,
             subfolder: subfolder.unwrap_or("").trim_matches('/').to_string(),
             ahead: ahead::AheadUploads::default(),
+            layer,
         };
-        w.recover(subfolder.unwrap_or("").trim_matches('/'))?;
+        if w.layer.is_none() {
+            w.recover(subfolder.unwrap_or("").trim_matches('/'))?;
+        }
         Ok(w)
     }
 
@@ -514,6 +543,11 @@ impl VirtualFs {
     /// staged for the next mount. Returns the number of files still dirty.
     pub async fn drain(&self, limit: Duration) -> usize {
         let Some(w) = &self.writer else { return 0 };
+        if w.layer.is_some() {
+            // An overlay commits nothing by itself: its layer stays for the next mount.
+            self.sync_layer();
+            return 0;
+        }
         w.draining.store(true, std::sync::atomic::Ordering::Relaxed);
         if let Err(e) = w.meta.sync() {
             tracing::warn!(error = %e, "could not make the metadata log durable");

@@ -19,7 +19,7 @@ use crate::write::staging::DirtyFile;
 use crate::write::upload::Staged;
 
 impl Writer {
-    fn summary(&self, ops: &[CommitOp]) -> (String, String) {
+    pub(super) fn summary(&self, ops: &[CommitOp]) -> (String, String) {
         let mut added = Vec::new();
         let mut deleted = Vec::new();
         for op in ops {
@@ -167,7 +167,7 @@ fn git_blob_oid(content: &[u8]) -> String {
 }
 
 /// Whether `entry` (a path at the branch head) already holds what `op` would put there.
-fn op_landed(op: &CommitOp, entry: Option<&TreeEntry>) -> bool {
+pub(super) fn op_landed(op: &CommitOp, entry: Option<&TreeEntry>) -> bool {
     match (op, entry) {
         (CommitOp::DeleteFile { .. }, None) => true,
         (CommitOp::Lfs { sha256, .. }, Some(TreeEntry::File { lfs_sha256, .. })) => {
@@ -274,7 +274,9 @@ impl VirtualFs {
                 .await
                 .map(|(o, s)| (Ops::Bucket(o), s))
         } else {
-            self.build_ops(w, &base, &batch).await.map(|(o, s)| (Ops::Repo(o), s))
+            self.build_ops(w, &w.uploader, &base, &batch)
+                .await
+                .map(|(o, s)| (Ops::Repo(o), s))
         };
         let (ops, staged) = match built {
             Ok(x) => x,
@@ -337,18 +339,15 @@ impl VirtualFs {
 
     /// Commit operations for a batch, uploading content as needed. Returns the ops and the
     /// generation of each staged file they carry.
-    async fn build_ops(
+    pub(super) async fn build_ops(
         &self,
         w: &Writer,
+        uploader: &crate::write::upload::Uploader,
         base: &str,
         batch: &Batch,
     ) -> VfsResult<(Vec<CommitOp>, Vec<(Staged, String)>)> {
         let staged = self.snapshot_batch(w, batch).await?;
-        let mut ops = w
-            .uploader
-            .prepare(&staged_copies(&staged))
-            .await
-            .map_err(upload_error)?;
+        let mut ops = uploader.prepare(&staged_copies(&staged)).await.map_err(upload_error)?;
         for (path, meta) in &batch.moves {
             let repo_path = self.remote_path(path);
             match &meta.sha256 {
@@ -425,6 +424,7 @@ impl VirtualFs {
                 summary,
                 description,
                 parent: Some(parent.clone()),
+                create_pr: false,
                 ops: ops.clone(),
             };
             match self.client.commit(&self.repo, &w.branch, &req).await {
@@ -486,7 +486,7 @@ impl VirtualFs {
 
     /// After a commit (or a round with nothing to send): drops the overlay entries the commit made
     /// redundant, so the new commit's tree shows them.
-    async fn settle(&self, w: &Writer, batch: &Batch, staged: &[(Staged, String)], commit: &str) {
+    pub(super) async fn settle(&self, w: &Writer, batch: &Batch, staged: &[(Staged, String)], commit: &str) {
         let held = w.held.lock().clone();
         let mut stale_gones = Vec::new();
         for path in &batch.gones {

@@ -16,6 +16,11 @@ impl VirtualFs {
     /// weakly: dropping the last frontend's reference stops it.
     pub fn start_committer(self: &Arc<Self>, rt: &tokio::runtime::Handle) {
         let Some(w) = &self.writer else { return };
+        if w.layer.is_some() {
+            // An overlay publishes only when asked (`publish`): no rounds, no uploads.
+            self.write_status();
+            return;
+        }
         let kick = w.kick.clone();
         let weak = Arc::downgrade(self);
         self.enable_background_uploads();

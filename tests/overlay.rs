@@ -1,0 +1,562 @@
+//! Overlay mounts as a person uses them: `hubfs mount --overlay --daemon` with a read token, edits
+//! through the mount, a crash, a remount, `hubfs overlay diff`, `reset` and `commit` (to a branch
+//! or as a pull request with a write token); every outcome checked on the Hub.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use hubfs::local_hub::LocalHub;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+mod common;
+
+const REPO: &str = "demo/tiny-model";
+
+struct T {
+    rt: tokio::runtime::Runtime,
+    hub: Option<LocalHub>,
+    dir: tempfile::TempDir,
+}
+
+impl T {
+    fn new() -> T {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let hub = rt.block_on(LocalHub::start_temp(true)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("m")).unwrap();
+        T {
+            rt,
+            hub: Some(hub),
+            dir,
+        }
+    }
+
+    fn ep(&self) -> String {
+        self.hub.as_ref().unwrap().endpoint().to_string()
+    }
+
+    fn mnt(&self) -> PathBuf {
+        self.dir.path().join("m")
+    }
+
+    fn cache(&self) -> PathBuf {
+        self.dir.path().join("cache")
+    }
+
+    fn hubfs(&self, args: &[&str], token: &str) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_hubfs"))
+            .args(args)
+            .env("HF_ENDPOINT", self.ep())
+            .env("HF_TOKEN", token)
+            .env("HF_HOME", self.dir.path().join("hf-home"))
+            .env("XDG_CACHE_HOME", self.dir.path().join("xdg"))
+            .output()
+            .expect("run hubfs")
+    }
+
+    /// `hubfs ARGS` that must succeed; its stdout.
+    fn ok(&self, args: &[&str], token: &str) -> String {
+        let o = self.hubfs(args, token);
+        assert!(
+            o.status.success(),
+            "hubfs {args:?} failed: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Mounts the overlay as a daemon (read token); returns the mount's pid.
+    fn mount(&self) -> u32 {
+        let (m, c) = (self.mnt(), self.cache());
+        let out = self.ok(
+            &[
+                "mount",
+                REPO,
+                m.to_str().unwrap(),
+                "--overlay",
+                "--daemon",
+                "--cache-dir",
+                c.to_str().unwrap(),
+            ],
+            "hf_local_read",
+        );
+        out.split("(pid ")
+            .nth(1)
+            .and_then(|s| s.split(')').next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no pid in {out:?}"))
+    }
+
+    fn unmount(&self) {
+        self.ok(&["unmount", self.mnt().to_str().unwrap()], "hf_local_read");
+    }
+
+    fn get(&self, path: &str) -> Value {
+        self.rt.block_on(async {
+            let r = reqwest::Client::new()
+                .get(format!("{}{path}", self.ep()))
+                .header("authorization", "Bearer hf_local_write")
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success(), "GET {path}: {}", r.status());
+            r.json().await.unwrap()
+        })
+    }
+
+    fn head(&self, rev: &str) -> String {
+        let v = self.get(&format!("/api/models/{REPO}/revision/{}", rev.replace('/', "%2F")));
+        v["sha"].as_str().unwrap().to_string()
+    }
+
+    /// Every file at `rev`: path → (size, content id: the LFS sha256, else the git oid).
+    fn files(&self, rev: &str) -> BTreeMap<String, (u64, String)> {
+        let v = self.get(&format!(
+            "/api/models/{REPO}/tree/{}?recursive=true",
+            rev.replace('/', "%2F")
+        ));
+        v.as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["type"] == "file")
+            .map(|e| {
+                let id = e["lfs"]["oid"].as_str().or(e["oid"].as_str()).unwrap().to_string();
+                (
+                    e["path"].as_str().unwrap().to_string(),
+                    (e["size"].as_u64().unwrap(), id),
+                )
+            })
+            .collect()
+    }
+
+    fn content(&self, rev: &str, path: &str) -> Vec<u8> {
+        self.rt.block_on(async {
+            let r = reqwest::Client::new()
+                .get(format!(
+                    "{}/{REPO}/resolve/{}/{path}",
+                    self.ep(),
+                    rev.replace('/', "%2F")
+                ))
+                .header("authorization", "Bearer hf_local_write")
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success(), "resolve {path}@{rev}: {}", r.status());
+            r.bytes().await.unwrap().to_vec()
+        })
+    }
+
+    /// Commits `path` = `text` to main through the Hub's API (someone else's change).
+    fn hub_commit(&self, path: &str, text: &str) {
+        use base64::Engine;
+        let body = format!(
+            "{}\n{}\n",
+            serde_json::json!({"key": "header", "value": {"summary": "elsewhere"}}),
+            serde_json::json!({"key": "file", "value": {"path": path, "encoding": "base64",
+                "content": base64::engine::general_purpose::STANDARD.encode(text)}})
+        );
+        self.rt.block_on(async {
+            let r = reqwest::Client::new()
+                .post(format!("{}/api/models/{REPO}/commit/main", self.ep()))
+                .header("authorization", "Bearer hf_local_write")
+                .header("content-type", "application/x-ndjson")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success(), "commit: {}", r.status());
+        });
+    }
+
+    fn diff(&self, extra: &[&str]) -> Vec<Value> {
+        let m = self.mnt();
+        let mut args = vec!["overlay", "diff", m.to_str().unwrap(), "--json"];
+        args.extend_from_slice(extra);
+        let v: Value = serde_json::from_str(&self.ok(&args, "hf_local_read")).unwrap();
+        v["changes"].as_array().unwrap().clone()
+    }
+}
+
+impl Drop for T {
+    fn drop(&mut self) {
+        let m = self.mnt();
+        if std::fs::read_to_string("/proc/mounts").is_ok_and(|s| s.contains(m.to_str().unwrap())) {
+            let _ = self.hubfs(&["unmount", m.to_str().unwrap()], "hf_local_read");
+            let _ = Command::new("umount").arg("-l").arg(&m).status();
+        }
+        if let Some(h) = self.hub.take() {
+            self.rt.block_on(h.stop());
+        }
+    }
+}
+
+fn sha(b: &[u8]) -> String {
+    hex::encode(Sha256::digest(b))
+}
+
+/// kind and path of each change, sorted.
+fn kinds(changes: &[Value]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = changes
+        .iter()
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap().to_string(),
+                c["path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn kill9(pid: u32, mnt: &Path) {
+    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    for _ in 0..100 {
+        if !Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = Command::new("umount").arg("-l").arg(mnt).status();
+}
+
+#[test]
+fn a_read_token_overlay_keeps_edits_through_a_crash_and_publishes_them_as_a_pull_request() {
+    let t = T::new();
+    let main_before = t.head("main");
+    let hub_before = t.files("main");
+    let model = hub_before["model.safetensors"].clone();
+    let tokenizer = hub_before["tokenizer.json"].clone();
+
+    let pid = t.mount();
+    let m = t.mnt();
+    let config = br#"{"architectures": ["TinyDemoModel"], "hidden_size": 64, "edited": true}"#;
+    let eval = br#"{"accuracy": 0.93}"#;
+    std::fs::write(m.join("config.json"), config).unwrap();
+    std::fs::create_dir(m.join("notes")).unwrap();
+    std::fs::write(m.join("notes/eval.json"), eval).unwrap();
+    std::fs::remove_file(m.join("README.md")).unwrap();
+    std::fs::rename(m.join("tokenizer.json"), m.join("tokenizer-v2.json")).unwrap();
+    assert_eq!(t.head("main"), main_before, "an overlay wrote to the Hub");
+
+    // A crash, then a remount: every change is there.
+    kill9(pid, &m);
+    t.mount();
+    assert_eq!(std::fs::read(m.join("config.json")).unwrap(), config);
+    assert_eq!(std::fs::read(m.join("notes/eval.json")).unwrap(), eval);
+    assert!(!m.join("README.md").exists());
+    assert!(!m.join("tokenizer.json").exists());
+    assert_eq!(
+        sha(&std::fs::read(m.join("tokenizer-v2.json")).unwrap()),
+        sha(&t.content("main", "tokenizer.json"))
+    );
+    // Unchanged files read as the Hub has them.
+    assert_eq!(
+        sha(&std::fs::read(m.join("model.safetensors")).unwrap()),
+        model.1,
+        "model.safetensors through the overlay"
+    );
+
+    let changes = t.diff(&[]);
+    assert_eq!(
+        kinds(&changes),
+        [
+            ("added".into(), "notes/eval.json".into()),
+            ("deleted".into(), "README.md".into()),
+            ("modified".into(), "config.json".into()),
+            ("renamed".into(), "tokenizer-v2.json".into()),
+        ],
+        "{changes:#?}"
+    );
+    let renamed = changes.iter().find(|c| c["kind"] == "renamed").unwrap();
+    assert_eq!(renamed["from"], "tokenizer.json");
+    let modified = changes.iter().find(|c| c["kind"] == "modified").unwrap();
+    assert_eq!(modified["size"], config.len() as u64);
+
+    // The read token cannot publish; nothing changes and the layer stays.
+    let ms = m.to_str().unwrap();
+    let o = t.hubfs(
+        &["overlay", "commit", ms, "-m", "Eval results", "--pr"],
+        "hf_local_read",
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("write"), "{err}");
+    assert!(!err.contains("hf_local_read"), "the token is in an error: {err}");
+    assert_eq!(t.diff(&[]).len(), 4);
+
+    let out = t.ok(
+        &["overlay", "commit", ms, "-m", "Eval results", "--pr"],
+        "hf_local_write",
+    );
+    assert!(out.contains("/discussions/1"), "{out}");
+    assert_eq!(t.head("main"), main_before, "main moved");
+    assert_eq!(t.files("main"), hub_before);
+
+    let discussions = t.get(&format!("/api/models/{REPO}/discussions"));
+    let pr = &discussions["discussions"][0];
+    assert_eq!(pr["isPullRequest"], true);
+    assert_eq!(pr["title"], "Eval results");
+    let pr_files = t.files("refs/pr/1");
+    let mut want = hub_before.clone();
+    want.remove("README.md");
+    want.remove("tokenizer.json");
+    want.insert("tokenizer-v2.json".into(), tokenizer);
+    want.insert("config.json".into(), pr_files["config.json"].clone());
+    want.insert("notes/eval.json".into(), pr_files["notes/eval.json"].clone());
+    assert_eq!(pr_files, want, "the pull request's tree");
+    assert_eq!(t.content("refs/pr/1", "config.json"), config);
+    assert_eq!(t.content("refs/pr/1", "notes/eval.json"), eval);
+    assert_eq!(pr_files["model.safetensors"], model, "the model file changed");
+    let pr_commit = t.head("refs/pr/1");
+    let info = t.get(&format!("/api/models/{REPO}/commits/refs%2Fpr%2F1"));
+    assert_eq!(info[1]["id"], main_before, "the pull request's parent: {info}");
+
+    // The layer is empty and the mount shows the pull request's commit.
+    assert_eq!(t.diff(&[]), Vec::<Value>::new());
+    assert_eq!(std::fs::read(m.join("config.json")).unwrap(), config);
+    let status: Value = serde_json::from_str(&t.ok(&["status", "--json"], "hf_local_read")).unwrap();
+    let mine = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["mountpoint"] == ms)
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(mine["mode"], "overlay", "{status}");
+    let _ = pr_commit;
+    t.unmount();
+}
+
+#[test]
+fn an_overlay_never_overwrites_the_hub_and_reports_conflicts() {
+    let t = T::new();
+    t.mount();
+    let m = t.mnt();
+    let ms = m.to_str().unwrap();
+    std::fs::write(m.join("config.json"), b"{\"mine\": 1}").unwrap();
+    std::fs::write(m.join("extra.txt"), b"extra").unwrap();
+
+    // Someone changes another file on main: the commit goes on top of the new head.
+    t.hub_commit("README.md", "# changed elsewhere\n");
+    let head = t.head("main");
+    std::fs::write(m.join("config.json"), b"{\"mine\": 2}").unwrap();
+    let out = t.ok(&["overlay", "commit", ms, "-m", "mine"], "hf_local_write");
+    assert!(out.contains("committed"), "{out}");
+    let after = t.files("main");
+    assert_eq!(t.content("main", "config.json"), b"{\"mine\": 2}");
+    assert_eq!(t.content("main", "README.md"), b"# changed elsewhere\n");
+    assert!(after.contains_key("extra.txt"));
+    let log = t.get(&format!("/api/models/{REPO}/commits/main"));
+    assert_eq!(log[1]["id"], head.as_str(), "not on top of the moved head: {log}");
+
+    // Someone changes a file the layer changed too: nothing is published, the conflict is shown.
+    std::fs::write(m.join("config.json"), b"{\"mine\": 3}").unwrap();
+    t.hub_commit("config.json", "{\"theirs\": 1}");
+    let o = t.hubfs(&["overlay", "commit", ms, "-m", "again"], "hf_local_write");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("config.json"));
+    assert_eq!(t.content("main", "config.json"), b"{\"theirs\": 1}");
+    let changes = t.diff(&[]);
+    assert_eq!(changes.len(), 1);
+    assert_eq!(changes[0]["conflict"], true, "{changes:?}");
+    // Refused again without --force; with it, the layer's version wins.
+    let o = t.hubfs(&["overlay", "commit", ms, "-m", "again"], "hf_local_write");
+    assert!(!o.status.success());
+    t.ok(&["overlay", "commit", ms, "-m", "again", "--force"], "hf_local_write");
+    assert_eq!(t.content("main", "config.json"), b"{\"mine\": 3}");
+
+    // A conflict found at remount: the layer's version is kept and marked; reset takes the Hub's.
+    std::fs::write(m.join("config.json"), b"{\"mine\": 4}").unwrap();
+    t.unmount();
+    t.hub_commit("config.json", "{\"theirs\": 2}");
+    t.mount();
+    assert_eq!(std::fs::read(m.join("config.json")).unwrap(), b"{\"mine\": 4}");
+    let changes = t.diff(&[]);
+    assert_eq!(changes[0]["conflict"], true, "{changes:?}");
+    let o = t.hubfs(&["overlay", "commit", ms, "-m", "x"], "hf_local_write");
+    assert!(!o.status.success());
+    t.ok(&["overlay", "reset", ms, "config.json"], "hf_local_read");
+    assert_eq!(std::fs::read(m.join("config.json")).unwrap(), b"{\"theirs\": 2}");
+    assert_eq!(t.diff(&[]), Vec::<Value>::new());
+    t.unmount();
+}
+
+#[test]
+fn a_layer_whose_mount_is_gone_can_be_listed_reset_and_published() {
+    let t = T::new();
+    t.mount();
+    let m = t.mnt();
+    let (ms, cache) = (m.to_str().unwrap().to_string(), t.cache());
+    let cs = cache.to_str().unwrap();
+    std::fs::write(m.join("a.txt"), b"a").unwrap();
+    std::fs::write(m.join("b.txt"), b"b").unwrap();
+    std::os::unix::fs::symlink("a.txt", m.join("link")).unwrap();
+    std::fs::remove_file(m.join("README.md")).unwrap();
+    t.unmount();
+
+    // Without the cache dir, the layer is not found: the message says what to pass.
+    let o = t.hubfs(&["overlay", "diff", &ms], "hf_local_read");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--cache-dir"));
+
+    let changes = t.diff(&["--cache-dir", cs]);
+    assert_eq!(
+        kinds(&changes),
+        [
+            ("added".into(), "a.txt".into()),
+            ("added".into(), "b.txt".into()),
+            ("deleted".into(), "README.md".into()),
+            ("local".into(), "link".into()),
+        ]
+    );
+    t.ok(
+        &["overlay", "reset", &ms, "b.txt", "README.md", "--cache-dir", cs],
+        "hf_local_read",
+    );
+    assert_eq!(t.diff(&["--cache-dir", cs]).len(), 2);
+    let before = t.head("main");
+    t.ok(
+        &[
+            "overlay",
+            "commit",
+            &ms,
+            "-m",
+            "offline",
+            "--branch",
+            "offline",
+            "--cache-dir",
+            cs,
+        ],
+        "hf_local_write",
+    );
+    assert_eq!(t.head("main"), before);
+    let files = t.files("offline");
+    assert!(files.contains_key("a.txt") && files.contains_key("README.md") && !files.contains_key("b.txt"));
+    assert!(!files.contains_key("link"), "a symlink reached the Hub");
+    // What the Hub cannot store stays in the layer.
+    assert_eq!(kinds(&t.diff(&["--cache-dir", cs])), [("local".into(), "link".into())]);
+
+    // The next mount shows main again with the symlink still there.
+    t.mount();
+    assert!(!m.join("a.txt").exists());
+    assert_eq!(std::fs::read_link(m.join("link")).unwrap(), Path::new("a.txt"));
+    t.unmount();
+}
+
+mod nfs {
+    //! The same layer over NFS: `hubfs serve-nfs --overlay`, written through a userspace NFS client.
+
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    use nfs3_client::nfs3_types::nfs3::{self, diropargs3, filename3};
+    use nfs3_client::nfs3_types::xdr_codec::Opaque;
+
+    use super::*;
+
+    fn name(s: &str) -> filename3<'static> {
+        filename3(Opaque::owned(s.as_bytes().to_vec()))
+    }
+
+    #[test]
+    fn serve_nfs_overlay_keeps_nfs_writes_locally_and_publishes_them() {
+        let t = T::new();
+        let cache = t.cache();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hubfs"))
+            .args([
+                "serve-nfs",
+                REPO,
+                "--overlay",
+                "--nfs-addr",
+                "127.0.0.1:0",
+                "--cache-dir",
+            ])
+            .arg(&cache)
+            .env("HF_ENDPOINT", t.ep())
+            .env("HF_TOKEN", "hf_local_read")
+            .env("XDG_CACHE_HOME", t.dir.path().join("xdg"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn hubfs serve-nfs");
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next().expect("serve-nfs printed nothing").unwrap();
+        let addr: std::net::SocketAddr = first.strip_prefix("nfs: ").expect(&first).parse().unwrap();
+        std::thread::spawn(move || for _ in lines {});
+        let url = format!("nfs://{addr}/");
+        let main_before = t.head("main");
+        let data = b"written over NFS\n".to_vec();
+
+        t.rt.block_on(async {
+            let mut c = super::common::nfs_mount(addr.port()).await.unwrap();
+            let root = c.root_nfs_fh3();
+            let r = c
+                .create(&nfs3::CREATE3args {
+                    where_: diropargs3 {
+                        dir: root.clone(),
+                        name: name("nfs.txt"),
+                    },
+                    how: nfs3::createhow3::UNCHECKED(nfs3::sattr3::default()),
+                })
+                .await
+                .unwrap()
+                .unwrap();
+            let nfs3::post_op_fh3::Some(fh) = r.obj else {
+                panic!("CREATE returned no handle")
+            };
+            let w = c
+                .write(&nfs3::WRITE3args {
+                    file: fh,
+                    offset: 0,
+                    count: data.len() as u32,
+                    stable: nfs3::stable_how::FILE_SYNC,
+                    data: Opaque::owned(data.clone()),
+                })
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(w.count as usize, data.len());
+            c.remove(&nfs3::REMOVE3args {
+                object: diropargs3 {
+                    dir: root,
+                    name: name("README.md"),
+                },
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        });
+        assert_eq!(t.head("main"), main_before, "an overlay wrote to the Hub");
+
+        let out = t.ok(&["overlay", "diff", &url, "--json"], "hf_local_read");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            kinds(v["changes"].as_array().unwrap()),
+            [
+                ("added".into(), "nfs.txt".into()),
+                ("deleted".into(), "README.md".into())
+            ]
+        );
+        // The write handle the NFS server still holds does not stop a publish: the file was
+        // written FILE_SYNC.
+        let out = t.ok(&["overlay", "commit", &url, "-m", "over NFS", "--pr"], "hf_local_write");
+        assert!(out.contains("pull request #1"), "{out}");
+        assert_eq!(t.head("main"), main_before);
+        let pr = t.files("refs/pr/1");
+        assert!(pr.contains_key("nfs.txt") && !pr.contains_key("README.md"), "{pr:?}");
+        assert_eq!(t.content("refs/pr/1", "nfs.txt"), data);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
