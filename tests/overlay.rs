@@ -560,3 +560,157 @@ mod nfs {
         let _ = child.wait();
     }
 }
+
+/// The layer's staged data: bytes allocated on disk by its `*.data` files.
+fn layer_allocated(cache: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![cache.join("overlays")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "data") {
+                total += std::fs::metadata(&p).unwrap().blocks() * 512;
+            }
+        }
+    }
+    total
+}
+
+#[test]
+fn a_small_write_into_a_large_hub_file_stores_only_what_was_written() {
+    use std::os::unix::fs::FileExt;
+    let t = T::new();
+    let pid = t.mount();
+    let m = t.mnt();
+    let path = m.join("model.safetensors");
+    let hub = t.content("main", "model.safetensors");
+    let mut want = hub.clone();
+    let off = (10 << 20) + 3;
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(&[7u8; 4096], off as u64).unwrap();
+    drop(f);
+    want[off..off + 4096].fill(7);
+    let stored = layer_allocated(&t.cache());
+    println!(
+        "copy-up of a 4 KiB write into a {} MiB Hub file: {stored} bytes on local disk",
+        hub.len() >> 20
+    );
+    assert!(stored <= 1 << 20, "the copy-up stored {stored} bytes");
+    // Read back whole, and across the written range's edges.
+    assert_eq!(sha(&std::fs::read(&path).unwrap()), sha(&want));
+    let f = std::fs::File::open(&path).unwrap();
+    let mut buf = vec![0u8; 10_000];
+    f.read_exact_at(&mut buf, (off - 3000) as u64).unwrap();
+    assert_eq!(buf, want[off - 3000..off + 7000]);
+    drop(f);
+
+    // Cut and grown again: the Hub's bytes past the cut do not come back.
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_len(20 << 20).unwrap();
+    f.set_len(21 << 20).unwrap();
+    drop(f);
+    want.truncate(20 << 20);
+    want.resize(21 << 20, 0);
+    assert_eq!(sha(&std::fs::read(&path).unwrap()), sha(&want));
+
+    // A crash, a remount: the same content, still not copied whole.
+    kill9(pid, &m);
+    t.mount();
+    assert_eq!(sha(&std::fs::read(&path).unwrap()), sha(&want));
+    assert!(layer_allocated(&t.cache()) <= 1 << 20);
+    let changes = t.diff(&[]);
+    assert_eq!(kinds(&changes), [("modified".into(), "model.safetensors".into())]);
+    assert_eq!(changes[0]["size"], want.len() as u64);
+
+    let ms = m.to_str().unwrap();
+    let before = t.get("/admin/stats");
+    let out = t.ok(
+        &["overlay", "commit", ms, "-m", "patch", "--branch", "patched"],
+        "hf_local_write",
+    );
+    let after = t.get("/admin/stats");
+    let delta = |class: &str, field: &str| {
+        after[class][field].as_u64().unwrap_or(0) - before[class][field].as_u64().unwrap_or(0)
+    };
+    println!(
+        "publishing it: {}; the Hub served {} bytes of xorbs for the fill and took {} xorb-upload requests",
+        out.trim(),
+        delta("xorb-fetch", "bytes_out"),
+        delta("xorb-upload", "requests")
+    );
+    let uploaded: u64 = out
+        .split(", ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(u64::MAX);
+    // Xet deduplicates the unchanged chunks against the Hub file's: far less than the file goes up.
+    assert!(uploaded < 1 << 20, "{out}");
+    assert_eq!(sha(&t.content("patched", "model.safetensors")), sha(&want));
+    assert_eq!(sha(&t.content("main", "model.safetensors")), sha(&hub));
+    assert_eq!(sha(&std::fs::read(&path).unwrap()), sha(&want));
+    t.unmount();
+}
+
+/// Random writes, truncates and reads on a copy-up, against the same operations on a local copy
+/// of the Hub file (fsx truncates its file when it starts, so it never meets a copy-up).
+#[test]
+fn random_operations_on_a_copied_up_hub_file_match_a_local_copy() {
+    use std::os::unix::fs::FileExt;
+    let t = T::new();
+    let pid = t.mount();
+    let m = t.mnt();
+    let path = m.join("model.safetensors");
+    let reference = t.dir.path().join("reference.bin");
+    std::fs::write(&reference, t.content("main", "model.safetensors")).unwrap();
+    let open = |p: &Path| std::fs::OpenOptions::new().read(true).write(true).open(p).unwrap();
+    let (mut f, r) = (open(&path), open(&reference));
+    let mut x = 0x5eed_u64;
+    let mut next = |n: u64| {
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % n.max(1)
+    };
+    let mut size = r.metadata().unwrap().len();
+    for op in 0..1500 {
+        match next(20) {
+            0 => {
+                let s = next(size + (1 << 20));
+                f.set_len(s).unwrap();
+                r.set_len(s).unwrap();
+                size = s;
+            }
+            1 => f = open(&path),
+            2..=9 => {
+                let (off, len) = (next(size + 4096), 1 + next(64 << 10) as usize);
+                let data: Vec<u8> = (0..len).map(|i| (i as u64 ^ op) as u8).collect();
+                f.write_all_at(&data, off).unwrap();
+                r.write_all_at(&data, off).unwrap();
+                size = size.max(off + len as u64);
+            }
+            _ => {
+                let (off, len) = (next(size), 1 + next(256 << 10) as usize);
+                let len = len.min((size - off) as usize);
+                let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
+                f.read_exact_at(&mut a, off).unwrap();
+                r.read_exact_at(&mut b, off).unwrap();
+                assert!(a == b, "op {op}: {len} bytes at {off} differ");
+            }
+        }
+    }
+    drop(f);
+    let want = sha(&std::fs::read(&reference).unwrap());
+    assert_eq!(sha(&std::fs::read(&path).unwrap()), want);
+    kill9(pid, &m);
+    t.mount();
+    assert_eq!(sha(&std::fs::read(&path).unwrap()), want, "after a crash and a remount");
+    let ms = m.to_str().unwrap();
+    t.ok(&["overlay", "commit", ms, "-m", "random", "--branch", "random"], "hf_local_write");
+    assert_eq!(sha(&t.content("random", "model.safetensors")), want, "on the Hub");
+    t.unmount();
+}

@@ -334,13 +334,17 @@ fn commit(at: &LayerArgs, req: Request) -> anyhow::Result<()> {
                 published.pr_num.unwrap_or(0),
                 published.branch.as_deref().unwrap_or("main")
             );
-            println!("commit {c} ({} operation(s))", published.operations);
+            println!(
+                "commit {c} ({} operation(s), {} bytes uploaded)",
+                published.operations, published.bytes_uploaded
+            );
         }
         (Some(c), None) => {
             println!(
-                "committed {c} to {} ({} operation(s))",
+                "committed {c} to {} ({} operation(s), {} bytes uploaded)",
                 published.branch.as_deref().unwrap_or("?"),
-                published.operations
+                published.operations,
+                published.bytes_uploaded
             );
             if let Some(h) = &published.rebased_on {
                 println!("(the branch had moved to {h} without touching these paths: the commit is on top of it)");

@@ -7,6 +7,7 @@
 
 mod attrs;
 mod commit;
+mod copy_up;
 mod dirs;
 pub mod error;
 pub mod inode;
@@ -206,6 +207,8 @@ pub struct VirtualFs {
     folders: moka::sync::Cache<(String, String), Arc<Mutex<small_files::Folder>>>,
     /// Tree walks whose next folders' listings are fetched ahead of them (`walk_ahead`).
     walks: walk_ahead::Walks,
+    /// Read states of copy-ups' Hub files, by staged file id (`copy_up`).
+    copy_up_reads: moka::sync::Cache<u64, Arc<Mutex<ReadState>>>,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
     /// The Hub content the kernel's cached pages of an inode can only have come from (see
     /// `add_handle_keep`); no entry: unknown, the next open drops them.
@@ -349,6 +352,7 @@ impl VirtualFs {
                 .max_capacity(small_files::FOLLOWED_FOLDERS)
                 .build(),
             walks: walk_ahead::Walks::default(),
+            copy_up_reads: moka::sync::Cache::builder().max_capacity(1024).build(),
             handles: Mutex::new(HashMap::new()),
             last_content: Mutex::new(HashMap::new()),
             dirs_listed: Mutex::new(HashMap::new()),
@@ -630,7 +634,7 @@ impl VirtualFs {
                 tracing::trace!(path = %meta.remote_path, offset, us = t.elapsed().as_micros() as u64, "read answered");
                 got
             }
-            Handle::Local { file, .. } => read_staged(file.clone(), offset, size).await,
+            Handle::Local { file, .. } => self.read_local(file, offset, size).await,
             Handle::Dir(_) => Err(VfsError::IsDir),
         }
     }

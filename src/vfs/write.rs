@@ -207,7 +207,15 @@ impl VirtualFs {
         }
         let d = Arc::new(w.staging.create(&self.remote_path(path))?);
         if !truncate && meta.size > 0 {
-            self.fill(&d, &meta, commit).await?;
+            if w.layer.is_some() {
+                // An overlay keeps only what is written; the rest stays the Hub's (`copy_up`).
+                d.set_base(crate::write::lazy::Base {
+                    meta: meta.clone(),
+                    commit: commit.to_string(),
+                })?;
+            } else {
+                self.fill(&d, &meta, commit).await?;
+            }
         }
         // Unchanged content at its own path is clean: closing without writing commits nothing.
         // Content moved here (not yet committed at this path) stays dirty.

@@ -5,6 +5,7 @@
 pub mod instance;
 pub mod layer;
 pub mod layer_log;
+pub mod lazy;
 pub mod metadata;
 pub mod overlay;
 pub mod staging;

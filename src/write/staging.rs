@@ -20,6 +20,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::lazy::{Base, Lazy};
 use crate::hub_client::SAMPLE_BYTES;
 
 /// What the journal says about a staged file.
@@ -151,9 +152,18 @@ impl StagingArea {
                 }
             };
             let size = file.metadata()?.len();
+            let lazy = match Lazy::open(&data_path) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(path = %data_path.display(), error = %e, "unreadable copy-up state: staged file left in place");
+                    continue;
+                }
+            };
+            let df = DirtyFile::new(id, data_path, meta_path, file, meta.path, size);
+            *df.lazy.lock() = lazy;
             out.push(Recovered {
                 phase: meta.phase,
-                file: DirtyFile::new(id, data_path, meta_path, file, meta.path, size),
+                file: df,
             });
         }
         Ok(out)
@@ -200,6 +210,9 @@ pub struct DirtyFile {
     journal: Mutex<()>,
     /// Writes under way (see `write_at` and `snapshot`).
     in_flight: std::sync::atomic::AtomicU32,
+    /// A copy-up that holds only what was written (`write::lazy`); a leaf lock, held across the
+    /// data write of such a file so a fill from the base never overwrites a newer write.
+    lazy: Mutex<Option<Lazy>>,
 }
 
 /// What a commit round saw of a file.
@@ -298,6 +311,7 @@ impl DirtyFile {
             }),
             journal: Mutex::new(()),
             in_flight: std::sync::atomic::AtomicU32::new(0),
+            lazy: Mutex::new(None),
         }
     }
 
@@ -422,6 +436,67 @@ impl DirtyFile {
         self.write_meta_locked(&path, Phase::Closed)
     }
 
+    /// Makes this staged copy of a Hub file hold only what is written to it from now on: the rest
+    /// reads from `base` (`write::lazy`). Called on a new, empty staged file.
+    pub fn set_base(&self, base: Base) -> std::io::Result<()> {
+        let size = base.meta.size;
+        let lazy = Lazy::create(&self.data_path, base)?;
+        let mut s = self.st.lock();
+        self.file.set_len(size)?;
+        s.size = size;
+        *self.lazy.lock() = Some(lazy);
+        Ok(())
+    }
+
+    /// The Hub file the bytes not written yet come from, if this is a copy-up.
+    pub fn base(&self) -> Option<Base> {
+        self.lazy.lock().as_ref().map(|l| l.base.clone())
+    }
+
+    /// The parts of `[offset, offset + len)` still to be read from the base.
+    pub fn missing(&self, offset: u64, len: u64) -> Vec<(u64, u64)> {
+        self.lazy
+            .lock()
+            .as_ref()
+            .map(|l| l.missing(offset, len))
+            .unwrap_or_default()
+    }
+
+    /// Bytes a copy-up holds of its base's range (`None`: not a copy-up).
+    pub fn stored(&self) -> Option<u64> {
+        self.lazy.lock().as_ref().map(Lazy::stored)
+    }
+
+    /// Puts the base's bytes `data` at `offset`, where nothing was written since they were asked
+    /// for (a newer write wins). Not a change of content: the generation stays.
+    pub fn fill_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        let mut lazy = self.lazy.lock();
+        let Some(l) = lazy.as_mut() else { return Ok(()) };
+        for (s, e) in l.missing(offset, data.len() as u64) {
+            let part = &data[(s - offset) as usize..(e - offset) as usize];
+            self.file.write_all_at(part, s)?;
+            l.note_write(s, e - s)?;
+        }
+        Ok(())
+    }
+
+    /// A copy-up whose every byte is now local stops being one.
+    pub fn finish_copy_up(&self) -> std::io::Result<bool> {
+        let size = self.size();
+        let mut lazy = self.lazy.lock();
+        match lazy.as_ref() {
+            Some(l) if l.missing(0, size).is_empty() => {
+                self.file.sync_data()?;
+                if let Some(l) = lazy.take() {
+                    l.finish()?;
+                }
+                Ok(true)
+            }
+            Some(_) => Ok(false),
+            None => Ok(true),
+        }
+    }
+
     /// Sealed with nothing written since: what a reader sees now is what a crash would leave (an
     /// NFS client's file after COMMIT, a FUSE file after fsync, while still open).
     pub fn settled(&self) -> bool {
@@ -493,7 +568,19 @@ impl DirtyFile {
         // Announced before the bytes move, retired after the generation moved: a snapshot that
         // sees neither an announced write nor a new generation copied a consistent file.
         self.in_flight.fetch_add(1, Ordering::SeqCst);
-        let r = self.file.write_all_at(data, offset);
+        let r = {
+            let mut lazy = self.lazy.lock();
+            match lazy.as_mut() {
+                Some(l) => self
+                    .file
+                    .write_all_at(data, offset)
+                    .and_then(|()| l.note_write(offset, data.len() as u64)),
+                None => {
+                    drop(lazy);
+                    self.file.write_all_at(data, offset)
+                }
+            }
+        };
         if r.is_ok() {
             let mut s = self.st.lock();
             s.size = s.size.max(offset + data.len() as u64);
@@ -528,6 +615,9 @@ impl DirtyFile {
     pub fn truncate(&self, size: u64) -> std::io::Result<()> {
         let mut s = self.st.lock();
         self.file.set_len(size)?;
+        if let Some(l) = self.lazy.lock().as_mut() {
+            l.note_truncate(size)?;
+        }
         s.size = size;
         s.generation += 1;
         s.mtime = SystemTime::now();
@@ -589,6 +679,11 @@ impl DirtyFile {
     /// writer reopening it once close() returned), and bytes that differ from the sha256 declared
     /// for them would bind that sha256 to other content on the Hub.
     pub fn snapshot(&self) -> std::io::Result<Snapshot> {
+        if self.lazy.lock().is_some() {
+            return Err(std::io::Error::other(
+                "a copy-up still missing its Hub bytes cannot be uploaded (fill it first)",
+            ));
+        }
         for attempt in 0..50u32 {
             let (generation, size, repo_path) = {
                 let s = self.st.lock();
@@ -688,6 +783,9 @@ impl Drop for DirtyFile {
         if s.discarded || s.committed >= s.generation {
             let _ = std::fs::remove_file(&self.meta_path);
             let _ = std::fs::remove_file(&self.data_path);
+            if self.lazy.get_mut().is_some() {
+                Lazy::remove_files(&self.data_path);
+            }
         }
     }
 }

@@ -68,6 +68,9 @@ pub struct Published {
     /// The branch had moved without touching the layer's paths: the commit's parent is this head.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebased_on: Option<String>,
+    /// Bytes of file content sent to the Hub's storage (after Xet's deduplication).
+    #[serde(default)]
+    pub bytes_uploaded: u64,
 }
 
 fn refused(msg: String, errno: i32) -> VfsError {
@@ -290,6 +293,7 @@ impl VirtualFs {
             pr_num: answer.pr_num,
             operations: ops.len(),
             rebased_on,
+            bytes_uploaded: uploader.stats.bytes_uploaded.load(std::sync::atomic::Ordering::Relaxed),
         })
     }
 }

@@ -387,6 +387,8 @@ impl VirtualFs {
     pub(super) async fn snapshot_batch(&self, w: &Writer, batch: &Batch) -> VfsResult<Vec<(Staged, String)>> {
         let mut staged = Vec::with_capacity(batch.uploads.len());
         for (path, d) in &batch.uploads {
+            // A copy-up leaves the machine whole: its Hub bytes are fetched first.
+            self.fill_copy_up(d).await?;
             let file = d.clone();
             let snap = tokio::task::spawn_blocking(move || file.snapshot())
                 .await
