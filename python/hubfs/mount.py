@@ -51,6 +51,9 @@ class MountStatus(TypedDict, total=False):
 
 
 _MOUNTED = re.compile(r"^mounted (?P<repo>.+)@(?P<commit>\S+) at (?P<path>.+) \(pid (?P<pid>\d+)\)$")
+#: ``hubfs overlay commit``'s answer lines.
+_PUBLISHED = re.compile(r"^(?:committed |commit )(?P<commit>[0-9a-f]{40})\b")
+_OPENED = re.compile(r"^opened pull request #\d+ on \S+: (?P<url>\S+)$")
 
 
 def _flag(name: str) -> str:
@@ -211,6 +214,53 @@ class Mount:
         :class:`ReadOnlyMountError` on a read-only mount, which has nothing to commit."""
         _run.run(["sync", self.path], timeout=timeout)
 
+    def diff(self, *, timeout: float = DEFAULT_SYNC_TIMEOUT) -> List[Dict[str, Any]]:
+        """An overlay mount's local changes (``hubfs overlay diff --json``): one dict per change,
+        with ``kind`` (``added``, ``modified``, ``deleted``, ``renamed``, ``local``), ``path`` and,
+        where they apply, ``from``, ``size``, ``hub_size``, ``conflict`` and ``note``."""
+        proc = _run.run(["overlay", "diff", self.path, "--json"], timeout=timeout)
+        return list(json.loads(proc.stdout).get("changes", []))
+
+    def publish(
+        self,
+        message: str,
+        *,
+        pr: bool = False,
+        branch: Optional[str] = None,
+        description: Optional[str] = None,
+        force: bool = False,
+        token: Optional[str] = None,
+        timeout: float = DEFAULT_SYNC_TIMEOUT,
+    ) -> Dict[str, Optional[str]]:
+        """Publishes an overlay mount's changes as one commit, or one pull request with ``pr=True``
+        (``hubfs overlay commit``). ``token`` (default: the usual ``HF_TOKEN`` and token file) must
+        be allowed to write; it reaches the binary through its environment. Returns ``commit`` and,
+        for a pull request, ``pr_url``; both ``None`` when there was nothing to publish."""
+        args = ["overlay", "commit", self.path, "-m", message]
+        if pr:
+            args.append("--pr")
+        if branch is not None:
+            args += ["--branch", branch]
+        if description is not None:
+            args += ["--description", description]
+        if force:
+            args.append("--force")
+        proc = _run.run(args, timeout=timeout, env=_run.child_env(token, None), token=token)
+        out: Dict[str, Optional[str]] = {"commit": None, "pr_url": None}
+        for line in proc.stdout.splitlines():
+            m = _PUBLISHED.match(line.strip())
+            if m:
+                out["commit"] = m.group("commit")
+            m = _OPENED.match(line.strip())
+            if m:
+                out["pr_url"] = m.group("url")
+        return out
+
+    def reset(self, *paths: PathLike, timeout: float = DEFAULT_SYNC_TIMEOUT) -> None:
+        """Drops an overlay mount's changes at and below ``paths`` (repo paths, or paths inside the
+        mount), or every change when none is given (``hubfs overlay reset``)."""
+        _run.run(["overlay", "reset", self.path, *[os.fspath(p) for p in paths]], timeout=timeout)
+
     def unmount(self, *, timeout: float = DEFAULT_UNMOUNT_TIMEOUT) -> None:
         """Unmounts and waits until the mount process has committed what it could and exited
         (``hubfs unmount``). Calling it again, or after the mount went away by other means, does
@@ -250,6 +300,7 @@ def mount(
     *,
     revision: Optional[str] = None,
     write: bool = False,
+    overlay: Union[bool, PathLike] = False,
     token: Optional[str] = None,
     cache_dir: Optional[PathLike] = None,
     endpoint: Optional[str] = None,
@@ -266,6 +317,9 @@ def mount(
     ``HF_TOKEN_PATH``, ``$HF_HOME/token``, ``HF_ENDPOINT``), which the binary reads itself. A
     token given here reaches the binary through its environment, never its command line.
 
+    ``overlay=True`` keeps every change in a local layer (a read token is enough) until
+    :meth:`Mount.publish`; a path keeps the layer there (``--overlay=UPPER``).
+
     Every other keyword is a ``hubfs mount`` flag: ``readahead_kib=128`` is ``--readahead-kib 128``,
     ``nfs=True`` is ``--nfs``, ``False`` or ``None`` leave the flag out (``hubfs mount --help``).
 
@@ -278,6 +332,10 @@ def mount(
         args += ["--revision", revision]
     if write:
         args.append("--write")
+    if overlay is True:
+        args.append("--overlay")
+    elif overlay:
+        args.append("--overlay=" + os.path.abspath(os.fspath(overlay)))
     if cache_dir is not None:
         args += ["--cache-dir", os.path.abspath(os.fspath(cache_dir))]
     args += _option_args(options)
@@ -303,5 +361,11 @@ def mount(
         elif line.startswith("log: "):
             log_file = line[len("log: ") :].strip()
     return Mount(
-        repo, mountpoint, commit=commit, pid=pid, log_file=log_file, writable=bool(write), owns_dir=owns_dir
+        repo,
+        mountpoint,
+        commit=commit,
+        pid=pid,
+        log_file=log_file,
+        writable=bool(write) or bool(overlay),
+        owns_dir=owns_dir,
     )

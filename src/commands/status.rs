@@ -185,6 +185,27 @@ fn print_memory(m: &crate::chunk_store::MemoryReport) {
     }
 }
 
+/// An overlay commits nothing by itself: what its layer holds, and how to see and publish it.
+fn print_overlay(m: &StatusReport, mountpoint: &str) {
+    println!("  layer: {}", m.staging_dir);
+    let files = m.dirty.len();
+    let others = m.pending_namespace_changes + m.local_only_entries;
+    if files + others == 0 {
+        println!("  no local changes");
+    } else {
+        println!(
+            "  local changes: {files} file(s) written, {others} other change(s) (`hubfs overlay diff {mountpoint}` \
+             lists them, `hubfs overlay commit {mountpoint} -m TITLE [--pr]` publishes them)"
+        );
+    }
+    if let Some(c) = &m.last_commit {
+        println!("  last published: {c}");
+    }
+    if let Some(e) = &m.last_error {
+        println!("  last error: {e}");
+    }
+}
+
 fn print_writable(m: &StatusReport, verbose: bool) {
     println!(
         "  last commit: {}   commits: {}   files committed: {}   uploaded: {} bytes",
@@ -336,8 +357,10 @@ pub fn run(cache_dir: Option<&Path>, json: bool, verbose: bool) -> anyhow::Resul
         if let Some(hub) = &s.hub {
             print_hub(hub);
         }
-        if let Some(w) = &s.writable {
-            print_writable(w, verbose);
+        match &s.writable {
+            Some(w) if m.mode == "overlay" => print_overlay(w, &m.mountpoint),
+            Some(w) => print_writable(w, verbose),
+            None => {}
         }
     }
     // Staged files of stopped mounts: in the cache dir asked about, else the default one and every

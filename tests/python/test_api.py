@@ -113,6 +113,28 @@ def test_written_file_is_on_the_hub_after_sync(hub, api, writable_dataset):
         assert m.status().get("writable") is not None
 
 
+def test_overlay_edits_stay_local_until_published_as_a_pull_request(hub, api):
+    before = sorted(api.list_repo_files("demo/tiny-model"))
+    with hubfs.mount(
+        "demo/tiny-model", overlay=True, token="hf_local_read", endpoint=hub.endpoint, cache_dir=hub.cache_dir
+    ) as m:
+        with open(os.path.join(m.path, "notes.txt"), "w") as f:
+            f.write("written from Python\n")
+        os.remove(os.path.join(m.path, "README.md"))
+        assert sorted((c["kind"], c["path"]) for c in m.diff()) == [("added", "notes.txt"), ("deleted", "README.md")]
+        assert sorted(api.list_repo_files("demo/tiny-model")) == before  # nothing left the machine
+        with pytest.raises(hubfs.HubfsError, match="write"):
+            m.publish("From Python", pr=True, token="hf_local_read")
+        out = m.publish("From Python", pr=True, token=hub.token)
+        assert out["commit"] and "/discussions/" in (out["pr_url"] or "")
+        assert m.diff() == []
+    assert sorted(api.list_repo_files("demo/tiny-model")) == before
+    prs = [d for d in api.get_repo_discussions("demo/tiny-model") if d.is_pull_request and d.title == "From Python"]
+    assert len(prs) == 1
+    files = api.list_repo_files("demo/tiny-model", revision=f"refs/pr/{prs[0].num}")
+    assert "notes.txt" in files and "README.md" not in files
+
+
 def test_sync_of_a_read_only_mount_says_so(hub):
     with hubfs.mount("demo/tiny-model", cache_dir=hub.cache_dir) as m:
         with pytest.raises(hubfs.ReadOnlyMountError, match="read-only mount"):
