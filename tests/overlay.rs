@@ -469,8 +469,41 @@ mod nfs {
         filename3(Opaque::owned(s.as_bytes().to_vec()))
     }
 
+    /// CREATE `name` in `dir` (truncating one that exists) and WRITE `data` FILE_SYNC.
+    async fn put(c: &mut super::common::NfsConn, dir: &nfs3::nfs_fh3, name: &str, data: &[u8]) {
+        let r = c
+            .create(&nfs3::CREATE3args {
+                where_: diropargs3 {
+                    dir: dir.clone(),
+                    name: self::name(name),
+                },
+                how: nfs3::createhow3::UNCHECKED(nfs3::sattr3 {
+                    size: nfs3::set_size3::Some(0),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        let nfs3::post_op_fh3::Some(fh) = r.obj else {
+            panic!("CREATE {name} returned no handle")
+        };
+        let w = c
+            .write(&nfs3::WRITE3args {
+                file: fh,
+                offset: 0,
+                count: data.len() as u32,
+                stable: nfs3::stable_how::FILE_SYNC,
+                data: Opaque::owned(data.to_vec()),
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(w.count as usize, data.len());
+    }
+
     #[test]
-    fn serve_nfs_overlay_keeps_nfs_writes_locally_and_publishes_them() {
+    fn serve_nfs_overlay_carries_the_same_workflow_to_a_pull_request() {
         let t = T::new();
         let cache = t.cache();
         let mut child = Command::new(env!("CARGO_BIN_EXE_hubfs"))
@@ -496,41 +529,46 @@ mod nfs {
         std::thread::spawn(move || for _ in lines {});
         let url = format!("nfs://{addr}/");
         let main_before = t.head("main");
-        let data = b"written over NFS\n".to_vec();
+        let hub_before = t.files("main");
+        let config = br#"{"edited over": "NFS"}"#.to_vec();
+        let eval = br#"{"accuracy": 0.91}"#.to_vec();
 
         t.rt.block_on(async {
             let mut c = super::common::nfs_mount(addr.port()).await.unwrap();
             let root = c.root_nfs_fh3();
-            let r = c
-                .create(&nfs3::CREATE3args {
+            put(&mut c, &root, "config.json", &config).await;
+            let made = c
+                .mkdir(&nfs3::MKDIR3args {
                     where_: diropargs3 {
                         dir: root.clone(),
-                        name: name("nfs.txt"),
+                        name: name("notes"),
                     },
-                    how: nfs3::createhow3::UNCHECKED(nfs3::sattr3::default()),
+                    attributes: nfs3::sattr3::default(),
                 })
                 .await
                 .unwrap()
                 .unwrap();
-            let nfs3::post_op_fh3::Some(fh) = r.obj else {
-                panic!("CREATE returned no handle")
+            let nfs3::post_op_fh3::Some(notes) = made.obj else {
+                panic!("MKDIR returned no handle")
             };
-            let w = c
-                .write(&nfs3::WRITE3args {
-                    file: fh,
-                    offset: 0,
-                    count: data.len() as u32,
-                    stable: nfs3::stable_how::FILE_SYNC,
-                    data: Opaque::owned(data.clone()),
-                })
-                .await
-                .unwrap()
-                .unwrap();
-            assert_eq!(w.count as usize, data.len());
+            put(&mut c, &notes, "eval.json", &eval).await;
             c.remove(&nfs3::REMOVE3args {
                 object: diropargs3 {
-                    dir: root,
+                    dir: root.clone(),
                     name: name("README.md"),
+                },
+            })
+            .await
+            .unwrap()
+            .unwrap();
+            c.rename(&nfs3::RENAME3args {
+                from: diropargs3 {
+                    dir: root.clone(),
+                    name: name("tokenizer.json"),
+                },
+                to: diropargs3 {
+                    dir: root,
+                    name: name("tokenizer-v2.json"),
                 },
             })
             .await
@@ -544,18 +582,28 @@ mod nfs {
         assert_eq!(
             kinds(v["changes"].as_array().unwrap()),
             [
-                ("added".into(), "nfs.txt".into()),
-                ("deleted".into(), "README.md".into())
+                ("added".into(), "notes/eval.json".into()),
+                ("deleted".into(), "README.md".into()),
+                ("modified".into(), "config.json".into()),
+                ("renamed".into(), "tokenizer-v2.json".into()),
             ]
         );
-        // The write handle the NFS server still holds does not stop a publish: the file was
+        // The write handles the NFS server still holds do not stop a publish: the files were
         // written FILE_SYNC.
         let out = t.ok(&["overlay", "commit", &url, "-m", "over NFS", "--pr"], "hf_local_write");
         assert!(out.contains("pull request #1"), "{out}");
         assert_eq!(t.head("main"), main_before);
+        assert_eq!(t.files("main"), hub_before);
         let pr = t.files("refs/pr/1");
-        assert!(pr.contains_key("nfs.txt") && !pr.contains_key("README.md"), "{pr:?}");
-        assert_eq!(t.content("refs/pr/1", "nfs.txt"), data);
+        let mut want: Vec<&str> = hub_before.keys().map(String::as_str).collect();
+        want.retain(|p| *p != "README.md" && *p != "tokenizer.json");
+        want.extend(["notes/eval.json", "tokenizer-v2.json"]);
+        want.sort();
+        assert_eq!(pr.keys().map(String::as_str).collect::<Vec<_>>(), want);
+        assert_eq!(pr["tokenizer-v2.json"], hub_before["tokenizer.json"]);
+        assert_eq!(pr["model.safetensors"], hub_before["model.safetensors"]);
+        assert_eq!(t.content("refs/pr/1", "config.json"), config);
+        assert_eq!(t.content("refs/pr/1", "notes/eval.json"), eval);
         let _ = child.kill();
         let _ = child.wait();
     }
@@ -710,7 +758,10 @@ fn random_operations_on_a_copied_up_hub_file_match_a_local_copy() {
     t.mount();
     assert_eq!(sha(&std::fs::read(&path).unwrap()), want, "after a crash and a remount");
     let ms = m.to_str().unwrap();
-    t.ok(&["overlay", "commit", ms, "-m", "random", "--branch", "random"], "hf_local_write");
+    t.ok(
+        &["overlay", "commit", ms, "-m", "random", "--branch", "random"],
+        "hf_local_write",
+    );
     assert_eq!(sha(&t.content("random", "model.safetensors")), want, "on the Hub");
     t.unmount();
 }
