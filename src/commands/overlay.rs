@@ -213,12 +213,9 @@ fn diff(at: &LayerArgs, json: bool) -> anyhow::Result<()> {
         Target::Mounted(rec) => {
             let a = request_record(&at.dir, &rec, &Request::OverlayDiff)?;
             answer_ok(&a)?;
-            (
-                a.changes.unwrap_or_default(),
-                a.commit.unwrap_or_default(),
-                None,
-                rec.repo,
-            )
+            // (The mount's spec may name a revision: the commit is printed instead.)
+            let repo = rec.repo.split('@').next().unwrap_or_default().to_string();
+            (a.changes.unwrap_or_default(), a.commit.unwrap_or_default(), None, repo)
         }
         Target::Layer(d) => {
             let rt = runtime()?;

@@ -15,11 +15,13 @@
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::layer_log::LoggedMeta;
+use super::staging::DirtyFile;
 use crate::hub_client::FileMeta;
 
 /// What the base is: the Hub file and the commit it was read at.
@@ -251,6 +253,69 @@ impl Lazy {
         let (b, e) = paths(data_path);
         let _ = std::fs::remove_file(b);
         let _ = std::fs::remove_file(e);
+    }
+}
+
+impl DirtyFile {
+    /// Makes this staged copy of a Hub file hold only what is written to it from now on: the rest
+    /// reads from `base` (`write::lazy`). Called on a new, empty staged file.
+    pub fn set_base(&self, base: Base) -> std::io::Result<()> {
+        let size = base.meta.size;
+        let lazy = Lazy::create(self.data_path(), base)?;
+        let mut s = self.st.lock();
+        self.file.set_len(size)?;
+        s.size = size;
+        *self.lazy.lock() = Some(lazy);
+        Ok(())
+    }
+
+    /// The Hub file the bytes not written yet come from, if this is a copy-up.
+    pub fn base(&self) -> Option<Base> {
+        self.lazy.lock().as_ref().map(|l| l.base.clone())
+    }
+
+    /// The parts of `[offset, offset + len)` still to be read from the base.
+    pub fn missing(&self, offset: u64, len: u64) -> Vec<(u64, u64)> {
+        self.lazy
+            .lock()
+            .as_ref()
+            .map(|l| l.missing(offset, len))
+            .unwrap_or_default()
+    }
+
+    /// Bytes a copy-up holds of its base's range (`None`: not a copy-up).
+    pub fn stored(&self) -> Option<u64> {
+        self.lazy.lock().as_ref().map(Lazy::stored)
+    }
+
+    /// Puts the base's bytes `data` at `offset`, where nothing was written since they were asked
+    /// for (a newer write wins). Not a change of content: the generation stays.
+    pub fn fill_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        let mut lazy = self.lazy.lock();
+        let Some(l) = lazy.as_mut() else { return Ok(()) };
+        for (s, e) in l.missing(offset, data.len() as u64) {
+            let part = &data[(s - offset) as usize..(e - offset) as usize];
+            self.file.write_all_at(part, s)?;
+            l.note_write(s, e - s)?;
+        }
+        Ok(())
+    }
+
+    /// A copy-up whose every byte is now local stops being one.
+    pub fn finish_copy_up(&self) -> std::io::Result<bool> {
+        let size = self.size();
+        let mut lazy = self.lazy.lock();
+        match lazy.as_ref() {
+            Some(l) if l.missing(0, size).is_empty() => {
+                self.file.sync_data()?;
+                if let Some(l) = lazy.take() {
+                    l.finish()?;
+                }
+                Ok(true)
+            }
+            Some(_) => Ok(false),
+            None => Ok(true),
+        }
     }
 }
 

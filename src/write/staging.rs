@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::lazy::{Base, Lazy};
+use super::lazy::Lazy;
 use crate::hub_client::SAMPLE_BYTES;
 
 /// What the journal says about a staged file.
@@ -171,9 +171,9 @@ impl StagingArea {
 }
 
 #[derive(Debug)]
-struct State {
+pub(super) struct State {
     path: String,
-    size: u64,
+    pub(super) size: u64,
     /// Bumped by every change of content or size.
     generation: u64,
     /// The generation the Hub has (0: none yet).
@@ -204,15 +204,15 @@ pub struct DirtyFile {
     id: u64,
     data_path: PathBuf,
     meta_path: PathBuf,
-    file: File,
-    st: Mutex<State>,
+    pub(super) file: File,
+    pub(super) st: Mutex<State>,
     /// Serialises journal updates (they share one temporary file name).
     journal: Mutex<()>,
     /// Writes under way (see `write_at` and `snapshot`).
     in_flight: std::sync::atomic::AtomicU32,
     /// A copy-up that holds only what was written (`write::lazy`); a leaf lock, held across the
     /// data write of such a file so a fill from the base never overwrites a newer write.
-    lazy: Mutex<Option<Lazy>>,
+    pub(super) lazy: Mutex<Option<Lazy>>,
 }
 
 /// What a commit round saw of a file.
@@ -434,67 +434,6 @@ impl DirtyFile {
             return Ok(());
         }
         self.write_meta_locked(&path, Phase::Closed)
-    }
-
-    /// Makes this staged copy of a Hub file hold only what is written to it from now on: the rest
-    /// reads from `base` (`write::lazy`). Called on a new, empty staged file.
-    pub fn set_base(&self, base: Base) -> std::io::Result<()> {
-        let size = base.meta.size;
-        let lazy = Lazy::create(&self.data_path, base)?;
-        let mut s = self.st.lock();
-        self.file.set_len(size)?;
-        s.size = size;
-        *self.lazy.lock() = Some(lazy);
-        Ok(())
-    }
-
-    /// The Hub file the bytes not written yet come from, if this is a copy-up.
-    pub fn base(&self) -> Option<Base> {
-        self.lazy.lock().as_ref().map(|l| l.base.clone())
-    }
-
-    /// The parts of `[offset, offset + len)` still to be read from the base.
-    pub fn missing(&self, offset: u64, len: u64) -> Vec<(u64, u64)> {
-        self.lazy
-            .lock()
-            .as_ref()
-            .map(|l| l.missing(offset, len))
-            .unwrap_or_default()
-    }
-
-    /// Bytes a copy-up holds of its base's range (`None`: not a copy-up).
-    pub fn stored(&self) -> Option<u64> {
-        self.lazy.lock().as_ref().map(Lazy::stored)
-    }
-
-    /// Puts the base's bytes `data` at `offset`, where nothing was written since they were asked
-    /// for (a newer write wins). Not a change of content: the generation stays.
-    pub fn fill_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        let mut lazy = self.lazy.lock();
-        let Some(l) = lazy.as_mut() else { return Ok(()) };
-        for (s, e) in l.missing(offset, data.len() as u64) {
-            let part = &data[(s - offset) as usize..(e - offset) as usize];
-            self.file.write_all_at(part, s)?;
-            l.note_write(s, e - s)?;
-        }
-        Ok(())
-    }
-
-    /// A copy-up whose every byte is now local stops being one.
-    pub fn finish_copy_up(&self) -> std::io::Result<bool> {
-        let size = self.size();
-        let mut lazy = self.lazy.lock();
-        match lazy.as_ref() {
-            Some(l) if l.missing(0, size).is_empty() => {
-                self.file.sync_data()?;
-                if let Some(l) = lazy.take() {
-                    l.finish()?;
-                }
-                Ok(true)
-            }
-            Some(_) => Ok(false),
-            None => Ok(true),
-        }
     }
 
     /// Sealed with nothing written since: what a reader sees now is what a crash would leave (an
