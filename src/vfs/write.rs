@@ -389,6 +389,9 @@ impl VirtualFs {
             CloseMode::Keep => CloseMode::Keep,
         };
         self.sync_handle(fh, mode).await?;
+        if self.is_overlay() {
+            self.sync_layer();
+        }
         Ok(self.sync_records()?)
     }
 
@@ -447,7 +450,9 @@ impl VirtualFs {
                     self.upload_in_background(file);
                     self.kick();
                 }
-                CloseMode::Keep => self.sync_layer(),
+                // Durable like a writable mount's close: the data and its journal entry (a
+                // crash before the layer's journal line puts the file back at its own path).
+                CloseMode::Keep => {}
             }
         }
         Ok(())
