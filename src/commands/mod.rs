@@ -122,6 +122,10 @@ pub enum Command {
     LocalHub(LocalHubArgs),
     /// Kubernetes CSI node plugin: mounts repos as pod volumes (see docs/KUBERNETES.md).
     CsiNode(crate::csi::CsiNodeArgs),
+    /// Kubernetes mutating admission webhook: adds the hubfs sidecar to pods that use hubfs volumes.
+    /// (Hidden until the sidecar it injects, `hubfs csi-sidecar`, exists.)
+    #[command(hide = true)]
+    CsiWebhook(crate::csi::webhook::CsiWebhookArgs),
     /// Serves one source mount of `csi-node` (started by the plugin with a FUSE descriptor).
     #[command(hide = true)]
     CsiServe,
@@ -145,6 +149,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Demo { dir, exit } => demo::run(&dir, exit),
         Command::Doctor(args) => doctor::run(args),
         Command::CsiNode(args) => crate::csi::run(args),
+        Command::CsiWebhook(args) => crate::csi::webhook::run(args),
         Command::CsiServe => crate::csi::run_serve(),
     }
 }

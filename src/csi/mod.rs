@@ -11,6 +11,8 @@
 //! - [`state`]: the state directory and token files; [`mountinfo`] (shared with `hubfs unmount`): what is mounted;
 //! - [`metrics`]: the plugin's `/metrics`, its servers' merged in;
 //! - [`fdpass`]: /dev/fuse, mount(2), binds and SCM_RIGHTS; [`server`]: the serving process.
+//! - [`webhook`] (`hubfs csi-webhook`): the admission webhook adding the sidecar of sidecar mode to
+//!   pods with hubfs volumes; [`webhook_patch`]: its decision and JSON Patch, pure.
 //!
 //! docs/KUBERNETES.md says how to deploy it and what was tested.
 //!
@@ -27,6 +29,8 @@
 //! [`metrics`]: crate::csi::metrics
 //! [`fdpass`]: crate::csi::fdpass
 //! [`server`]: crate::csi::server
+//! [`webhook`]: crate::csi::webhook
+//! [`webhook_patch`]: crate::csi::webhook_patch
 
 pub mod authority;
 pub mod fdpass;
@@ -41,6 +45,8 @@ pub mod server;
 pub mod sources;
 pub mod state;
 pub mod volume;
+pub mod webhook;
+pub mod webhook_patch;
 
 use std::path::PathBuf;
 use std::sync::Arc;
