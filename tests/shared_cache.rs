@@ -375,20 +375,33 @@ fn another_cloud_shares_blocks(script: &'static str, bin: &str, scheme: &str) {
     let run = std::process::id();
     let (hub_only, plain_requests, plain_rss) = hub_only_read(&cli, &hub, &want);
 
-    // One node reads from the Hub and fills the tier; the next reads from the tier.
-    let url = format!("{scheme}://{BUCKET}/seq-{run}");
-    let first = Node::mount(&cli, "first", &url, &[]);
-    hub.reset_stats();
-    let (sha, t_first) = first.read(|_| {});
-    assert_eq!(sha, want, "the first node");
-    let (filled, filled_requests) = (hub_bytes(&hub), hub_requests(&hub));
-    let report = wait_uploaded(&cli, &first);
-    let stored = tier_size(&cli, &url)["blocks"].as_u64().unwrap_or(0);
-    eprintln!("{scheme}://: {stored} of {blocks} blocks in the tier; the first node's tier: {report}");
-    assert_eq!(
-        stored, blocks,
-        "every block the first node fetched is in the {scheme} tier: {report}"
-    );
+    // One node reads from the Hub and fills the tier; the next reads from the tier. A tier that
+    // dropped an upload (the emulator refused a write, or a block was not on disk in time) has
+    // degraded as documented, without failing a read: that is measured once more on a fresh prefix
+    // (seen once with fake-gcs-server: 7 of 8 blocks, 1 dropped).
+    let mut attempt = 0;
+    let (url, first, filled, filled_requests, t_first) = loop {
+        let url = format!("{scheme}://{BUCKET}/seq-{run}-{attempt}");
+        let first = Node::mount(&cli, &format!("first{attempt}"), &url, &[]);
+        hub.reset_stats();
+        let (sha, t_first) = first.read(|_| {});
+        assert_eq!(sha, want, "the first node");
+        let (filled, filled_requests) = (hub_bytes(&hub), hub_requests(&hub));
+        let report = wait_uploaded(&cli, &first);
+        let stored = tier_size(&cli, &url)["blocks"].as_u64().unwrap_or(0);
+        eprintln!("{scheme}://: {stored} of {blocks} blocks in the tier; the first node's tier: {report}");
+        if stored < blocks && attempt == 0 && report["dropped"].as_u64().unwrap_or(0) > 0 {
+            eprintln!("the tier dropped an upload: measured once more on a fresh prefix");
+            attempt += 1;
+            continue;
+        }
+        assert_eq!(
+            stored, blocks,
+            "every block the first node fetched is in the {scheme} tier: {report}"
+        );
+        break (url, first, filled, filled_requests, t_first);
+    };
+    let seq_url = url.clone();
     let second = Node::mount(&cli, "second", &url, &[]);
     hub.reset_stats();
     let (sha, t_second) = second.read(|_| {});
@@ -448,7 +461,7 @@ fn another_cloud_shares_blocks(script: &'static str, bin: &str, scheme: &str) {
     figures(scheme, size, hub_only, t_first, &[t_second], seq_ratio, at_once);
 
     // `hubfs cache shared --trim-to` deletes the oldest blocks until the rest fit.
-    let url = format!("{scheme}://{BUCKET}/seq-{run}");
+    let url = seq_url;
     let o = store_env(&url, cli.command(None))
         .args(["cache", "shared", &url, "--trim-to", "17M", "--json"])
         .output()
