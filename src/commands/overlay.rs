@@ -299,27 +299,11 @@ fn commit(at: &LayerArgs, req: Request) -> anyhow::Result<()> {
             a.published.unwrap_or_default()
         }
         Target::Layer(d) => {
-            let Request::OverlayCommit {
-                message,
-                description,
-                pr,
-                branch,
-                force,
-                token,
-            } = req
-            else {
+            let Some(opts) = req.into_publish() else {
                 bail!("not a commit request");
             };
             let rt = runtime()?;
-            let vfs = open_layer(&d, token.as_ref().map(|t| t.0.clone()), &rt)?;
-            let opts = crate::vfs::PublishOptions {
-                message,
-                description,
-                pr,
-                branch,
-                force,
-                token: token.map(|t| t.0),
-            };
+            let vfs = open_layer(&d, opts.token.clone(), &rt)?;
             rt.block_on(vfs.publish(&opts))?
         }
     };

@@ -61,6 +61,28 @@ impl std::fmt::Debug for Secret {
 }
 
 impl Request {
+    /// The publish an `overlay-commit` request asks for (`None`: another request).
+    pub fn into_publish(self) -> Option<crate::vfs::PublishOptions> {
+        match self {
+            Request::OverlayCommit {
+                message,
+                description,
+                pr,
+                branch,
+                force,
+                token,
+            } => Some(crate::vfs::PublishOptions {
+                message,
+                description,
+                pr,
+                branch,
+                force,
+                token: token.map(|t| t.0),
+            }),
+            _ => None,
+        }
+    }
+
     fn is_overlay_op(&self) -> bool {
         matches!(
             self,
@@ -316,22 +338,8 @@ async fn serve_overlay(vfs: &VirtualFs, req: Request, w: &mut tokio::net::unix::
             },
             Err(e) => Answer::failed(e),
         },
-        Request::OverlayCommit {
-            message,
-            description,
-            pr,
-            branch,
-            force,
-            token,
-        } => {
-            let opts = crate::vfs::PublishOptions {
-                message,
-                description,
-                pr,
-                branch,
-                force,
-                token: token.map(|t| t.0),
-            };
+        req @ Request::OverlayCommit { .. } => {
+            let opts = req.into_publish().unwrap_or_default();
             let publish = vfs.publish(&opts);
             tokio::pin!(publish);
             let mut told = None;

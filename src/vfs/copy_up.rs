@@ -12,8 +12,8 @@ use super::read::ReadState;
 use super::{VirtualFs, read_staged};
 use crate::write::staging::DirtyFile;
 
-/// What a fill asks of the read path at once.
-const FILL_BLOCK: u64 = 8 << 20;
+/// What a fill asks of the read path at once: a block of the chunk store.
+const FILL_BLOCK: u64 = crate::chunk_store::BLOCK_SIZE;
 
 impl VirtualFs {
     /// The read state of a copy-up's base, per staged file, so a reader going through it is seen

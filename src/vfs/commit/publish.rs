@@ -7,13 +7,12 @@
 //! commit itself, so it never conflicts at creation: the Hub shows its conflicts. The token may be
 //! another than the mount's: a layer is made with a read token and published with a write one.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::round::{Batch, op_landed};
-use crate::hub_client::{CommitOp, CommitRequest, HubClient, HubClientConfig, HubClientError, TreeEntry};
+use super::round::{Batch, since_parent};
+use crate::hub_client::{CommitOp, CommitRequest, HubClient, HubClientConfig, HubClientError};
 use crate::util::is_commit_id;
 use crate::vfs::VirtualFs;
 use crate::vfs::error::{VfsError, VfsResult};
@@ -200,18 +199,8 @@ impl VirtualFs {
                 Err(HubClientError::Conflict { .. }) if !p.pr && moved < 4 => {
                     moved += 1;
                     let head = client.repo_info(&self.repo, &target).await?.sha;
-                    let touched: Vec<String> = ops.iter().map(|o| o.path().to_string()).collect();
-                    let at = |commit: String| {
-                        let (client, touched) = (client.clone(), touched.clone());
-                        async move {
-                            let found = client.paths_info(&self.repo, &commit, &touched).await?;
-                            Ok::<HashMap<String, TreeEntry>, VfsError>(
-                                found.into_iter().map(|e| (e.path().to_string(), e)).collect(),
-                            )
-                        }
-                    };
-                    let (before, now) = (at(parent.clone()).await?, at(head.clone()).await?);
-                    if ops.iter().all(|o| op_landed(o, now.get(o.path()))) {
+                    let moved = since_parent(&client, &self.repo, &ops, &parent, &head).await?;
+                    if moved.landed {
                         tracing::info!(commit = %head, "the publish had landed before its answer was lost");
                         break crate::hub_client::CommitAnswer {
                             commit: head,
@@ -219,10 +208,7 @@ impl VirtualFs {
                             pr_num: None,
                         };
                     }
-                    let changed: Vec<String> = touched
-                        .into_iter()
-                        .filter(|p| before.get(p).map(TreeEntry::oid) != now.get(p).map(TreeEntry::oid))
-                        .collect();
+                    let changed = moved.changed;
                     if changed.is_empty() || p.force {
                         tracing::info!(from = %parent, to = %head, forced = p.force, "the branch moved; publishing on its head");
                         parent = head.clone();

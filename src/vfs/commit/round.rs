@@ -159,6 +159,41 @@ pub(super) fn upload_error(e: crate::write::upload::UploadError) -> VfsError {
     }
 }
 
+/// What a branch that moved from `parent` to `head` did to a commit's paths.
+pub(super) struct Moved {
+    /// Every operation already holds at `head`: the commit landed before its answer was lost.
+    pub(super) landed: bool,
+    /// The paths whose Hub entry differs between the two commits, in the operations' order.
+    pub(super) changed: Vec<String>,
+}
+
+/// Compares the paths `ops` touch at `parent` and at `head` (two paths-info calls): how a round
+/// re-bases and how an overlay's publish finds its conflicts.
+pub(super) async fn since_parent(
+    client: &crate::hub_client::HubClient,
+    repo: &crate::hub_client::RepoRef,
+    ops: &[CommitOp],
+    parent: &str,
+    head: &str,
+) -> VfsResult<Moved> {
+    let touched: Vec<String> = ops.iter().map(|o| o.path().to_string()).collect();
+    let at = |commit: &str| {
+        let (touched, commit) = (touched.clone(), commit.to_string());
+        async move {
+            let found = client.paths_info(repo, &commit, &touched).await?;
+            Ok::<HashMap<String, TreeEntry>, VfsError>(found.into_iter().map(|e| (e.path().to_string(), e)).collect())
+        }
+    };
+    let (before, now) = (at(parent).await?, at(head).await?);
+    Ok(Moved {
+        landed: ops.iter().all(|o| op_landed(o, now.get(o.path()))),
+        changed: touched
+            .into_iter()
+            .filter(|p| before.get(p).map(TreeEntry::oid) != now.get(p).map(TreeEntry::oid))
+            .collect(),
+    })
+}
+
 fn git_blob_oid(content: &[u8]) -> String {
     let mut h = sha1::Sha1::new();
     h.update(format!("blob {}\0", content.len()).as_bytes());
@@ -167,7 +202,7 @@ fn git_blob_oid(content: &[u8]) -> String {
 }
 
 /// Whether `entry` (a path at the branch head) already holds what `op` would put there.
-pub(super) fn op_landed(op: &CommitOp, entry: Option<&TreeEntry>) -> bool {
+fn op_landed(op: &CommitOp, entry: Option<&TreeEntry>) -> bool {
     match (op, entry) {
         (CommitOp::DeleteFile { .. }, None) => true,
         (CommitOp::Lfs { sha256, .. }, Some(TreeEntry::File { lfs_sha256, .. })) => {
@@ -435,23 +470,12 @@ impl VirtualFs {
                 Err(e) => return Err(VfsError::Remote(e)),
             }
             let head = self.client.repo_info(&self.repo, &w.branch).await?.sha;
-            let touched: Vec<String> = ops.iter().map(|o| o.path().to_string()).collect();
-            let at = |commit: String| {
-                let touched = touched.clone();
-                async move {
-                    let found = self.client.paths_info(&self.repo, &commit, &touched).await?;
-                    Ok::<HashMap<String, TreeEntry>, VfsError>(
-                        found.into_iter().map(|e| (e.path().to_string(), e)).collect(),
-                    )
-                }
-            };
-            let before = at(parent.clone()).await?;
-            let now = at(head.clone()).await?;
-            if ops.iter().all(|o| op_landed(o, now.get(o.path()))) {
+            let moved = since_parent(&self.client, &self.repo, &ops, &parent, &head).await?;
+            if moved.landed {
                 tracing::info!(commit = %head, "our commit had landed before its answer was lost");
                 return Ok(head);
             }
-            let changed = |p: &str| before.get(p).map(TreeEntry::oid) != now.get(p).map(TreeEntry::oid);
+            let changed = |p: &str| moved.changed.iter().any(|c| c == p);
             let (conflicting, rest): (Vec<CommitOp>, Vec<CommitOp>) = ops.into_iter().partition(|o| changed(o.path()));
             for op in &conflicting {
                 if let Some((s, _)) = staged.iter().find(|(s, _)| s.repo_path == op.path()) {
