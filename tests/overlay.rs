@@ -75,19 +75,23 @@ impl T {
 
     /// Mounts the overlay as a daemon (read token); returns the mount's pid.
     fn mount(&self) -> u32 {
+        self.mount_with(&[])
+    }
+
+    /// `mount` with more options.
+    fn mount_with(&self, extra: &[&str]) -> u32 {
         let (m, c) = (self.mnt(), self.cache());
-        let out = self.ok(
-            &[
-                "mount",
-                REPO,
-                m.to_str().unwrap(),
-                "--overlay",
-                "--daemon",
-                "--cache-dir",
-                c.to_str().unwrap(),
-            ],
-            "hf_local_read",
-        );
+        let mut args = vec![
+            "mount",
+            REPO,
+            m.to_str().unwrap(),
+            "--overlay",
+            "--daemon",
+            "--cache-dir",
+            c.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let out = self.ok(&args, "hf_local_read");
         out.split("(pid ")
             .nth(1)
             .and_then(|s| s.split(')').next())
@@ -764,4 +768,98 @@ fn random_operations_on_a_copied_up_hub_file_match_a_local_copy() {
     );
     assert_eq!(sha(&t.content("random", "model.safetensors")), want, "on the Hub");
     t.unmount();
+}
+
+/// A counter of the mount's Prometheus metrics at `addr`.
+fn metric(t: &T, addr: &str, name: &str) -> u64 {
+    let text = t.rt.block_on(async {
+        reqwest::get(format!("http://{addr}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    });
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in the metrics"))
+}
+
+/// Whether a joined content (`*.whole`) is anywhere under `dir`.
+fn has_whole(dir: &Path) -> bool {
+    std::fs::read_dir(dir).into_iter().flatten().flatten().any(|e| {
+        let p = e.path();
+        p.extension().is_some_and(|x| x == "whole") || (p.is_dir() && has_whole(&p))
+    })
+}
+
+fn errno_of(r: std::io::Result<std::fs::File>) -> Option<i32> {
+    r.err().and_then(|e| e.raw_os_error())
+}
+
+/// Unchanged Hub files read as on a read-only mount, FUSE passthrough included (Linux 6.9+). A
+/// write open or truncate beside a passthrough open is refused with ETXTBSY (the kernel takes no
+/// other open of such an inode, and its readers would not see the write); once those readers
+/// closed, the write copies up and later opens read the layer's bytes, not the cache file.
+#[test]
+fn unchanged_hub_files_pass_through_and_take_writes_once_their_readers_closed() {
+    let t = T::new();
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    t.mount_with(&["--metrics-addr", &addr]);
+    let (m, cache) = (t.mnt(), t.cache());
+    let file = m.join("model.safetensors");
+    let hub = t.content("main", "model.safetensors");
+    assert_eq!(sha(&std::fs::read(&file).unwrap()), sha(&hub));
+    // The read's close joins the blocks into one cache file: the next open can pass through.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !has_whole(&cache.join("blocks")) {
+        assert!(std::time::Instant::now() < deadline, "the read content never became whole");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let opens = "hubfs_passthrough_opens_total";
+    let before = metric(&t, &addr, opens);
+    // Evicted, so that the open does not stay on the page cache the first read filled.
+    std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+    let reader = std::fs::File::open(&file).unwrap();
+    assert_eq!(metric(&t, &addr, opens), before + 1, "an unchanged Hub file passes through");
+
+    let write_open = || std::fs::OpenOptions::new().write(true).open(&file);
+    assert_eq!(errno_of(write_open()), Some(libc::ETXTBSY), "a write open beside a passthrough reader");
+    let path = std::ffi::CString::new(file.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    let rc = unsafe { libc::truncate(path.as_ptr(), 10) };
+    assert_eq!(rc, -1);
+    assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::ETXTBSY));
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut &reader, &mut got).unwrap();
+    assert_eq!(sha(&got), sha(&hub), "the passthrough reader reads the Hub's bytes");
+    drop(reader);
+
+    // The reader's release reaches the mount shortly after its close.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let w = loop {
+        match write_open() {
+            Ok(w) => break w,
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("write open once the reader closed: {e}"),
+        }
+    };
+    std::os::unix::fs::FileExt::write_all_at(&w, &[b'X'; 4096], 8192).unwrap();
+    drop(w);
+    let mut want = hub.clone();
+    want[8192..8192 + 4096].fill(b'X');
+    let through = metric(&t, &addr, opens);
+    std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+    assert_eq!(sha(&std::fs::read(&file).unwrap()), sha(&want), "the layer's bytes");
+    assert_eq!(metric(&t, &addr, opens), through, "a changed file is not read from the cache file");
+    assert_eq!(
+        kinds(&t.diff(&[])),
+        vec![("modified".to_string(), "model.safetensors".to_string())]
+    );
 }

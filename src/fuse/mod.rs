@@ -136,9 +136,9 @@ impl Filesystem for FuseAdapter {
         if self.vfs.options().direct_io.is_some() && !self.vfs.is_writable() {
             self.direct.negotiate(config);
         }
-        // Passthrough for fully cached files of read-only mounts (kernel 6.9+). Depth 1: the
-        // backing files sit on an ordinary filesystem.
-        if self.vfs.options().passthrough && !self.vfs.is_writable() {
+        // Passthrough for fully cached Hub files of read-only and overlay mounts (kernel 6.9+).
+        // Depth 1: the backing files sit on an ordinary filesystem.
+        if self.vfs.options().passthrough && (!self.vfs.is_writable() || self.vfs.is_overlay()) {
             match config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
                 Ok(()) if config.set_max_stack_depth(1).is_ok() => {
                     self.passthrough.enable();
@@ -208,6 +208,11 @@ impl Filesystem for FuseAdapter {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        // A truncate of a file open through passthrough would not reach its readers (they read
+        // the cache file): refused like a write open (`open`).
+        if size.is_some() && self.passthrough.passes_through(ino.0) {
+            return reply.error(Errno::ETXTBSY);
+        }
         let (vfs, ttl) = (self.vfs.clone(), self.ttl);
         let req = SetAttr {
             size,
@@ -347,10 +352,17 @@ impl Filesystem for FuseAdapter {
         let (vfs, ttl, node) = (self.vfs.clone(), self.ttl, new_node(req, mode));
         let exclusive = flags & libc::O_EXCL != 0;
         let truncate = flags & libc::O_TRUNC != 0;
+        let passthrough = self.passthrough.clone();
         self.rt.spawn(async move {
             let _t = crate::metrics::timer("fuse", "create");
             match vfs.create_as(parent.0, &name, exclusive, truncate, node).await {
-                Ok((a, fh)) => reply.created(&ttl, &to_fuse(&a), Generation(0), FileHandle(fh), FopenFlags::empty()),
+                Ok((a, fh)) => {
+                    // A plain open like any other write open (`open`); the file is the layer's.
+                    if passthrough.begin_plain(a.ino) {
+                        passthrough.plain_opened(a.ino, fh);
+                    }
+                    reply.created(&ttl, &to_fuse(&a), Generation(0), FileHandle(fh), FopenFlags::empty())
+                }
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -382,6 +394,12 @@ impl Filesystem for FuseAdapter {
             truncate: flags.0 & libc::O_TRUNC != 0,
         };
         let (vfs, passthrough, direct) = (self.vfs.clone(), self.passthrough.clone(), self.direct.clone());
+        let plain = mode.write || mode.truncate;
+        // An overlay's unchanged Hub file may be open through passthrough: it takes no write
+        // open until those opens are closed (docs/SEMANTICS.md, overlay mounts).
+        if plain && !passthrough.begin_plain(ino.0) {
+            return reply.error(Errno::ETXTBSY);
+        }
         self.rt.spawn(async move {
             let _t = crate::metrics::timer("fuse", "open");
             match vfs.open_with(ino.0, mode).await {
@@ -391,7 +409,8 @@ impl Filesystem for FuseAdapter {
                     } else {
                         FopenFlags::empty()
                     };
-                    if mode.write || mode.truncate {
+                    if plain {
+                        passthrough.plain_opened(ino.0, fh);
                         reply.opened(FileHandle(fh), f)
                     } else {
                         // A whole cached file still passes through: `reply` prefers it.
@@ -402,7 +421,12 @@ impl Filesystem for FuseAdapter {
                         passthrough.reply(&vfs, ino.0, fh, f, reply)
                     }
                 }
-                Err(e) => reply.error(errno(&e)),
+                Err(e) => {
+                    if plain {
+                        passthrough.plain_failed(ino.0);
+                    }
+                    reply.error(errno(&e))
+                }
             }
         });
     }

@@ -203,7 +203,48 @@ impl Passthrough {
         }
     }
 
-    /// A handle answered by `reply` was released.
+    /// Whether `ino` has opens that pass through.
+    pub(super) fn passes_through(&self, ino: u64) -> bool {
+        self.enabled.load(Ordering::Relaxed) && self.state.lock().inodes.get(&ino).is_some_and(|n| n.through > 0)
+    }
+
+    /// A write open of `ino` is about to be made (overlay mounts). Refused (false: ETXTBSY) while
+    /// the inode has passthrough opens: the kernel would answer EIO to a plain open beside them,
+    /// and their readers would go on reading the Hub's bytes from the cache file. Otherwise counted
+    /// as a plain open from now on, so no passthrough open joins it; `plain_opened` or
+    /// `plain_failed` follows.
+    pub(super) fn begin_plain(&self, ino: u64) -> bool {
+        if !self.enabled.load(Ordering::Relaxed) {
+            return true;
+        }
+        let mut st = self.state.lock();
+        let node = st.inodes.entry(ino).or_default();
+        if node.through > 0 {
+            return false;
+        }
+        node.cached += 1;
+        true
+    }
+
+    /// The open `begin_plain` counted got handle `fh`.
+    pub(super) fn plain_opened(&self, ino: u64, fh: u64) {
+        if self.enabled.load(Ordering::Relaxed) {
+            self.state.lock().handles.insert(fh, (ino, false));
+        }
+    }
+
+    /// The open `begin_plain` counted failed.
+    pub(super) fn plain_failed(&self, ino: u64) {
+        let mut st = self.state.lock();
+        if let Some(node) = st.inodes.get_mut(&ino) {
+            node.cached = node.cached.saturating_sub(1);
+            if node.through == 0 && node.cached == 0 {
+                st.inodes.remove(&ino);
+            }
+        }
+    }
+
+    /// A handle answered by `reply` or counted by `begin_plain` was released.
     pub(super) fn released(&self, fh: u64) {
         let mut st = self.state.lock();
         let Some((ino, through)) = st.handles.remove(&fh) else {

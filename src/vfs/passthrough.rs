@@ -2,8 +2,8 @@
 //! session has it, a file whose content is whole in the disk tier is opened by the kernel on that
 //! file, and reads and mmap no longer reach the daemon.
 //!
-//! The rule: read-only mounts only (a writable mount's content can change under an open file),
-//! Hub files only, and only when the disk tier holds the content as one file (`HASH.whole`,
+//! The rule: read-only and overlay mounts only (a writable mount's content can change under an
+//! open file; an overlay's Hub files do not, its changes being the layer's files), Hub files only, and only when the disk tier holds the content as one file (`HASH.whole`,
 //! `chunk_store::whole`). A content becomes whole when a handle on it opens or closes with every
 //! block on disk: its blocks are joined in the background, so the next open passes through.
 
@@ -42,7 +42,7 @@ impl VirtualFs {
 
     fn passthrough_on(&self) -> bool {
         self.opts.passthrough
-            && self.writer.is_none()
+            && (self.writer.is_none() || self.is_overlay())
             && self.passthrough.granted.load(Ordering::Relaxed)
             && self.reader.store.disk().is_some()
     }
