@@ -5,6 +5,7 @@
 mod common;
 
 #[path = "csi_node/harness.rs"]
+#[allow(dead_code)]
 mod harness;
 
 use std::path::{Path, PathBuf};

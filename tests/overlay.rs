@@ -817,7 +817,10 @@ fn unchanged_hub_files_pass_through_and_take_writes_once_their_readers_closed() 
     // The read's close joins the blocks into one cache file: the next open can pass through.
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     while !has_whole(&cache.join("blocks")) {
-        assert!(std::time::Instant::now() < deadline, "the read content never became whole");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the read content never became whole"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let opens = "hubfs_passthrough_opens_total";
@@ -825,10 +828,18 @@ fn unchanged_hub_files_pass_through_and_take_writes_once_their_readers_closed() 
     // Evicted, so that the open does not stay on the page cache the first read filled.
     std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
     let reader = std::fs::File::open(&file).unwrap();
-    assert_eq!(metric(&t, &addr, opens), before + 1, "an unchanged Hub file passes through");
+    assert_eq!(
+        metric(&t, &addr, opens),
+        before + 1,
+        "an unchanged Hub file passes through"
+    );
 
     let write_open = || std::fs::OpenOptions::new().write(true).open(&file);
-    assert_eq!(errno_of(write_open()), Some(libc::ETXTBSY), "a write open beside a passthrough reader");
+    assert_eq!(
+        errno_of(write_open()),
+        Some(libc::ETXTBSY),
+        "a write open beside a passthrough reader"
+    );
     let path = std::ffi::CString::new(file.to_str().unwrap()).unwrap();
     // SAFETY: a valid NUL-terminated path.
     let rc = unsafe { libc::truncate(path.as_ptr(), 10) };
@@ -857,7 +868,11 @@ fn unchanged_hub_files_pass_through_and_take_writes_once_their_readers_closed() 
     let through = metric(&t, &addr, opens);
     std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
     assert_eq!(sha(&std::fs::read(&file).unwrap()), sha(&want), "the layer's bytes");
-    assert_eq!(metric(&t, &addr, opens), through, "a changed file is not read from the cache file");
+    assert_eq!(
+        metric(&t, &addr, opens),
+        through,
+        "a changed file is not read from the cache file"
+    );
     assert_eq!(
         kinds(&t.diff(&[])),
         vec![("modified".to_string(), "model.safetensors".to_string())]

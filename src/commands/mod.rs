@@ -123,9 +123,9 @@ pub enum Command {
     /// Kubernetes CSI node plugin: mounts repos as pod volumes (see docs/KUBERNETES.md).
     CsiNode(crate::csi::CsiNodeArgs),
     /// Kubernetes mutating admission webhook: adds the hubfs sidecar to pods that use hubfs volumes.
-    /// (Hidden until the sidecar it injects, `hubfs csi-sidecar`, exists.)
-    #[command(hide = true)]
     CsiWebhook(crate::csi::webhook::CsiWebhookArgs),
+    /// The sidecar the webhook adds to a pod: serves the pod's hubfs volumes from inside the pod.
+    CsiSidecar(crate::csi::sidecar_serve::CsiSidecarArgs),
     /// Serves one source mount of `csi-node` (started by the plugin with a FUSE descriptor).
     #[command(hide = true)]
     CsiServe,
@@ -150,6 +150,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Doctor(args) => doctor::run(args),
         Command::CsiNode(args) => crate::csi::run(args),
         Command::CsiWebhook(args) => crate::csi::webhook::run(args),
+        Command::CsiSidecar(args) => crate::csi::run_sidecar(args),
         Command::CsiServe => crate::csi::run_serve(),
     }
 }

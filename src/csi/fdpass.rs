@@ -94,6 +94,25 @@ pub fn unmount_any(dir: &Path) -> io::Result<()> {
     }
 }
 
+/// A path naming socket `name` in `dir` that fits a `sockaddr_un` (108 bytes) however long `dir`
+/// is: kubelet's pod directories alone take most of it. It goes through a descriptor of `dir`
+/// (`/proc/self/fd/N/name`), valid while this value lives.
+pub struct SocketPath {
+    _dir: std::fs::File,
+    pub path: std::path::PathBuf,
+}
+
+pub fn socket_in(dir: &Path, name: &str) -> io::Result<SocketPath> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let d = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(dir)?;
+    let path = std::path::PathBuf::from(format!("/proc/self/fd/{}/{name}", d.as_raw_fd()));
+    Ok(SocketPath { _dir: d, path })
+}
+
 /// Sends `bytes` with `fd` attached (SCM_RIGHTS) on the connected unix socket `sock`.
 pub fn send_fd(sock: impl AsFd, bytes: &[u8], fd: impl AsFd) -> io::Result<()> {
     let fds = [fd.as_fd()];

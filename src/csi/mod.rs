@@ -1,7 +1,8 @@
 //! `hubfs csi-node`: a Kubernetes CSI node plugin. Kubelet asks it over a unix socket to publish a
 //! volume (a model, dataset, space or storage bucket) at a pod's target directory;
 //! it bind-mounts a per-node *source* mount shared by every pod asking for the same thing, served
-//! by a `hubfs csi-serve` process that received the `/dev/fuse` descriptor the plugin mounted.
+//! by a `hubfs csi-serve` process that received the `/dev/fuse` descriptor the plugin mounted, or,
+//! for a pod that has the hubfs sidecar, mounts the target itself and hands it to that sidecar.
 //!
 //! - [`authority`]: lets grpc-core clients (Python) in despite the socket path they send as `:authority`;
 //! - [`proto`]: the CSI messages (hand-written from the spec's field numbers, no protoc);
@@ -11,6 +12,8 @@
 //! - [`state`]: the state directory and token files; [`mountinfo`] (shared with `hubfs unmount`): what is mounted;
 //! - [`metrics`]: the plugin's `/metrics`, its servers' merged in;
 //! - [`fdpass`]: /dev/fuse, mount(2), binds and SCM_RIGHTS; [`server`]: the serving process.
+//! - [`sidecar`]: sidecar mode, the plugin's half (a pod's volume mounted at its target and handed
+//!   to the pod's own `hubfs csi-sidecar`, [`sidecar_serve`]), so volumes outlive plugin restarts.
 //! - [`webhook`] (`hubfs csi-webhook`): the admission webhook adding the sidecar of sidecar mode to
 //!   pods with hubfs volumes; [`webhook_patch`]: its decision and JSON Patch, pure.
 //!
@@ -29,6 +32,8 @@
 //! [`metrics`]: crate::csi::metrics
 //! [`fdpass`]: crate::csi::fdpass
 //! [`server`]: crate::csi::server
+//! [`sidecar`]: crate::csi::sidecar
+//! [`sidecar_serve`]: crate::csi::sidecar_serve
 //! [`webhook`]: crate::csi::webhook
 //! [`webhook_patch`]: crate::csi::webhook_patch
 
@@ -42,6 +47,8 @@ pub use crate::process::mountinfo;
 pub mod node;
 pub mod proto;
 pub mod server;
+pub mod sidecar;
+pub mod sidecar_serve;
 pub mod sources;
 pub mod state;
 pub mod volume;
@@ -90,6 +97,8 @@ pub struct Plugin {
     /// `--shared-cache`: the shared tier of volumes that name none.
     pub default_shared_cache: Option<String>,
     pub sources: sources::Sources,
+    /// Volumes served by their pods' sidecars.
+    pub sidecars: sidecar::Sidecars,
 }
 
 impl Plugin {
@@ -147,10 +156,12 @@ pub fn run(args: CsiNodeArgs) -> anyhow::Result<()> {
         node_id: args.node_id.clone(),
         default_endpoint,
         default_shared_cache: args.shared_cache.clone(),
+        sidecars: sidecar::Sidecars::new(state.clone())?,
         sources: sources::Sources::new(state, cache)?,
     });
     // Before serving: kubelet's first calls after a restart find the old mounts known.
     plugin.sources.adopt();
+    plugin.sidecars.adopt();
     let rt = crate::process::signals::runtime()?;
     rt.block_on(async move {
         let mut signals = crate::process::signals::StopSignals::new()?;
@@ -161,6 +172,11 @@ pub fn run(args: CsiNodeArgs) -> anyhow::Result<()> {
         // Source mounts are left running on exit: pods keep their volumes, the next plugin adopts them.
         grpc::serve(plugin, &socket, async move { signals.recv().await }).await
     })
+}
+
+/// `hubfs csi-sidecar` (the container the webhook adds to pods).
+pub fn run_sidecar(args: sidecar_serve::CsiSidecarArgs) -> anyhow::Result<()> {
+    sidecar_serve::run(args)
 }
 
 /// `hubfs csi-serve` (started by the plugin, not by people).

@@ -53,8 +53,17 @@ pub async fn publish(p: Arc<Plugin>, req: NodePublishVolumeRequest) -> Result<No
     spec.settings.shared_cache =
         super::volume::shared_cache(spec.settings.shared_cache.take(), p.default_shared_cache.as_deref());
     let token = super::volume::token(&spec, &req.secrets).map_err(Status::invalid_argument)?;
+    let mode = super::sidecar::mount_mode(&req.volume_context).map_err(Status::invalid_argument)?;
     tracing::info!(volume = %req.volume_id, target = %target.display(), source = %spec.display(),
         read_only = spec.read_only, "NodePublishVolume");
+    // A pod's own sidecar serves its volume: a republish only passes on a rotated token.
+    let (p2, t2, tok2) = (p.clone(), target.clone(), token.clone());
+    let sidecar_volume = tokio::task::spawn_blocking(move || p2.sidecars.republish(&t2, tok2.as_deref()))
+        .await
+        .map_err(|e| Status::internal(format!("republish task: {e}")))?;
+    if sidecar_volume {
+        return Ok(NodePublishVolumeResponse {});
+    }
     // Kubelet's periodic republish: the pod keeps its mount (a read-only volume keeps the commit it
     // started with even if its branch moved); only a rotated token is taken in.
     let (p2, t2, tok2) = (p.clone(), target.clone(), token.clone());
@@ -87,6 +96,29 @@ pub async fn publish(p: Arc<Plugin>, req: NodePublishVolumeRequest) -> Result<No
         .inspect_err(|e| tracing::warn!(target = %target.display(), code = ?e.code(), error = e.message(), "NodePublishVolume refused"))?;
     let endpoint = super::hub::endpoint_of(&spec, &p.default_endpoint);
     let key = super::sources::Sources::key(&spec, &checked, &endpoint);
+    if let Some(emptydir) = super::sidecar::Sidecars::choose(&target, mode).await? {
+        let name = super::sidecar::Sidecars::name_of(&target);
+        // Paths as the sidecar sees them are set there; the token travels with the descriptor.
+        let config = super::sources::serve_config(
+            &spec,
+            &checked,
+            &endpoint,
+            &target,
+            PathBuf::new(),
+            PathBuf::new(),
+            PathBuf::new(),
+        );
+        let t = target.clone();
+        tokio::task::spawn_blocking(move || p.sidecars.publish(&t, &emptydir, config, token.as_deref()))
+            .await
+            .map_err(|e| Status::internal(format!("publish task: {e}")))?
+            .map_err(|e| {
+                tracing::warn!(target = %target.display(), error = %e, "NodePublishVolume failed");
+                Status::from(e)
+            })?;
+        super::metrics::published(&req.volume_id, &target, &format!("sidecar-{name}"));
+        return Ok(NodePublishVolumeResponse {});
+    }
     let t = target.clone();
     tokio::task::spawn_blocking(move || p.sources.publish(&t, &spec, &checked, &endpoint, token.as_deref()))
         .await
@@ -103,10 +135,13 @@ pub async fn unpublish(p: Arc<Plugin>, req: NodeUnpublishVolumeRequest) -> Resul
     let target = target_path(&req.volume_id, &req.target_path)?;
     tracing::info!(volume = %req.volume_id, target = %target.display(), "NodeUnpublishVolume");
     let t = target.clone();
-    tokio::task::spawn_blocking(move || p.sources.unpublish(&t))
-        .await
-        .map_err(|e| Status::internal(format!("unpublish task: {e}")))?
-        .map_err(Status::from)?;
+    tokio::task::spawn_blocking(move || {
+        p.sidecars.unpublish(&t);
+        p.sources.unpublish(&t)
+    })
+    .await
+    .map_err(|e| Status::internal(format!("unpublish task: {e}")))?
+    .map_err(Status::from)?;
     super::metrics::unpublished(&target);
     Ok(NodeUnpublishVolumeResponse {})
 }

@@ -51,7 +51,7 @@ const LOG_MAX: u64 = 10 << 20;
 /// The descriptor number the plugin gives the server its socket on.
 pub const HANDOFF_FD: i32 = 3;
 
-fn settings(cfg: &ServeConfig, token: Option<String>) -> (HubClientConfig, VfsOptions) {
+pub(super) fn settings(cfg: &ServeConfig, token: Option<String>) -> (HubClientConfig, VfsOptions) {
     let client = HubClientConfig {
         endpoint: cfg.endpoint.clone(),
         token,
@@ -89,6 +89,50 @@ fn settings(cfg: &ServeConfig, token: Option<String>) -> (HubClientConfig, VfsOp
     (client, vfs)
 }
 
+/// A volume being served on a handed-over FUSE descriptor.
+pub(super) struct Serving {
+    pub vfs: std::sync::Arc<crate::vfs::VirtualFs>,
+    /// The commit it shows (`ready COMMIT`).
+    pub commit: String,
+    pub session: fuser::BackgroundSession,
+}
+
+/// Opens `cfg`'s repo and serves it on `fuse_fd`, a FUSE connection someone else mounted: the
+/// process needs neither `/dev/fuse` nor the right to mount (`csi-serve`, `csi-sidecar`).
+pub(super) fn serve_fd(
+    cfg: &ServeConfig,
+    token: Option<String>,
+    fuse_fd: std::os::fd::OwnedFd,
+    rt: &tokio::runtime::Runtime,
+) -> anyhow::Result<Serving> {
+    let (client, vfs_opts) = settings(cfg, token);
+    // Buckets have no revision (empty): the spec alone names what to open.
+    let revision = (!cfg.revision.is_empty()).then_some(cfg.revision.as_str());
+    let opened = crate::process::session::open_vfs(&cfg.spec, revision, &client, &vfs_opts, rt)?;
+    let vfs = opened.vfs.clone();
+    let adapter = crate::fuse::FuseAdapter::new(vfs.clone(), rt.handle().clone());
+    let mut config = fuser::Config::default();
+    config.acl = fuser::SessionACL::All;
+    config.n_threads = Some(4);
+    // Every thread shares the handed descriptor: no need to open /dev/fuse.
+    config.clone_fd = false;
+    let session = fuser::Session::from_fd(adapter, fuse_fd, fuser::SessionACL::All, config)
+        .and_then(|s| s.spawn())
+        .context("FUSE session")?;
+    vfs.set_mountpoint(&cfg.mountpoint);
+    let shown_revision = if cfg.revision.is_empty() {
+        "none"
+    } else {
+        cfg.revision.as_str()
+    };
+    crate::process::metrics::watch(&vfs, &opened.repo.to_string(), shown_revision, "fuse", None);
+    Ok(Serving {
+        vfs,
+        commit: opened.commit,
+        session,
+    })
+}
+
 /// `hubfs csi-serve`.
 pub fn run() -> anyhow::Result<()> {
     // Run by hand, descriptor 3 is closed or something else: say so instead of taking it.
@@ -111,50 +155,25 @@ pub fn run() -> anyhow::Result<()> {
         .ok()
         .map(|t| t.trim().to_string())
         .filter(|t| !t.is_empty());
-    let (client, vfs_opts) = settings(&cfg, token);
     crate::process::allocator::tune();
     let rt = runtime()?;
     let mut signals = {
         let _g = rt.enter();
         StopSignals::new()?
     };
-    // Buckets have no revision (empty): the spec alone names what to open.
-    let revision = (!cfg.revision.is_empty()).then_some(cfg.revision.as_str());
-    let opened = match crate::process::session::open_vfs(&cfg.spec, revision, &client, &vfs_opts, &rt) {
-        Ok(o) => o,
+    let Serving { vfs, commit, session } = match serve_fd(&cfg, token, fuse_fd, &rt) {
+        Ok(s) => s,
         Err(e) => {
             let _ = writeln!(sock, "error: {e:#}");
             return Err(e);
         }
     };
-    let vfs = opened.vfs.clone();
-    let adapter = crate::fuse::FuseAdapter::new(vfs.clone(), rt.handle().clone());
-    let mut config = fuser::Config::default();
-    config.acl = fuser::SessionACL::All;
-    config.n_threads = Some(4);
-    // The server need not be able to open /dev/fuse: every thread shares the handed descriptor.
-    config.clone_fd = false;
-    let session =
-        match fuser::Session::from_fd(adapter, fuse_fd, fuser::SessionACL::All, config).and_then(|s| s.spawn()) {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = writeln!(sock, "error: FUSE session: {e}");
-                return Err(e).context("FUSE session");
-            }
-        };
-    vfs.set_mountpoint(&cfg.mountpoint);
-    let shown_revision = if cfg.revision.is_empty() {
-        "none"
-    } else {
-        cfg.revision.as_str()
-    };
-    crate::process::metrics::watch(&vfs, &opened.repo.to_string(), shown_revision, "fuse", None);
     if let Some(dir) = cfg.mountpoint.parent() {
         super::metrics::serve_for_plugin(dir);
     }
-    writeln!(sock, "ready {}", opened.commit).context("answering the plugin")?;
+    writeln!(sock, "ready {commit}").context("answering the plugin")?;
     drop(sock);
-    tracing::info!(spec = %cfg.spec, commit = %opened.commit, mountpoint = %cfg.mountpoint.display(), "serving");
+    tracing::info!(spec = %cfg.spec, commit, mountpoint = %cfg.mountpoint.display(), "serving");
 
     // Kubelet's republish rewrites the token file when the secret rotates: the running mount
     // takes the new token within seconds (it never reaches argv, environment or logs).
@@ -196,7 +215,7 @@ const TOKEN_POLL: Duration = Duration::from_secs(2);
 
 /// Reads `file` every [`TOKEN_POLL`] and gives the client the token it holds whenever it changed.
 /// A file that cannot be read leaves the current token in place.
-async fn watch_token(file: PathBuf, client: crate::hub_client::HubClient) {
+pub(super) async fn watch_token(file: PathBuf, client: crate::hub_client::HubClient) {
     let read = |f: &PathBuf| std::fs::read_to_string(f).ok().map(|t| t.trim().to_string());
     let mut last = read(&file);
     loop {

@@ -36,7 +36,7 @@ const KILL_AFTER_ABORT: Duration = Duration::from_secs(10);
 /// Aborts the FUSE connection of the filesystem `dev` (`MAJ:MIN`) through fusectl, mounting fusectl
 /// first if needed: a source whose last target was detached lazily (something still had a file
 /// open) keeps its session alive until then; this ends it, so stopping stays bounded.
-fn abort_connection(dev: &str) {
+pub(super) fn abort_connection(dev: &str) {
     let Some(minor) = dev.split(':').nth(1) else {
         return;
     };
@@ -130,7 +130,7 @@ impl From<SourceError> for Status {
     }
 }
 
-fn internal(what: &'static str, err: impl Into<std::io::Error>) -> SourceError {
+pub(super) fn internal(what: &'static str, err: impl Into<std::io::Error>) -> SourceError {
     SourceError::Io { what, err: err.into() }
 }
 
@@ -152,6 +152,40 @@ pub fn answers_enotconn(dir: &Path) -> bool {
         rx.recv_timeout(Duration::from_secs(2)),
         Ok(Some(libc::ENOTCONN | libc::ECONNABORTED))
     )
+}
+
+/// What a server of `spec` is told at the handoff.
+pub(super) fn serve_config(
+    spec: &VolumeSpec,
+    checked: &Checked,
+    endpoint: &str,
+    mountpoint: &Path,
+    cache_dir: PathBuf,
+    token_file: PathBuf,
+    log_file: PathBuf,
+) -> ServeConfig {
+    let s = &spec.settings;
+    ServeConfig {
+        spec: spec.mount_spec(),
+        revision: checked.revision.clone(),
+        endpoint: endpoint.to_string(),
+        token_file,
+        mountpoint: mountpoint.to_path_buf(),
+        read_only: spec.read_only,
+        uid: spec.uid,
+        gid: spec.gid,
+        cache_dir,
+        memory_cache_size: s.memory_cache_size,
+        memory_limit: s.memory_limit,
+        cache_size: s.cache_size,
+        metadata_ttl_ms: s.metadata_ttl.as_millis() as u64,
+        prefetch_files: s.prefetch_files,
+        commit_every_ms: s.commit_every.map(|d| d.as_millis() as u64),
+        drain_ms: s.drain_timeout.as_millis() as u64,
+        commit_message: s.commit_message.clone(),
+        shared_cache: s.shared_cache.clone(),
+        log_file,
+    }
 }
 
 impl Sources {
@@ -364,28 +398,15 @@ impl Sources {
             self.state.remove_source(key);
             st
         };
-        let s = &spec.settings;
-        let cfg = ServeConfig {
-            spec: spec.mount_spec(),
-            revision: checked.revision.clone(),
-            endpoint: endpoint.to_string(),
+        let cfg = serve_config(
+            spec,
+            checked,
+            endpoint,
+            &mnt,
+            self.cache_root.join(key),
             token_file,
-            mountpoint: mnt.clone(),
-            read_only: spec.read_only,
-            uid: spec.uid,
-            gid: spec.gid,
-            cache_dir: self.cache_root.join(key),
-            memory_cache_size: s.memory_cache_size,
-            memory_limit: s.memory_limit,
-            cache_size: s.cache_size,
-            metadata_ttl_ms: s.metadata_ttl.as_millis() as u64,
-            prefetch_files: s.prefetch_files,
-            commit_every_ms: s.commit_every.map(|d| d.as_millis() as u64),
-            drain_ms: s.drain_timeout.as_millis() as u64,
-            commit_message: s.commit_message.clone(),
-            shared_cache: s.shared_cache.clone(),
-            log_file: self.state.source_dir(key).join("server.log"),
-        };
+            self.state.source_dir(key).join("server.log"),
+        );
         let (ours, theirs) = UnixStream::pair().map_err(|e| fail(None, internal("socket pair", e)))?;
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -616,7 +637,8 @@ impl Sources {
         }
         // Token files of sources that no longer exist (a crash between stop and cleanup).
         let keys = self.state.source_keys();
-        for stale in self.state.token_keys().into_iter().filter(|k| !keys.contains(k)) {
+        let orphan = |k: &String| !keys.contains(k) && !k.starts_with(super::sidecar::TOKEN_PREFIX);
+        for stale in self.state.token_keys().into_iter().filter(orphan) {
             tracing::info!(key = stale, "removing an orphaned token file");
             self.state.remove_token(&stale);
         }

@@ -347,6 +347,10 @@ pub fn parse(
         settings.commit_message = v;
     }
     let token_key = take(&["tokenKey", "tokenSecretKey"]).unwrap_or_else(|| "token".to_string());
+    // Read by the publish itself (`sidecar::mount_mode`): checked here with the rest.
+    if let Some(v) = take(&["mountMode"]) {
+        super::sidecar::parse_mode(&v)?;
+    }
     if let Some((k, _)) = a.iter().next() {
         return Err(format!(
             "unknown volume attribute {k:?} (see docs/KUBERNETES.md for the list)"

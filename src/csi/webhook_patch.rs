@@ -26,7 +26,7 @@ pub const INJECT_ANNOTATION: &str = "hubfs.csi.huggingface.co/inject";
 /// The only AdmissionReview version served (what `admissionReviewVersions: [v1]` asks for).
 pub const REVIEW_API_VERSION: &str = "admission.k8s.io/v1";
 /// `nobody`: the sidecar only holds a FUSE descriptor and serves it, it needs no identity.
-const SIDECAR_UID: u32 = 65534;
+pub const SIDECAR_UID: u32 = 65534;
 
 /// Why a review body cannot be answered at all (HTTP 400: a malformed request never gets a patch).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -1,5 +1,6 @@
-//! The harness of tests/csi_node.rs: a mount namespace per test, the plugin as a separate
-//! process, a gRPC client over its unix socket, kubelet-shaped targets and mountinfo checks.
+//! The harness of tests/csi_node.rs and tests/csi_sidecar.rs: a mount namespace per test, the
+//! plugin as a separate process, a gRPC client over its unix socket, kubelet-shaped targets and
+//! mountinfo checks, and a pod's sidecar.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -43,6 +44,9 @@ pub struct Plugin {
     pub sock: PathBuf,
     pub state: PathBuf,
     log: PathBuf,
+    /// In PID and mount namespaces of its own (`start_contained`): its servers' recorded pids are
+    /// that namespace's, and they die with it.
+    contained: bool,
 }
 
 impl Plugin {
@@ -52,11 +56,38 @@ impl Plugin {
 
     /// [`Plugin::start`] with more command-line arguments.
     pub fn start_with(root: &Path, ep: &str, tag: &str, extra: &[&str]) -> Plugin {
+        Plugin::launch(root, ep, tag, extra, false)
+    }
+
+    /// The plugin as its container runs it: in a PID namespace of its own (with its own /proc),
+    /// whose whole process tree `kill9` ends as a container restart does, and a mount namespace
+    /// whose mounts under `root` reach the test's (call [`share_mounts`] on `root` first: kubelet's
+    /// directory is mounted into the plugin with Bidirectional propagation).
+    pub fn start_contained(root: &Path, ep: &str, tag: &str) -> Plugin {
+        Plugin::launch(root, ep, tag, &[], true)
+    }
+
+    fn launch(root: &Path, ep: &str, tag: &str, extra: &[&str], contained: bool) -> Plugin {
         let sock = root.join("plugin/csi.sock");
         let state = root.join("state");
         let log = root.join(format!("plugin-{tag}.log"));
         let _ = std::fs::remove_file(&sock);
-        let child = Command::new(env!("CARGO_BIN_EXE_hubfs"))
+        let mut cmd = if contained {
+            let mut c = Command::new("unshare");
+            c.args([
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "--mount-proc",
+                "--propagation",
+                "unchanged",
+                env!("CARGO_BIN_EXE_hubfs"),
+            ]);
+            c
+        } else {
+            Command::new(env!("CARGO_BIN_EXE_hubfs"))
+        };
+        let child = cmd
             .args(["csi-node", "--node-id", "test-node", "--hub-endpoint", ep])
             .arg("--endpoint")
             .arg(format!("unix://{}", sock.display()))
@@ -79,6 +110,7 @@ impl Plugin {
             sock,
             state,
             log,
+            contained,
         }
     }
 
@@ -138,7 +170,9 @@ impl Drop for Plugin {
         if std::env::var_os("HUBFS_CSI_SHOW_LOG").is_some() {
             println!("--- plugin log\n{}", self.log());
         }
-        kill_servers(&self.state);
+        if !self.contained {
+            kill_servers(&self.state);
+        }
         if let Ok(s) = hubfs::csi::state::StateDir::open(&self.state)
             && s.token_dir.starts_with("/")
             && !s.token_dir.starts_with(&s.root)
@@ -360,4 +394,103 @@ pub fn sha256_of(p: &Path) -> String {
         h.update(&buf[..n]);
     }
     hex::encode(h.finalize())
+}
+
+/// Makes `root` a shared mount of its own, so that mounts a plugin in another mount namespace makes
+/// below it show here too.
+pub fn share_mounts(root: &Path) {
+    for args in [vec!["--bind", "", ""], vec!["--make-rshared", ""]] {
+        let mut c = Command::new("mount");
+        for a in args {
+            if a.is_empty() {
+                c.arg(root);
+            } else {
+                c.arg(a);
+            }
+        }
+        assert!(c.status().unwrap().success(), "mount {c:?}");
+    }
+}
+
+/// A pod's `hubfs csi-sidecar`: its own PID namespace, uid and gid 65534 (as the webhook's
+/// securityContext asks), the pod's emptyDir as its socket dir.
+pub struct Sidecar {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl Sidecar {
+    pub fn start(emptydir: &Path, log: PathBuf) -> Sidecar {
+        let child = Command::new("unshare")
+            .args([
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "setpriv",
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+            ])
+            .args([
+                "--clear-groups",
+                "--",
+                env!("CARGO_BIN_EXE_hubfs"),
+                "csi-sidecar",
+                "--socket-dir",
+            ])
+            .arg(emptydir)
+            .env("RUST_LOG", "hubfs=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start hubfs csi-sidecar");
+        Sidecar { child, log }
+    }
+
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM to the sidecar itself (kubelet's stop of the container), then its exit status.
+    pub fn stop(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let me = self.child.id();
+        // unshare's child (setpriv, which became hubfs) runs the sidecar.
+        let children = std::fs::read_to_string(format!("/proc/{me}/task/{me}/children")).unwrap_or_default();
+        for pid in children.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+            // SAFETY: a signal to a process this test started.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The pod's `hubfs-sidecar` emptyDir, as kubelet lays it out beside its CSI volumes.
+pub fn sidecar_emptydir(root: &Path, pod: &str) -> PathBuf {
+    let d = root.join(format!(
+        "var/lib/kubelet/pods/{pod}/volumes/kubernetes.io~empty-dir/hubfs-sidecar"
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    d
 }
