@@ -13,7 +13,8 @@
 //! - [`metrics`]: the plugin's `/metrics`, its servers' merged in;
 //! - [`fdpass`]: /dev/fuse, mount(2), binds and SCM_RIGHTS; [`server`]: the serving process.
 //! - [`sidecar`]: sidecar mode, the plugin's half (a pod's volume mounted at its target and handed
-//!   to the pod's own `hubfs csi-sidecar`, [`sidecar_serve`]), so volumes outlive plugin restarts.
+//!   to the pod's own `hubfs csi-sidecar`, [`sidecar_serve`]), so volumes outlive plugin restarts;
+//!   [`mount_pod`]: mount-pod mode, a source served by a pod the plugin creates ([`kube`]: the API).
 //! - [`webhook`] (`hubfs csi-webhook`): the admission webhook adding the sidecar of sidecar mode to
 //!   pods with hubfs volumes; [`webhook_patch`]: its decision and JSON Patch, pure.
 //!
@@ -34,6 +35,8 @@
 //! [`server`]: crate::csi::server
 //! [`sidecar`]: crate::csi::sidecar
 //! [`sidecar_serve`]: crate::csi::sidecar_serve
+//! [`mount_pod`]: crate::csi::mount_pod
+//! [`kube`]: crate::csi::kube
 //! [`webhook`]: crate::csi::webhook
 //! [`webhook_patch`]: crate::csi::webhook_patch
 
@@ -42,7 +45,9 @@ pub mod fdpass;
 pub mod grpc;
 pub mod hub;
 pub mod identity;
+pub mod kube;
 pub mod metrics;
+pub mod mount_pod;
 pub use crate::process::mountinfo;
 pub mod node;
 pub mod proto;
@@ -88,6 +93,16 @@ pub struct CsiNodeArgs {
     /// mounts inherit; see docs/KUBERNETES.md).
     #[arg(long, value_name = "URL")]
     pub shared_cache: Option<String>,
+    /// Mount-pod mode: serve source mounts from pods of this image on the node (created in
+    /// --mount-pod-namespace through the Kubernetes API) instead of from the plugin's container,
+    /// so that they outlive its restarts; see docs/KUBERNETES.md.
+    #[arg(long, value_name = "IMAGE")]
+    pub mount_pod_image: Option<String>,
+    /// Namespace of the mount pods.
+    #[arg(long, default_value = "hubfs-csi")]
+    pub mount_pod_namespace: String,
+    #[command(flatten)]
+    pub kube: kube::KubeArgs,
 }
 
 /// What the RPC handlers share.
@@ -152,12 +167,23 @@ pub fn run(args: CsiNodeArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| crate::hub_client::HubClientConfig::from_env().endpoint)
         .trim_end_matches('/')
         .to_string();
+    let pods = match args.mount_pod_image.as_deref().map(str::trim) {
+        None => None,
+        Some("") => anyhow::bail!("--mount-pod-image must not be empty"),
+        Some(image) => Some(mount_pod::MountPods::new(
+            &args.kube,
+            image.to_string(),
+            args.mount_pod_namespace.clone(),
+            args.node_id.clone(),
+            &state.root,
+        )?),
+    };
     let plugin = Arc::new(Plugin {
         node_id: args.node_id.clone(),
         default_endpoint,
         default_shared_cache: args.shared_cache.clone(),
         sidecars: sidecar::Sidecars::new(state.clone())?,
-        sources: sources::Sources::new(state, cache)?,
+        sources: sources::Sources::new(state, cache, pods)?,
     });
     // Before serving: kubelet's first calls after a restart find the old mounts known.
     plugin.sources.adopt();

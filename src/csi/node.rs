@@ -95,7 +95,6 @@ pub async fn publish(p: Arc<Plugin>, req: NodePublishVolumeRequest) -> Result<No
         .await
         .inspect_err(|e| tracing::warn!(target = %target.display(), code = ?e.code(), error = e.message(), "NodePublishVolume refused"))?;
     let endpoint = super::hub::endpoint_of(&spec, &p.default_endpoint);
-    let key = super::sources::Sources::key(&spec, &checked, &endpoint);
     if let Some(emptydir) = super::sidecar::Sidecars::choose(&target, mode).await? {
         let name = super::sidecar::Sidecars::name_of(&target);
         // Paths as the sidecar sees them are set there; the token travels with the descriptor.
@@ -119,6 +118,19 @@ pub async fn publish(p: Arc<Plugin>, req: NodePublishVolumeRequest) -> Result<No
         super::metrics::published(&req.volume_id, &target, &format!("sidecar-{name}"));
         return Ok(NodePublishVolumeResponse {});
     }
+    let in_pod = match mode {
+        super::sidecar::MountMode::Pod if !p.sources.has_mount_pods() => {
+            return Err(Status::failed_precondition(
+                "mountMode pod: the plugin runs without --mount-pod-image",
+            ));
+        }
+        super::sidecar::MountMode::Pod | super::sidecar::MountMode::Auto => p.sources.has_mount_pods(),
+        _ => false,
+    };
+    if in_pod {
+        spec.settings.mount_pod = Some(spec.pod_resources.clone());
+    }
+    let key = super::sources::Sources::key(&spec, &checked, &endpoint);
     let t = target.clone();
     tokio::task::spawn_blocking(move || p.sources.publish(&t, &spec, &checked, &endpoint, token.as_deref()))
         .await

@@ -61,6 +61,8 @@ pub enum MountMode {
     Sidecar,
     /// A source mount of the plugin, shared by the node's pods asking for the same thing.
     Shared,
+    /// A source mount served by a mount pod (the plugin's `--mount-pod-image`), shared too.
+    Pod,
 }
 
 pub fn mount_mode(context: &HashMap<String, String>) -> Result<MountMode, String> {
@@ -72,7 +74,8 @@ pub fn parse_mode(v: &str) -> Result<MountMode, String> {
         "" | "auto" => Ok(MountMode::Auto),
         "sidecar" => Ok(MountMode::Sidecar),
         "shared" => Ok(MountMode::Shared),
-        other => Err(format!("mountMode {other:?}: use auto, sidecar or shared")),
+        "pod" => Ok(MountMode::Pod),
+        other => Err(format!("mountMode {other:?}: use auto, sidecar, pod or shared")),
     }
 }
 
@@ -176,7 +179,7 @@ impl Sidecars {
 
     /// The emptyDir to serve `target` through, per `mode`: `None` for a shared source mount.
     pub async fn choose(target: &Path, mode: MountMode) -> Result<Option<PathBuf>, Status> {
-        if mode == MountMode::Shared {
+        if matches!(mode, MountMode::Shared | MountMode::Pod) {
             return Ok(None);
         }
         let Some(dir) = emptydir_of(target) else {
@@ -384,7 +387,7 @@ impl Sidecars {
 }
 
 /// Sends a rotated token to the sidecar serving volume `name`.
-fn send_token(emptydir: &Path, name: &str, token: Option<&str>) -> std::io::Result<()> {
+pub(super) fn send_token(emptydir: &Path, name: &str, token: Option<&str>) -> std::io::Result<()> {
     let mut s = UnixStream::connect(fdpass::socket_in(emptydir, CONTROL_SOCKET)?.path)?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     s.set_write_timeout(Some(Duration::from_secs(10)))?;

@@ -35,7 +35,14 @@ pub struct CsiSidecarArgs {
     /// The emptyDir shared with the CSI plugin (`/hubfs-sidecar` in pods the webhook changed).
     #[arg(long, default_value = super::webhook_patch::SOCKET_DIR)]
     pub socket_dir: PathBuf,
+    /// Exit once every volume taken has ended (a mount pod of the plugin's mount-pod mode), or if
+    /// none arrives within 10 minutes.
+    #[arg(long)]
+    pub exit_when_idle: bool,
 }
+
+/// With `--exit-when-idle`: how long to wait for a first volume.
+const FIRST_VOLUME_WITHIN: Duration = Duration::from_secs(600);
 
 /// A volume this sidecar serves.
 struct Volume {
@@ -73,7 +80,17 @@ pub fn run(args: CsiSidecarArgs) -> anyhow::Result<()> {
     tracing::info!(dir = %dir.display(), "hubfs sidecar waiting for volumes");
     let mut failed: HashMap<String, Instant> = HashMap::new();
     let mut taken: HashSet<String> = HashSet::new();
+    let started = Instant::now();
     loop {
+        if args.exit_when_idle {
+            if !taken.is_empty() && volumes.lock().is_empty() {
+                tracing::info!("every volume ended: exiting");
+                break;
+            }
+            if taken.is_empty() && started.elapsed() > FIRST_VOLUME_WITHIN {
+                anyhow::bail!("no volume was handed over within {FIRST_VOLUME_WITHIN:?}");
+            }
+        }
         let stop = rt.block_on(async {
             tokio::select! {
                 _ = signals.recv() => true,
@@ -176,19 +193,21 @@ fn take(name: &str, vol_dir: &Path, rt: &tokio::runtime::Runtime, volumes: &Volu
                 tracing::warn!(volume = name, "the FUSE session ended with an error");
             }
             // Unpublished (the plugin unmounted it), or the pod is ending (SIGTERM drains it).
-            let Some(v) = volumes.lock().remove(&name) else {
+            // Left in the table until drained: `--exit-when-idle` exits once it is empty.
+            let Some((vfs, drain)) = volumes.lock().get(&name).map(|v| (v.vfs.clone(), v.drain)) else {
                 return;
             };
-            let left = if v.vfs.is_writable() {
-                handle.block_on(v.vfs.drain(v.drain))
+            let left = if vfs.is_writable() {
+                handle.block_on(vfs.drain(drain))
             } else {
                 0
             };
-            v.vfs.remove_status();
+            vfs.remove_status();
+            volumes.lock().remove(&name);
             if left > 0 {
                 tracing::warn!(
                     volume = name,
-                    "{left} file(s) could not be committed; they stay staged in the emptyDir"
+                    "{left} file(s) could not be committed; they stay staged in the volume's directory"
                 );
             } else {
                 let _ = std::fs::remove_dir_all(&vol_dir);

@@ -89,6 +89,8 @@ struct Running {
 /// unless a new source of the same key started meanwhile).
 pub struct Sources {
     state: StateDir,
+    /// Mount-pod mode (`--mount-pod-image`): sources served by pods of their own.
+    pods: Option<super::mount_pod::MountPods>,
     cache_root: PathBuf,
     exe: PathBuf,
     running: Mutex<HashMap<String, Running>>,
@@ -189,11 +191,16 @@ pub(super) fn serve_config(
 }
 
 impl Sources {
-    pub fn new(state: StateDir, cache_root: PathBuf) -> anyhow::Result<Sources> {
+    pub fn new(
+        state: StateDir,
+        cache_root: PathBuf,
+        pods: Option<super::mount_pod::MountPods>,
+    ) -> anyhow::Result<Sources> {
         let exe = std::env::current_exe()?;
         std::fs::create_dir_all(&cache_root)?;
         Ok(Sources {
             state,
+            pods,
             cache_root,
             exe,
             running: Mutex::new(HashMap::new()),
@@ -217,7 +224,17 @@ impl Sources {
         )
     }
 
-    fn alive(r: &mut Running) -> bool {
+    /// Whether mount-pod mode is on.
+    pub fn has_mount_pods(&self) -> bool {
+        self.pods.is_some()
+    }
+
+    fn alive(&self, r: &mut Running) -> bool {
+        if r.record.pod.is_some() {
+            // Only the pod holds the descriptor: its end aborts the connection.
+            let mnt = self.state.source_mnt(&r.record.key);
+            return mountinfo::at(&mountinfo::read(), &mnt).is_some() && !answers_enotconn(&mnt);
+        }
         if let Some(c) = r.child.as_mut()
             && !matches!(c.try_wait(), Ok(None))
         {
@@ -243,7 +260,7 @@ impl Sources {
         let Some(r) = running.get_mut(&key) else {
             return Republish::NotPublished;
         };
-        if !Self::alive(r) {
+        if !self.alive(r) {
             return Republish::NotPublished;
         }
         if self.state.read_token(&key).as_deref() == token {
@@ -257,7 +274,12 @@ impl Sources {
 
     /// Rewrites the token file of a source (a rotated token of the same account).
     pub fn rewrite_token(&self, key: &str, token: Option<&str>) -> Result<(), SourceError> {
-        let _g = self.running.lock();
+        let running = self.running.lock();
+        // A mount pod cannot read the plugin's token files: it is sent the token.
+        if let (Some(pods), Some(pod)) = (&self.pods, running.get(key).and_then(|r| r.record.pod.as_ref())) {
+            super::sidecar::send_token(&pods.socket_dir(pod), key, token)
+                .map_err(|e| internal("sending the token to the mount pod", e))?;
+        }
         self.state
             .write_token(key, token)
             .map(|_| ())
@@ -299,7 +321,7 @@ impl Sources {
         let key = Self::key(spec, checked, endpoint);
         let table = mountinfo::read();
         let mnt = self.state.source_mnt(&key);
-        let alive = running.get_mut(&key).is_some_and(Self::alive);
+        let alive = running.get_mut(&key).is_some_and(|r| self.alive(r));
         let source_dev = if alive {
             mountinfo::at(&table, &mnt).map(|e| e.dev.clone())
         } else {
@@ -407,6 +429,9 @@ impl Sources {
             token_file,
             self.state.source_dir(key).join("server.log"),
         );
+        if let Some(resources) = &spec.settings.mount_pod {
+            return self.start_pod(running, key, spec, checked, cfg, token, fd, resources);
+        }
         let (ours, theirs) = UnixStream::pair().map_err(|e| fail(None, internal("socket pair", e)))?;
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -462,6 +487,7 @@ impl Sources {
             start_time,
             drain_secs: spec.settings.drain_timeout.as_secs(),
             identity: checked.identity.clone(),
+            pod: None,
         };
         if let Err(e) = self.state.write_record(&record) {
             return Err(fail(Some(&mut child), internal("writing the source record", e)));
@@ -475,6 +501,54 @@ impl Sources {
                 child: Some(child),
             },
         );
+        Ok(())
+    }
+
+    /// [`start`](Self::start) of a source served by a mount pod: `fd` is mounted at its `mnt`.
+    #[allow(clippy::too_many_arguments)]
+    fn start_pod(
+        &self,
+        running: &mut HashMap<String, Running>,
+        key: &str,
+        spec: &VolumeSpec,
+        checked: &Checked,
+        cfg: ServeConfig,
+        token: Option<&str>,
+        fd: std::os::fd::OwnedFd,
+        resources: &super::mount_pod::PodResources,
+    ) -> Result<(), SourceError> {
+        let mnt = cfg.mountpoint.clone();
+        let fail = |st: SourceError| {
+            let _ = fdpass::unmount(&mnt, true);
+            self.state.remove_source(key);
+            st
+        };
+        let Some(pods) = &self.pods else {
+            return Err(fail(SourceError::Server(
+                "mount-pod mode is off (the plugin has no --mount-pod-image)".into(),
+            )));
+        };
+        let (pod, commit) = pods.start(key, cfg, token, &fd, resources).map_err(fail)?;
+        // The pod holds the descriptor now: its end aborts the connection.
+        drop(fd);
+        let record = SourceRecord {
+            key: key.to_string(),
+            spec: spec.mount_spec(),
+            revision: checked.revision.clone(),
+            read_only: spec.read_only,
+            pid: 0,
+            start_time: 0,
+            drain_secs: spec.settings.drain_timeout.as_secs(),
+            identity: checked.identity.clone(),
+            pod: Some(pod.clone()),
+        };
+        if let Err(e) = self.state.write_record(&record) {
+            pods.delete(&pod);
+            return Err(fail(internal("writing the source record", e)));
+        }
+        crate::fuse::readahead::raise_readahead(&mnt, spec.readahead());
+        tracing::info!(key, pod, source = %spec.display(), commit, "source mount started in a mount pod");
+        running.insert(key.to_string(), Running { record, child: None });
         Ok(())
     }
 
@@ -549,9 +623,19 @@ impl Sources {
             dev,
         } = s;
         let limit = Duration::from_secs(r.record.drain_secs) + EXIT_MARGIN;
+        if let (Some(pod), Some(pods)) = (&r.record.pod, &self.pods) {
+            if !pods.wait_end(pod, limit) {
+                tracing::warn!(key, pod, "the mount pod did not exit within its drain timeout");
+                if let Some(dev) = &dev {
+                    abort_connection(dev);
+                }
+                pods.wait_end(pod, KILL_AFTER_ABORT);
+            }
+            pods.delete(pod);
+        }
         let start = Instant::now();
         let mut aborted = false;
-        while Self::alive(&mut r) {
+        while r.record.pod.is_none() && self.alive(&mut r) {
             if start.elapsed() > limit && !aborted {
                 tracing::warn!(
                     key,
@@ -599,7 +683,8 @@ impl Sources {
             let mnt = self.state.source_mnt(&key);
             let mounted = mountinfo::at(&table, &mnt).cloned();
             let rec = records.get(&key);
-            let alive = rec.is_some_and(server_alive);
+            // A mount pod's liveness is its connection's (checked below).
+            let alive = rec.is_some_and(|r| r.pod.is_some() || server_alive(r));
             match (rec, mounted) {
                 (Some(r), Some(m)) if alive && !answers_enotconn(&mnt) => {
                     tracing::info!(key, pid = r.pid, source = %r.spec, "adopted a running source mount");
@@ -623,6 +708,11 @@ impl Sources {
                     for e in mountinfo::with_dev(&table, &m.dev) {
                         let _ = fdpass::unmount(&e.mountpoint, true);
                     }
+                    self.delete_pod_of(rec);
+                    self.state.remove_source(&key);
+                }
+                (Some(r), None) if r.pod.is_some() => {
+                    self.delete_pod_of(rec);
                     self.state.remove_source(&key);
                 }
                 (Some(r), None) => {
@@ -641,6 +731,18 @@ impl Sources {
         for stale in self.state.token_keys().into_iter().filter(orphan) {
             tracing::info!(key = stale, "removing an orphaned token file");
             self.state.remove_token(&stale);
+        }
+    }
+
+    /// Deletes the mount pod of record `rec`, if it has one.
+    fn delete_pod_of(&self, rec: Option<&SourceRecord>) {
+        match (rec.and_then(|r| r.pod.as_deref()), &self.pods) {
+            (Some(pod), Some(pods)) => pods.delete(pod),
+            (Some(pod), None) => tracing::warn!(
+                pod,
+                "a mount pod is left: this plugin has no --mount-pod-image to delete it"
+            ),
+            _ => {}
         }
     }
 

@@ -31,6 +31,9 @@ pub struct SourceRecord {
     /// of the same account only rewrites the token file.
     #[serde(default)]
     pub identity: String,
+    /// The mount pod serving it (mount-pod mode); `pid` is then 0.
+    #[serde(default)]
+    pub pod: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -201,6 +204,7 @@ mod tests {
             start_time: t,
             drain_secs: 1,
             identity: "anonymous".into(),
+            pod: None,
         };
         assert!(server_alive(&r));
         assert!(!server_alive(&SourceRecord {

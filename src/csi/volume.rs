@@ -32,6 +32,9 @@ pub struct MountSettings {
     /// The shared cache tier's URL (`sharedCache`, else the plugin's `--shared-cache`); `Some("")`
     /// until the plugin's default is applied: the volume turned it off (`sharedCache: none`).
     pub shared_cache: Option<String>,
+    /// Served by a mount pod with these resources (mount-pod mode); `None`: by the plugin's own
+    /// `csi-serve` process.
+    pub mount_pod: Option<super::mount_pod::PodResources>,
 }
 
 impl Default for MountSettings {
@@ -46,6 +49,7 @@ impl Default for MountSettings {
             drain_timeout: Duration::from_secs(60),
             commit_message: "hubfs (kubernetes): {summary}".to_string(),
             shared_cache: None,
+            mount_pod: None,
         }
     }
 }
@@ -67,6 +71,8 @@ pub struct VolumeSpec {
     pub settings: MountSettings,
     /// Which key of the nodePublishSecretRef secret holds the token.
     pub token_key: String,
+    /// A mount pod's resources (`mountPodCpu` and the like), if the volume gets one.
+    pub pod_resources: super::mount_pod::PodResources,
 }
 
 impl VolumeSpec {
@@ -109,7 +115,9 @@ impl VolumeSpec {
     /// The settings and source as a canonical string (part of the source key).
     pub fn canonical(&self) -> String {
         let s = &self.settings;
-        format!(
+        // Only a mount pod's volume says so: the keys of other sources stay what they were.
+        let pod = s.mount_pod.as_ref().map(|p| format!("|pod={p:?}")).unwrap_or_default();
+        pod + &format!(
             "{:?}|{}|{:?}|{:?}|ro={}|{}:{}|mem={}|limit={:?}|disk={}|ttl={:?}|pf={}|every={:?}|drain={:?}|msg={}|shared={:?}",
             self.kind,
             self.id,
@@ -351,6 +359,20 @@ pub fn parse(
     if let Some(v) = take(&["mountMode"]) {
         super::sidecar::parse_mode(&v)?;
     }
+    let mut quantity = |name: &str| -> Result<Option<String>, String> {
+        match take(&[name]).filter(|v| !v.is_empty()) {
+            None => Ok(None),
+            Some(v) => super::webhook_patch::check_quantity(&v)
+                .map(|()| Some(v))
+                .map_err(|e| format!("{name}: {e}")),
+        }
+    };
+    let pod_resources = super::mount_pod::PodResources {
+        cpu: quantity("mountPodCpu")?,
+        memory: quantity("mountPodMemory")?,
+        cpu_limit: quantity("mountPodCpuLimit")?,
+        memory_limit: quantity("mountPodMemoryLimit")?,
+    };
     if let Some((k, _)) = a.iter().next() {
         return Err(format!(
             "unknown volume attribute {k:?} (see docs/KUBERNETES.md for the list)"
@@ -367,6 +389,7 @@ pub fn parse(
         gid,
         settings,
         token_key,
+        pod_resources,
     })
 }
 

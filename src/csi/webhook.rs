@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,8 +20,8 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use clap::Args;
 use futures::StreamExt;
-use serde_json::Value;
 
+use super::kube::{Kube, KubeError};
 use super::webhook_patch::{self as wp, Claim, ReviewError, Sidecar};
 
 mod tls;
@@ -33,9 +33,6 @@ pub const BODY_LIMIT: usize = 3 << 20;
 const DRAIN_LIMIT: u64 = 16 << 20;
 /// Time to read one request body (the API server gives the whole call 5 s).
 const BODY_DEADLINE: Duration = Duration::from_secs(10);
-/// Deadline of each call to the Kubernetes API.
-const API_DEADLINE: Duration = Duration::from_secs(2);
-const SERVICE_ACCOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// `hubfs csi-webhook` options.
 #[derive(Args, Debug)]
@@ -64,20 +61,8 @@ pub struct CsiWebhookArgs {
     /// Memory limit of the sidecar (default: none).
     #[arg(long)]
     pub sidecar_memory_limit: Option<String>,
-    /// Kubernetes API base URL (default: in-cluster, https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT).
-    #[arg(long, hide = true, env = "HUBFS_KUBE_API")]
-    pub kube_api: Option<String>,
-    /// Bearer token file for the API, re-read at each call (projected tokens rotate).
-    #[arg(
-        long,
-        hide = true,
-        env = "HUBFS_KUBE_TOKEN_FILE",
-        default_value = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-    )]
-    pub kube_token_file: PathBuf,
-    /// CA bundle of the API (default: the service account's ca.crt when it exists).
-    #[arg(long, hide = true, env = "HUBFS_KUBE_CA_FILE")]
-    pub kube_ca_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub kube: super::kube::KubeArgs,
     /// How often the certificate files are checked for changes.
     #[arg(long, hide = true, default_value = "5", value_name = "SECONDS")]
     pub cert_check_interval: u64,
@@ -117,120 +102,10 @@ impl IntoResponse for WebhookError {
     }
 }
 
-/// Why the Kubernetes API could not answer; the text never holds the token.
-#[derive(Debug, thiserror::Error)]
-pub enum KubeError {
-    #[error("no Kubernetes API configured (not in a cluster and no HUBFS_KUBE_API)")]
-    NotConfigured,
-    #[error("no answer within {API_DEADLINE:?}")]
-    Timeout,
-    #[error("reading the token file {path}: {err}")]
-    Token { path: PathBuf, err: std::io::Error },
-    #[error("{0}")]
-    Request(String),
-    #[error("HTTP {status}: {message}")]
-    Status { status: u16, message: String },
-    #[error("{0} is not a valid object name")]
-    BadName(String),
-}
+/// The webhook's look-ups: whether a pod's claims are bound to hubfs volumes.
+struct Claims(Kube);
 
-/// Reads PVCs and PVs with the webhook's service account.
-struct Kube {
-    base: Option<String>,
-    token_file: PathBuf,
-    client: reqwest::Client,
-}
-
-impl Kube {
-    fn new(args: &CsiWebhookArgs) -> anyhow::Result<Kube> {
-        let base = args.kube_api.clone().or_else(|| {
-            let host = std::env::var("KUBERNETES_SERVICE_HOST").ok()?;
-            let port = std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_else(|_| "443".into());
-            Some(match host.contains(':') {
-                true => format!("https://[{host}]:{port}"),
-                false => format!("https://{host}:{port}"),
-            })
-        });
-        let ca_file = args.kube_ca_file.clone().or_else(|| {
-            let p = Path::new(SERVICE_ACCOUNT).join("ca.crt");
-            p.exists().then_some(p)
-        });
-        let mut builder = reqwest::Client::builder()
-            .timeout(API_DEADLINE)
-            .connect_timeout(API_DEADLINE);
-        if let Some(ca) = &ca_file {
-            let pem = std::fs::read(ca).with_context(|| format!("Kubernetes API CA {}", ca.display()))?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem)
-                .with_context(|| format!("Kubernetes API CA {}", ca.display()))?;
-            builder = builder.tls_certs_only(certs);
-        }
-        match &base {
-            Some(b) => tracing::info!(api = %b, "PersistentVolumeClaims are looked up in the Kubernetes API"),
-            None => tracing::warn!("no Kubernetes API: pods whose hubfs volumes are PVCs get no sidecar"),
-        }
-        Ok(Kube {
-            base: base.map(|b| b.trim_end_matches('/').to_string()),
-            token_file: args.kube_token_file.clone(),
-            client: builder.build()?,
-        })
-    }
-
-    /// GETs an API path; `None` for 404.
-    async fn get(&self, path: &str) -> Result<Option<Value>, KubeError> {
-        let base = self.base.as_deref().ok_or(KubeError::NotConfigured)?;
-        let call = async {
-            let mut req = self.client.get(format!("{base}{path}"));
-            match tokio::fs::read_to_string(&self.token_file).await {
-                Ok(token) => {
-                    let mut value = http::HeaderValue::try_from(format!("Bearer {}", token.trim()))
-                        .map_err(|_| KubeError::Request("the token is not a valid header value".into()))?;
-                    value.set_sensitive(true);
-                    req = req.header(header::AUTHORIZATION, value);
-                }
-                // Outside a cluster (tests, a local API proxy) there may be no token.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(err) => {
-                    return Err(KubeError::Token {
-                        path: self.token_file.clone(),
-                        err,
-                    });
-                }
-            }
-            let resp = req
-                .send()
-                .await
-                .map_err(|e| KubeError::Request(error_chain(&e.without_url())))?;
-            let status = resp.status();
-            if status == reqwest::StatusCode::NOT_FOUND {
-                return Ok(None);
-            }
-            let body = resp
-                .bytes()
-                .await
-                .map_err(|e| KubeError::Request(error_chain(&e.without_url())))?;
-            let json: Value =
-                serde_json::from_slice(&body).map_err(|e| KubeError::Request(format!("bad JSON: {e}")))?;
-            if !status.is_success() {
-                // A Kubernetes Status object: its message says what RBAC or the server refused.
-                let message = json
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .chars()
-                    .take(200)
-                    .collect();
-                return Err(KubeError::Status {
-                    status: status.as_u16(),
-                    message,
-                });
-            }
-            Ok(Some(json))
-        };
-        tokio::time::timeout(API_DEADLINE, call)
-            .await
-            .map_err(|_| KubeError::Timeout)?
-    }
-
+impl Claims {
     /// Whether one claim of `namespace` is bound to a hubfs PV.
     async fn claim(&self, namespace: &str, name: &str) -> Result<Claim, KubeError> {
         for n in [namespace, name] {
@@ -239,6 +114,7 @@ impl Kube {
             }
         }
         let pvc = self
+            .0
             .get(&format!("/api/v1/namespaces/{namespace}/persistentvolumeclaims/{name}"))
             .await?
             .ok_or_else(|| KubeError::Request("no such PersistentVolumeClaim".into()))?;
@@ -249,6 +125,7 @@ impl Kube {
             return Err(KubeError::BadName(format!("{pv:?}")));
         }
         let pv = self
+            .0
             .get(&format!("/api/v1/persistentvolumes/{pv}"))
             .await?
             .ok_or_else(|| KubeError::Request(format!("its PersistentVolume {pv:?} does not exist")))?;
@@ -268,21 +145,9 @@ impl Kube {
     }
 }
 
-/// An error and its causes on one line ("error sending request" alone says little). reqwest's
-/// errors carry the URL at most, never a header, so the token cannot show.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text = format!("{text}: {c}");
-        cause = c.source();
-    }
-    text
-}
-
 struct App {
     sidecar: Sidecar,
-    kube: Kube,
+    kube: Claims,
 }
 
 /// `POST /mutate`: one AdmissionReview in, one out.
@@ -367,8 +232,16 @@ pub fn run(args: CsiWebhookArgs) -> anyhow::Result<()> {
     let sidecar = sidecar_of(&args)?;
     let pair = tls::KeyPair::load(&args.tls_cert, &args.tls_key).context("--tls-cert/--tls-key")?;
     let config = pair.server_config()?;
-    let kube = Kube::new(&args)?;
-    let app = Arc::new(App { sidecar, kube });
+    // The API server gives the whole review 5 s.
+    let kube = Kube::new(&args.kube, Duration::from_secs(2))?;
+    match kube.configured() {
+        true => tracing::info!("PersistentVolumeClaims are looked up in the Kubernetes API"),
+        false => tracing::warn!("no Kubernetes API: pods whose hubfs volumes are PVCs get no sidecar"),
+    }
+    let app = Arc::new(App {
+        sidecar,
+        kube: Claims(kube),
+    });
     let router = axum::Router::new()
         .route("/mutate", axum::routing::post(mutate))
         .route("/healthz", axum::routing::get(|| async { "ok" }))

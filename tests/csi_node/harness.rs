@@ -67,6 +67,11 @@ impl Plugin {
         Plugin::launch(root, ep, tag, &[], true)
     }
 
+    /// [`Plugin::start_contained`] with more command-line arguments.
+    pub fn start_contained_with(root: &Path, ep: &str, tag: &str, extra: &[&str]) -> Plugin {
+        Plugin::launch(root, ep, tag, extra, true)
+    }
+
     fn launch(root: &Path, ep: &str, tag: &str, extra: &[&str], contained: bool) -> Plugin {
         let sock = root.join("plugin/csi.sock");
         let state = root.join("state");
