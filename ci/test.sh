@@ -6,6 +6,7 @@
 #   3. CARGO_TARGET_DIR outside the clone (default /var/cache/hubfs-target), reused between runs
 #   4. cargo fmt --check, cargo clippy -D warnings, cargo build, SeaweedFS, fake-gcs-server and
 #      Azurite installed once (ci/weed.sh, ci/gcs.sh, ci/azurite.sh, for the shared cache tests),
+#      kube-apiserver and etcd built once (ci/kube.sh, for the CSI mount-pod test),
 #      cargo test (unit and integration tests, the VirtualFs model test, the fault matrix and the
 #      stress test in their short profiles, the module layering check), then the benches' smoke
 #      runs (micro with a short measurement, one large file's reads with the disk tier and
@@ -170,6 +171,12 @@ run_step "SeaweedFS for the shared-cache test (ci/weed.sh build)" bash ci/weed.s
 run_step "fake-gcs-server for the shared-cache test (ci/gcs.sh build)" bash ci/gcs.sh build
 run_step "Azurite for the shared-cache test (ci/azurite.sh build)" bash ci/azurite.sh build
 export HUBFS_REQUIRE_STORES=1
+# A real Kubernetes API server for tests/csi_kube_api.rs (the CSI plugin's mount pods with the
+# example RBAC): kube-apiserver and etcd built once from the Go module proxy into /var/cache/hubfs-kube
+# (about 5 minutes on 2 cores the first time). HUBFS_REQUIRE_KUBE makes the test fail, not skip,
+# without them.
+run_step "kube-apiserver and etcd for the mount-pod test (ci/kube.sh build)" bash ci/kube.sh build
+export HUBFS_REQUIRE_KUBE=1
 # tests/shared_cache.rs appends each store's speeds and Hub bytes here, for the fleet's chart
 export HUBFS_SHARED_FIGURES="$LOGDIR/bench-fleet.log"
 

@@ -18,7 +18,7 @@ mod harness;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,44 +48,6 @@ fn status(code: u16, reason: &str, message: String) -> axum::response::Response 
     let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,
                       "code": code, "message": message});
     (axum::http::StatusCode::from_u16(code).unwrap(), axum::Json(body)).into_response()
-}
-
-/// Runs `pod` as kubelet would: its one container's args under the hubfs binary (the image's
-/// entrypoint), its hostPath volume at the container's mountPath, as its runAsUser.
-fn run_pod(pod: &Value, log: PathBuf) -> Child {
-    let c = &pod["spec"]["containers"][0];
-    let mount_path = c["volumeMounts"][0]["mountPath"].as_str().unwrap();
-    let host_path = pod["spec"]["volumes"][0]["hostPath"]["path"].as_str().unwrap();
-    assert!(
-        std::path::Path::new(host_path).is_dir(),
-        "hostPath {host_path} (type Directory) is missing"
-    );
-    let uid = c["securityContext"]["runAsUser"].as_u64().unwrap().to_string();
-    let args: Vec<String> = c["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().replace(mount_path, host_path))
-        .collect();
-    Command::new("unshare")
-        .args([
-            "--pid",
-            "--fork",
-            "--kill-child",
-            "setpriv",
-            "--reuid",
-            &uid,
-            "--regid",
-            &uid,
-        ])
-        .args(["--clear-groups", "--", env!("CARGO_BIN_EXE_hubfs")])
-        .args(&args)
-        .env("RUST_LOG", "hubfs=debug")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap()
 }
 
 async fn fake_api(cluster: Arc<Cluster>) -> String {

@@ -310,20 +310,24 @@ impl Sidecars {
             .set_nonblocking(true)
             .map_err(|e| internal("listening for the sidecar", e))?;
 
-        std::fs::create_dir_all(target).map_err(|e| internal("creating the target directory", e))?;
-        let fd = fdpass::open_fuse().map_err(SourceError::NoFuse)?;
-        let fsname = format!("hubfs:{}", rec.config.spec);
-        fdpass::mount_fuse(
-            &fd,
-            target,
-            &fdpass::FuseMount {
-                fsname: &fsname,
-                read_only: rec.config.read_only,
-                default_permissions: rec.config.read_only,
-                max_read: crate::fuse::MAX_READ,
-            },
-        )
-        .map_err(|e| internal("mounting FUSE", e))?;
+        // No socket may stay behind a failed publish: the sidecar would keep knocking on it.
+        let mounted = std::fs::create_dir_all(target)
+            .map_err(|e| internal("creating the target directory", e))
+            .and_then(|()| fdpass::open_fuse().map_err(SourceError::NoFuse))
+            .and_then(|fd| {
+                let fsname = format!("hubfs:{}", rec.config.spec);
+                let m = fdpass::FuseMount {
+                    fsname: &fsname,
+                    read_only: rec.config.read_only,
+                    default_permissions: rec.config.read_only,
+                    max_read: crate::fuse::MAX_READ,
+                };
+                fdpass::mount_fuse(&fd, target, &m).map_err(|e| internal("mounting FUSE", e))?;
+                Ok(fd)
+            });
+        let fd = mounted.inspect_err(|_| {
+            let _ = std::fs::remove_file(&sock);
+        })?;
         let message = Handoff {
             config: rec.config.clone(),
             token: token.map(str::to_string),

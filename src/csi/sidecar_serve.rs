@@ -9,7 +9,7 @@
 //! and its directory removed. SIGTERM (the pod is ending; kubelet stops sidecars after the pod's
 //! own containers) commits what every writable volume has pending, then exits.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -79,15 +79,16 @@ pub fn run(args: CsiSidecarArgs) -> anyhow::Result<()> {
     rt.spawn(serve_control(listener, volumes.clone()));
     tracing::info!(dir = %dir.display(), "hubfs sidecar waiting for volumes");
     let mut failed: HashMap<String, Instant> = HashMap::new();
-    let mut taken: HashSet<String> = HashSet::new();
+    // Whether any volume was taken (`--exit-when-idle`).
+    let mut served_any = false;
     let started = Instant::now();
     loop {
         if args.exit_when_idle {
-            if !taken.is_empty() && volumes.lock().is_empty() {
+            if served_any && volumes.lock().is_empty() {
                 tracing::info!("every volume ended: exiting");
                 break;
             }
-            if taken.is_empty() && started.elapsed() > FIRST_VOLUME_WITHIN {
+            if !served_any && started.elapsed() > FIRST_VOLUME_WITHIN {
                 anyhow::bail!("no volume was handed over within {FIRST_VOLUME_WITHIN:?}");
             }
         }
@@ -101,12 +102,24 @@ pub fn run(args: CsiSidecarArgs) -> anyhow::Result<()> {
             break;
         }
         for (name, vol_dir) in waiting_volumes(&dir) {
-            if taken.contains(&name) || failed.get(&name).is_some_and(|t| t.elapsed() < RETRY_AFTER) {
+            // Served (its socket goes once the plugin has the answer), or failed lately.
+            if volumes.lock().contains_key(&name) || failed.get(&name).is_some_and(|t| t.elapsed() < RETRY_AFTER) {
                 continue;
             }
-            match take(&name, &vol_dir, &rt, &volumes) {
+            // A socket nobody listens on: a plugin that died before the handoff; the next one
+            // listens there again (tried again at the next look).
+            let sock = match super::fdpass::socket_in(&vol_dir, HANDOFF_SOCKET)
+                .and_then(|short| UnixStream::connect(&short.path))
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(volume = name, error = %e, "the plugin does not listen for this volume (yet)");
+                    continue;
+                }
+            };
+            match take(&name, &vol_dir, sock, &rt, &volumes) {
                 Ok(()) => {
-                    taken.insert(name.clone());
+                    served_any = true;
                     failed.remove(&name);
                 }
                 Err(e) => {
@@ -154,10 +167,13 @@ fn waiting_volumes(dir: &Path) -> Vec<(String, PathBuf)> {
 }
 
 /// Takes volume `name` from the plugin and serves it until its FUSE session ends.
-fn take(name: &str, vol_dir: &Path, rt: &tokio::runtime::Runtime, volumes: &Volumes) -> anyhow::Result<()> {
-    let mut sock = super::fdpass::socket_in(vol_dir, HANDOFF_SOCKET)
-        .and_then(|short| UnixStream::connect(&short.path))
-        .context("connecting to the plugin")?;
+fn take(
+    name: &str,
+    vol_dir: &Path,
+    mut sock: UnixStream,
+    rt: &tokio::runtime::Runtime,
+    volumes: &Volumes,
+) -> anyhow::Result<()> {
     sock.set_read_timeout(Some(Duration::from_secs(10)))?;
     let (bytes, fd) = super::fdpass::recv_fd(&sock, 1 << 16).context("receiving the FUSE descriptor")?;
     let handoff: Handoff = serde_json::from_slice(&bytes).context("the handoff message")?;

@@ -499,3 +499,41 @@ pub fn sidecar_emptydir(root: &Path, pod: &str) -> PathBuf {
     std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
     d
 }
+
+/// Runs `pod` as kubelet would: its one container's args under the hubfs binary (the image's
+/// entrypoint), its hostPath volume at the container's mountPath, as its runAsUser.
+pub fn run_pod(pod: &serde_json::Value, log: PathBuf) -> Child {
+    let c = &pod["spec"]["containers"][0];
+    let mount_path = c["volumeMounts"][0]["mountPath"].as_str().unwrap();
+    let host_path = pod["spec"]["volumes"][0]["hostPath"]["path"].as_str().unwrap();
+    assert!(
+        std::path::Path::new(host_path).is_dir(),
+        "hostPath {host_path} (type Directory) is missing"
+    );
+    let uid = c["securityContext"]["runAsUser"].as_u64().unwrap().to_string();
+    let args: Vec<String> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().replace(mount_path, host_path))
+        .collect();
+    Command::new("unshare")
+        .args([
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "setpriv",
+            "--reuid",
+            &uid,
+            "--regid",
+            &uid,
+        ])
+        .args(["--clear-groups", "--", env!("CARGO_BIN_EXE_hubfs")])
+        .args(&args)
+        .env("RUST_LOG", "hubfs=debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap()
+}
