@@ -878,3 +878,32 @@ fn unchanged_hub_files_pass_through_and_take_writes_once_their_readers_closed() 
         vec![("modified".to_string(), "model.safetensors".to_string())]
     );
 }
+
+/// What a program creates inside a folder it has just made costs the Hub nothing: nothing below a
+/// folder missing at the commit can be on the Hub (pjdfstest on an overlay once spent the free
+/// user's 1,000-call API window in seconds on such lookups, one paths-info each).
+#[test]
+fn files_made_in_new_folders_cost_no_api_calls() {
+    use hubfs::local_hub::RouteClass;
+    let t = T::new();
+    t.mount();
+    let m = t.mnt();
+    let hub = t.hub.as_ref().unwrap();
+    hub.reset_stats();
+    std::fs::create_dir(m.join("runs")).unwrap();
+    for i in 0..30 {
+        let d = m.join(format!("runs/r{i}"));
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("metrics.json"), format!("{{\"step\": {i}}}")).unwrap();
+        std::fs::hard_link(d.join("metrics.json"), d.join("latest.json")).unwrap();
+        std::fs::create_dir(d.join("ckpt")).unwrap();
+        std::fs::write(d.join("ckpt/state.bin"), [i as u8; 64]).unwrap();
+    }
+    let api = hub.stats(RouteClass::Api).requests;
+    println!("150 entries made under a new folder: {api} API call(s)");
+    assert!(
+        api <= 2,
+        "{api} API calls for entries below a folder the Hub does not have"
+    );
+    assert_eq!(std::fs::read_dir(m.join("runs")).unwrap().count(), 30);
+}

@@ -44,9 +44,10 @@ pub const HANDOFF_SOCKET: &str = "handoff.sock";
 /// The sidecar's own socket in the emptyDir, for later tokens.
 pub const CONTROL_SOCKET: &str = "sidecar.sock";
 /// How long `mountMode: auto` waits for kubelet to create the emptyDir before serving the volume
-/// from a shared source instead (kubelet sets up a pod's volumes concurrently; an emptyDir is a
-/// mkdir, done long before a CSI call returns).
-const AUTO_WAIT: Duration = Duration::from_secs(1);
+/// from a shared source instead: kubelet sets up a pod's volumes concurrently, and an emptyDir is a
+/// mkdir, done long before its CSI call reaches the plugin. A pod without the sidecar pays this
+/// once, at its first publish.
+const AUTO_WAIT: Duration = Duration::from_millis(500);
 /// How long `mountMode: sidecar` waits for it.
 const SIDECAR_WAIT: Duration = Duration::from_secs(30);
 /// How long a connected sidecar may take to open the repo and answer.
@@ -281,14 +282,15 @@ impl Sidecars {
             .map_err(|e| internal("writing the token file", e))?;
         self.write_record(&rec)
             .map_err(|e| internal("writing the sidecar record", e))?;
-        let r = self.mount_and_listen(&rec, token);
+        let r = self.mount_and_listen(&rec);
         if r.is_err() {
             self.forget(&name);
         }
         r
     }
 
-    fn mount_and_listen(&self, rec: &Record, token: Option<&str>) -> Result<(), SourceError> {
+    /// Mounts `rec`'s target and starts waiting for its sidecar (the token is in its file).
+    fn mount_and_listen(&self, rec: &Record) -> Result<(), SourceError> {
         let target = &rec.target;
         let vol = rec.emptydir.join("volumes").join(&rec.name);
         // The sidecar's: it keeps its caches there and removes a volume's directory when done.
@@ -328,11 +330,6 @@ impl Sidecars {
         let fd = mounted.inspect_err(|_| {
             let _ = std::fs::remove_file(&sock);
         })?;
-        let message = Handoff {
-            config: rec.config.clone(),
-            token: token.map(str::to_string),
-        };
-        let message = serde_json::to_vec(&message).map_err(|e| internal("handoff", std::io::Error::other(e)))?;
         let stop = Arc::new(AtomicBool::new(false));
         self.pending.lock().insert(rec.name.clone(), stop.clone());
         let job = Waiting {
@@ -340,7 +337,9 @@ impl Sidecars {
             sock,
             listener,
             fd,
-            message,
+            config: rec.config.clone(),
+            state: self.state.clone(),
+            token_key: format!("{TOKEN_PREFIX}{}", rec.name),
             stop,
         };
         std::thread::Builder::new()
@@ -375,9 +374,8 @@ impl Sidecars {
                 tracing::info!(target = %rec.target.display(), "sidecar volume served by its pod: left alone");
                 continue;
             }
-            let token = self.state.read_token(&format!("{TOKEN_PREFIX}{}", rec.name));
             let _ = fdpass::unmount(&rec.target, true);
-            match self.mount_and_listen(&rec, token.as_deref()) {
+            match self.mount_and_listen(&rec) {
                 Ok(()) => {
                     tracing::info!(target = %rec.target.display(), "sidecar volume mounted again: its handoff was pending")
                 }
@@ -416,7 +414,10 @@ struct Waiting {
     sock: PathBuf,
     listener: UnixListener,
     fd: OwnedFd,
-    message: Vec<u8>,
+    config: ServeConfig,
+    /// The token is read from its file at the handoff: a republish may have rotated it meanwhile.
+    state: StateDir,
+    token_key: String,
     stop: Arc<AtomicBool>,
 }
 
@@ -438,6 +439,8 @@ impl Waiting {
             match self.hand_over(&conn) {
                 Ok(commit) => {
                     tracing::info!(commit, socket = %self.sock.display(), "the pod's sidecar serves the volume");
+                    // The sidecar has it; later tokens go to its socket.
+                    self.state.remove_token(&self.token_key);
                     if let Ok(b) = std::fs::read(&self.record)
                         && let Ok(mut rec) = serde_json::from_slice::<Record>(&b)
                     {
@@ -462,7 +465,12 @@ impl Waiting {
     fn hand_over(&self, conn: &UnixStream) -> std::io::Result<String> {
         conn.set_nonblocking(false)?;
         conn.set_read_timeout(Some(READY_TIMEOUT))?;
-        fdpass::send_fd(conn, &self.message, &self.fd)?;
+        let message = Handoff {
+            config: self.config.clone(),
+            token: self.state.read_token(&self.token_key),
+        };
+        let message = serde_json::to_vec(&message).map_err(std::io::Error::other)?;
+        fdpass::send_fd(conn, &message, &self.fd)?;
         let mut line = String::new();
         BufReader::new(conn).read_line(&mut line)?;
         let line = line.trim();
