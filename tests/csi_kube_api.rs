@@ -268,13 +268,10 @@ fn mount_pods_through_a_real_api_server_with_the_example_rbac() {
         return;
     };
     in_namespace("mount_pods_through_a_real_api_server_with_the_example_rbac", || {
-        use std::os::unix::fs::PermissionsExt;
         let rt = runtime();
         let hub = rt.block_on(LocalHub::start_temp(true)).unwrap();
         let ep = hub.endpoint().to_string();
-        let root = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        share_mounts(root.path());
+        let root = pod_tree();
         let kdir = root.path().join("kube");
         std::fs::create_dir_all(&kdir).unwrap();
         let cluster = Cluster::start(&bins, &kdir);

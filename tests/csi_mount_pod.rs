@@ -109,13 +109,10 @@ fn mount_pods_serve_sources_through_plugin_restarts_and_go_with_the_last_unpubli
     in_namespace(
         "mount_pods_serve_sources_through_plugin_restarts_and_go_with_the_last_unpublish",
         || {
-            use std::os::unix::fs::PermissionsExt;
             let rt = runtime();
             let hub = rt.block_on(LocalHub::start_temp(true)).unwrap();
             let ep = hub.endpoint().to_string();
-            let root = tempfile::tempdir().unwrap();
-            std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-            share_mounts(root.path());
+            let root = pod_tree();
             let cluster = Arc::new(Cluster {
                 running: Mutex::default(),
                 created: Mutex::default(),
@@ -167,22 +164,7 @@ fn mount_pods_serve_sources_through_plugin_restarts_and_go_with_the_last_unpubli
 
             // The plugin's container restarts while a pod reads: the mount pod serves on.
             let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
-            let reader = {
-                let p = a.join("model.safetensors");
-                std::thread::spawn(move || {
-                    use std::io::Read;
-                    let mut f = std::fs::File::open(p)?;
-                    let (mut out, mut buf) = (Vec::new(), vec![0u8; 256 << 10]);
-                    loop {
-                        let n = f.read(&mut buf)?;
-                        if n == 0 {
-                            return Ok::<_, std::io::Error>(out);
-                        }
-                        out.extend_from_slice(&buf[..n]);
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                })
-            };
+            let reader = read_slowly(&a.join("model.safetensors"));
             std::thread::sleep(Duration::from_millis(150));
             plugin.kill9();
             assert!(!reader.is_finished(), "the read ended before the plugin was killed");

@@ -13,7 +13,6 @@ mod common;
 #[allow(dead_code)]
 mod harness;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use harness::*;
@@ -23,37 +22,13 @@ fn drop_caches() {
     let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
 }
 
-/// Reads `p` in 256 KiB pieces with a pause after each (a reader still reading while the test
-/// kills the plugin), returning the bytes or the first error.
-fn read_slowly(p: &Path) -> std::thread::JoinHandle<std::io::Result<Vec<u8>>> {
-    let p = p.to_path_buf();
-    std::thread::spawn(move || {
-        use std::io::Read;
-        let mut f = std::fs::File::open(p)?;
-        let mut out = Vec::new();
-        let mut buf = vec![0u8; 256 << 10];
-        loop {
-            let n = f.read(&mut buf)?;
-            if n == 0 {
-                return Ok(out);
-            }
-            out.extend_from_slice(&buf[..n]);
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    })
-}
-
 #[test]
 fn sidecar_volumes_outlive_the_plugin_and_its_restarts() {
     in_namespace("sidecar_volumes_outlive_the_plugin_and_its_restarts", || {
-        use std::os::unix::fs::PermissionsExt;
         let rt = runtime();
         let hub = rt.block_on(LocalHub::start_temp(true)).unwrap();
         let ep = hub.endpoint().to_string();
-        let root = tempfile::tempdir().unwrap();
-        // The sidecar (uid 65534) walks down to its emptyDir, as in a real kubelet tree.
-        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        share_mounts(root.path());
+        let root = pod_tree();
         let mut plugin = Plugin::start_contained(root.path(), &ep, "a");
         let a = target(root.path(), "pod-a", "weights");
         let empty_a = sidecar_emptydir(root.path(), "pod-a");

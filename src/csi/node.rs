@@ -108,13 +108,10 @@ pub async fn publish(p: Arc<Plugin>, req: NodePublishVolumeRequest) -> Result<No
             PathBuf::new(),
         );
         let t = target.clone();
-        tokio::task::spawn_blocking(move || p.sidecars.publish(&t, &emptydir, config, token.as_deref()))
-            .await
-            .map_err(|e| Status::internal(format!("publish task: {e}")))?
-            .map_err(|e| {
-                tracing::warn!(target = %target.display(), error = %e, "NodePublishVolume failed");
-                Status::from(e)
-            })?;
+        mount(&target, move || {
+            p.sidecars.publish(&t, &emptydir, config, token.as_deref())
+        })
+        .await?;
         super::metrics::published(&req.volume_id, &target, &format!("sidecar-{name}"));
         return Ok(NodePublishVolumeResponse {});
     }
@@ -132,15 +129,26 @@ pub async fn publish(p: Arc<Plugin>, req: NodePublishVolumeRequest) -> Result<No
     }
     let key = super::sources::Sources::key(&spec, &checked, &endpoint);
     let t = target.clone();
-    tokio::task::spawn_blocking(move || p.sources.publish(&t, &spec, &checked, &endpoint, token.as_deref()))
+    mount(&target, move || {
+        p.sources.publish(&t, &spec, &checked, &endpoint, token.as_deref())
+    })
+    .await?;
+    super::metrics::published(&req.volume_id, &target, &key);
+    Ok(NodePublishVolumeResponse {})
+}
+
+/// Runs a publish's mount syscalls off the runtime; a failure is logged and becomes its status.
+async fn mount(
+    target: &Path,
+    f: impl FnOnce() -> Result<(), super::sources::SourceError> + Send + 'static,
+) -> Result<(), Status> {
+    tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| Status::internal(format!("publish task: {e}")))?
         .map_err(|e| {
             tracing::warn!(target = %target.display(), error = %e, "NodePublishVolume failed");
             Status::from(e)
-        })?;
-    super::metrics::published(&req.volume_id, &target, &key);
-    Ok(NodePublishVolumeResponse {})
+        })
 }
 
 pub async fn unpublish(p: Arc<Plugin>, req: NodeUnpublishVolumeRequest) -> Result<NodeUnpublishVolumeResponse, Status> {

@@ -218,7 +218,11 @@ impl Sidecars {
     /// Whether `target` is a sidecar volume; if so, a rotated token goes to its sidecar.
     pub fn republish(&self, target: &Path, token: Option<&str>) -> bool {
         let name = Self::name_of(target);
-        let Some(mut rec) = self.records().into_iter().find(|r| r.name == name) else {
+        // Every publish asks (kubelet republishes each volume every minute or so): one file read.
+        let Ok(body) = std::fs::read(self.record_path(&name)) else {
+            return false;
+        };
+        let Ok(mut rec) = serde_json::from_slice::<Record>(&body) else {
             return false;
         };
         if mountinfo::at(&mountinfo::read(), target).is_none() {

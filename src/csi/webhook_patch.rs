@@ -238,18 +238,25 @@ impl Sidecar {
             "image": self.image,
             "args": ["csi-sidecar", "--socket-dir", SOCKET_DIR],
             "restartPolicy": "Always",
-            "securityContext": {
-                "runAsUser": SIDECAR_UID,
-                "runAsGroup": SIDECAR_UID,
-                "runAsNonRoot": true,
-                "readOnlyRootFilesystem": true,
-                "allowPrivilegeEscalation": false,
-                "capabilities": {"drop": ["ALL"]},
-            },
+            "securityContext": unprivileged(),
             "resources": resources,
             "volumeMounts": [{"name": SIDECAR_NAME, "mountPath": SOCKET_DIR}],
         })
     }
+}
+
+/// The security context of hubfs's own containers that serve a handed-over FUSE descriptor (the
+/// sidecar, a mount pod): they open no device and mount nothing, so they need no identity, no
+/// capability and no writable root.
+pub fn unprivileged() -> Value {
+    json!({
+        "runAsUser": SIDECAR_UID,
+        "runAsGroup": SIDECAR_UID,
+        "runAsNonRoot": true,
+        "readOnlyRootFilesystem": true,
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+    })
 }
 
 /// Checks a resource quantity (`100m`, `512Mi`, `1.5G`, `1e3`) the way the API server would, at

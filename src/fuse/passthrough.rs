@@ -266,3 +266,36 @@ impl Passthrough {
         }
     }
 }
+
+/// Opens answered with FUSE passthrough by one session.
+#[derive(Clone)]
+pub struct PassthroughStats(pub(super) Arc<Passthrough>);
+
+impl PassthroughStats {
+    /// Opens the kernel served from a backing file so far.
+    pub fn opened(&self) -> u64 {
+        self.0.opened()
+    }
+
+    /// What became of passthrough in this session, in words (`hubfs status`).
+    pub fn describe(&self) -> &'static str {
+        self.0.describe()
+    }
+
+    /// READ requests the session received so far (passthrough reads send none).
+    pub fn reads(&self) -> u64 {
+        self.0.reads()
+    }
+
+    /// Opens of a file the disk cache holds whole that stayed plain, because the kernel's page
+    /// cache of it held the file (this mount had just read it).
+    pub fn kept_cached(&self) -> u64 {
+        self.0.kept()
+    }
+
+    /// Backing files read ahead by the mount because they were out of the page cache at their
+    /// first passthrough open.
+    pub fn warmed(&self) -> u64 {
+        self.0.warmed()
+    }
+}

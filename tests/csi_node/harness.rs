@@ -537,3 +537,33 @@ pub fn run_pod(pod: &serde_json::Value, log: PathBuf) -> Child {
         .spawn()
         .unwrap()
 }
+
+/// A kubelet-like tree for a contained plugin and pods: traversable by the pods' uid 65534 (as a
+/// real kubelet tree is) and shared back from the plugin's mount namespace ([`share_mounts`]).
+pub fn pod_tree() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    share_mounts(root.path());
+    root
+}
+
+/// Reads `p` in 256 KiB pieces with a pause after each (a reader still reading while a test kills
+/// the plugin), returning the bytes or the first error.
+pub fn read_slowly(p: &Path) -> std::thread::JoinHandle<std::io::Result<Vec<u8>>> {
+    let p = p.to_path_buf();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut f = std::fs::File::open(p)?;
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 256 << 10];
+        loop {
+            let n = f.read(&mut buf)?;
+            if n == 0 {
+                return Ok(out);
+            }
+            out.extend_from_slice(&buf[..n]);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    })
+}
