@@ -113,15 +113,29 @@ type BlockSet = std::collections::HashSet<(Arc<str>, u64)>;
 /// Blocks by (content key, block index), with their bytes.
 type BlockBytes = std::collections::HashMap<(Arc<str>, u64), Bytes>;
 
-/// Marks a block as loading for as long as it lives.
+/// Marks a block as loading from when its load starts (`arm`) until it is dropped, which the
+/// caller does once the loaded block is in the memory tier: a reader that looks between the two
+/// (the load's future done, the tier not yet holding its block) would find the block neither
+/// loading nor loaded and fetch its bytes again.
 struct Loading<'a> {
     set: &'a parking_lot::Mutex<BlockSet>,
     key: (Arc<str>, u64),
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl Loading<'_> {
+    /// The load is this caller's: mark the block.
+    fn arm(&self) {
+        self.set.lock().insert(self.key.clone());
+        self.armed.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl Drop for Loading<'_> {
     fn drop(&mut self) {
-        self.set.lock().remove(&self.key);
+        if *self.armed.get_mut() {
+            self.set.lock().remove(&self.key);
+        }
     }
 }
 
@@ -536,16 +550,19 @@ impl ChunkStore {
             crate::metrics::block(crate::metrics::BlockSource::Held, b.len());
             return Ok(b);
         }
+        // Dropped after the memory tier has the block (see `Loading`); armed by the caller whose
+        // load runs (the others join it).
+        let loading = Loading {
+            set: &self.loading,
+            key: (key.clone(), block),
+            armed: false.into(),
+        };
         let load = async {
             let _room = match admission.or_else(|| self.claims.take(key, block)) {
                 Some(a) => a,
                 None => self.admit(Self::load_charge(expected_len)).await,
             };
-            let _loading = Loading {
-                set: &self.loading,
-                key: (key.clone(), block),
-            };
-            self.loading.lock().insert((key.clone(), block));
+            loading.arm();
             if let Some(b) = self.read_disk(key, block, expected_len).await {
                 crate::metrics::block(crate::metrics::BlockSource::Disk, b.len());
                 return Ok(b);
@@ -568,7 +585,9 @@ impl ChunkStore {
             .mem
             .try_get_with((key.clone(), block), load)
             .await
-            .map_err(ChunkStoreError::Fetch)?;
+            .map_err(ChunkStoreError::Fetch);
+        drop(loading);
+        let b = b?;
         self.holds.fill(key, block, &b);
         Ok(b)
     }

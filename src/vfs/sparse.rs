@@ -144,8 +144,10 @@ impl Reader {
                 tracing::trace!(key = %key, block = idx, ?gaps, "sparse read: exact ranges from the Hub");
             }
             // A load of the block that began since `join` was asked: it waits for fetches marked
-            // before it began, and this one was not, so it would fetch these bytes as well.
-            if !gaps.is_empty() && self.store.is_loading(key, idx) {
+            // before it began, and this one was not, so it would fetch these bytes as well. Or one
+            // that ended since the read looked in the cache: its block is in memory now (a file's
+            // listing-order prefetch landing as its reader opens it).
+            if !gaps.is_empty() && (self.store.is_loading(key, idx) || self.store.is_loaded(key, idx)) {
                 drop(fetching);
                 return whole().await;
             }
