@@ -14,8 +14,9 @@
 #   duckdb full      every column
 #   pyarrow narrow / filtered / full   pyarrow.parquet.read_table with the same columns and filter
 #   pread 4k / 64k   200 random preads of that size spread over the shards
-#   PASS@direct      the same through a mount with --direct-io '*.parquet' (no kernel readahead); the
-#                    passes without @direct mount with --direct-io none (the page cache, the default)
+#   cp all           every shard read through in order, 128 KiB at a time (as `cp` and `dd` read)
+#   PASS@direct      the same through a mount with --direct-io '*.parquet' (no kernel readahead: the
+#                    default); the passes without @direct mount with --direct-io none (the page cache)
 # On loopback and on the 30 ms profile (every request delayed 30 ms, 200 Mbit/s per connection), or the
 # profiles in HUBFS_BENCH_PROFILES. Prints, per pass: seconds, the bytes it needs (from the parquet
 # metadata: every footer and the column chunks of the row groups read; for preads, the bytes read),
@@ -36,7 +37,7 @@ SHARDS=2
 ROWS=40000
 if [ "${3:-}" = "--full" ]; then SHARDS=8; fi
 PROFILES="${HUBFS_BENCH_PROFILES:-loopback 30ms}"
-PASSES="${HUBFS_BENCH_PASSES:-duckdb:narrow duckdb:two duckdb:filtered duckdb:full pyarrow:narrow pyarrow:filtered pyarrow:full pread:4k pread:64k duckdb:narrow@direct duckdb:two@direct duckdb:full@direct pyarrow:full@direct}"
+PASSES="${HUBFS_BENCH_PASSES:-duckdb:narrow duckdb:two duckdb:filtered duckdb:full pyarrow:narrow pyarrow:filtered pyarrow:full pread:4k pread:64k duckdb:narrow@direct duckdb:two@direct duckdb:full@direct pyarrow:full@direct cp:all cp:all@direct}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=ci/lib.sh
 . "$ROOT/ci/lib.sh"
@@ -128,6 +129,15 @@ def run():
             return [float(pc.sum(pc.binary_length(t["b1"])).as_py())]
         return [float(pc.sum(pc.binary_length(t[c])).as_py()) if c.startswith("b") or c == "s"
                 else float(pc.sum(t[c]).as_py()) for c in COLS[query]]
+    if reader == "cp":
+        # Every shard read through in order, 128 KiB at a time, as `cp` and `dd bs=128k` read.
+        import hashlib
+        h = hashlib.sha256()
+        for f in files:
+            with open(f, "rb", buffering=0) as fh:
+                while chunk := fh.read(128 << 10):
+                    h.update(chunk)
+        return [h.hexdigest()]
     # pread: random offsets (seeded, so the source computes the same answer)
     size = {"4k": 4096, "64k": 65536}[query]
     rng = random.Random(44)
@@ -142,7 +152,12 @@ def run():
     return [h.hexdigest()]
 
 if len(sys.argv) > 3:
-    need = 200 * {"4k": 4096, "64k": 65536}[query] if reader == "pread" else needed(sys.argv[3])
+    if reader == "pread":
+        need = 200 * {"4k": 4096, "64k": 65536}[query]
+    elif reader == "cp":
+        need = sum(os.path.getsize(f) for f in glob.glob(f"{sys.argv[3]}/data/*.parquet"))
+    else:
+        need = needed(sys.argv[3])
     print(json.dumps({"answer": run(), "needed": need}))
 else:
     t = time.perf_counter()
@@ -202,7 +217,7 @@ pass() {
     *:narrow@direct | *:two@direct)
       awk -v r="$ratio" 'BEGIN { exit !(r <= 4) }'
       check "$PROFILE, $label: Hub bytes <= 4 x needed ($ratio)" $? ;;
-    *:full@direct)
+    *:full@direct | cp:all@direct)
       awk -v b="$bytes" -v t="$TOTAL" 'BEGIN { exit !(b <= 1.05 * t) }'
       check "$PROFILE, $label: Hub bytes <= 1.05 x the dataset" $? ;;
     duckdb:narrow | duckdb:two)
@@ -219,7 +234,7 @@ pass() {
     *:narrow | *:two)
       awk -v r="$ratio" 'BEGIN { exit !(r <= 4) }'
       check "$PROFILE, $kind: Hub bytes <= 4 x needed ($ratio)" $? ;;
-    *:full)
+    *:full | cp:all)
       awk -v b="$bytes" -v t="$TOTAL" 'BEGIN { exit !(b <= 1.05 * t) }'
       check "$PROFILE, $kind: Hub bytes <= 1.05 x the dataset" $? ;;
     pread:4k)

@@ -181,12 +181,13 @@ fn page_cached(f: &std::fs::File) -> usize {
 
 /// A parquet reader's column chunks, 1.5 MiB apart, each read as a page header, then its body in
 /// two reads. Through the page cache the kernel reads ahead of each (its readahead
-/// takes the two reads for a stream); with `--direct-io` the Hub serves about what was read.
+/// takes the two reads for a stream); parquet files are opened with direct I/O by default
+/// (`--direct-io '*.parquet'`), and the Hub serves about what was read.
 #[test]
 fn direct_io_reads_cost_what_the_program_reads_and_the_file_still_maps() {
     let data = common::bytes(SIZE, 45);
     let files: [(&str, &[u8]); 2] = [("table.parquet", &data), ("table.bin", &data)];
-    let Some(((_rt, hub, _cli), dir, _mounted)) = mounted("direct", &files, &["--direct-io", "*.parquet"]) else {
+    let Some(((_rt, hub, _cli), dir, _mounted)) = mounted("direct", &files, &[]) else {
         return;
     };
     let (read, direct, _) = column_chunks(&hub, &dir.join("table.parquet"), &data);
@@ -226,4 +227,52 @@ fn direct_io_reads_cost_what_the_program_reads_and_the_file_still_maps() {
         bytes
     };
     assert!(mapped == data, "a mapping of a direct I/O file reads the Hub's bytes");
+}
+
+/// A parquet file opened with direct I/O (the default) and read from its start, as `cp` reads it
+/// (128 KiB at a time, with no kernel readahead to make the reads larger): its first read loads
+/// the whole first block, as a stream's does. A parquet engine's first reads (the footer, then a
+/// column chunk from offset 4) fetch only what they read.
+#[test]
+fn a_direct_io_file_read_from_its_start_is_fetched_as_a_stream() {
+    let (a, b) = (common::bytes(SIZE, 49), common::bytes(SIZE, 50));
+    let files: [(&str, &[u8]); 2] = [("copy/a.parquet", &a), ("query/b.parquet", &b)];
+    let Some(((_rt, hub, _cli), dir, _mounted)) = mounted("stream", &files, &[]) else {
+        return;
+    };
+    let served = || -> u64 { RouteClass::ALL.iter().map(|c| hub.stats(*c).bytes_out).sum() };
+    let mut buf = vec![0u8; 128 << 10];
+
+    let _ = std::fs::metadata(dir.join("copy/a.parquet")).unwrap();
+    hub.reset_stats();
+    let f = std::fs::File::open(dir.join("copy/a.parquet")).unwrap();
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert!(buf[..] == a[..128 << 10], "the first 128 KiB");
+    let first = served();
+    assert!(first >= 8 << 20, "a read from the start loads its 8 MiB block: {first} bytes");
+    let mut at = 128 << 10;
+    while at < SIZE {
+        let n = (SIZE - at).min(buf.len());
+        f.read_exact_at(&mut buf[..n], at as u64).unwrap();
+        assert!(buf[..n] == a[at..at + n], "bytes at {at}");
+        at += n;
+    }
+    let total = served();
+    assert!(
+        total <= SIZE as u64 + (1 << 20),
+        "read through, the file costs its size once: {total} bytes"
+    );
+
+    let _ = std::fs::metadata(dir.join("query/b.parquet")).unwrap();
+    hub.reset_stats();
+    let f = std::fs::File::open(dir.join("query/b.parquet")).unwrap();
+    let mut footer = vec![0u8; 64 << 10];
+    f.read_exact_at(&mut footer, (SIZE - (64 << 10)) as u64).unwrap();
+    f.read_exact_at(&mut buf, 4).unwrap();
+    assert!(buf[..] == b[4..4 + (128 << 10)], "the column chunk's bytes");
+    let query = served();
+    assert!(
+        query <= 512 << 10,
+        "a footer and a column chunk cost what they read, not a block: {query} bytes"
+    );
 }

@@ -113,15 +113,15 @@ pub struct SourceArgs {
     /// through hubfs as before). `off`: every read goes through hubfs.
     #[arg(long, default_value = "auto", value_parser = ["auto", "off"])]
     pub passthrough: String,
-    /// Files of read-only FUSE mounts read without the kernel's readahead (direct I/O), e.g.
-    /// '*.parquet': what a program reads is about what is fetched. For column queries (DuckDB,
-    /// Polars, pyarrow reading a few columns), whose scattered reads the kernel's readahead turns
-    /// into up to ten times the bytes. A file of a folder being scanned whole (one of its files
-    /// read through within 30 s) is opened as usual; still, full scans opened all at once
-    /// (pyarrow, datasets) are slower with it over a slow link (docs/CONFIGURATION.md).
-    /// Comma-separated globs on the path in the repo; default none. A file the disk cache holds
-    /// whole still passes through, and mmap keeps working.
-    #[arg(long, value_name = "GLOBS", default_value = "none", value_parser = parse_globs)]
+    /// Files of read-only FUSE mounts read without the kernel's readahead (direct I/O): what a
+    /// program reads is about what is fetched. Default '*.parquet': column queries (DuckDB,
+    /// Polars, pyarrow reading a few columns) read scattered pieces that the kernel's readahead
+    /// turns into up to eleven times the bytes. A file of a folder being scanned whole (one of its
+    /// files read through within 30 s) is opened as usual, and a file read through from its start
+    /// (`cp`) is fetched ahead as usual (docs/CONFIGURATION.md). Comma-separated globs on the path
+    /// in the repo, or `none`. A file the disk cache holds whole still passes through, and mmap
+    /// keeps working.
+    #[arg(long, value_name = "GLOBS", default_value = "*.parquet", value_parser = parse_globs)]
     pub direct_io: GlobsArg,
     /// Kernel readahead of the mount in KiB (a page fault in an mmap'd file reads around it by as
     /// much). Default: 8192 for model repos (safetensors loads), 1024 for datasets, spaces and

@@ -76,6 +76,12 @@ pub struct ReadState {
     /// The kernel sends this handle's reads as the program made them (FUSE direct I/O): a read
     /// of `SPARSE_RUN` or more is a program reading that much, a stream's read, not readahead.
     direct: bool,
+    /// A direct handle whose first read was a large one at offset 0: a program reading the file
+    /// through (`cp`, `cat`, a hash), not a parquet engine, which reads the footer first. Its run
+    /// from the start is sequential from that read, windows included, as the kernel's readahead
+    /// would make it on a buffered handle (taken for a sparse reader, `cp` of a parquet shard ran
+    /// 20% slower at 30 ms, each 128 KiB of its first MiB a round trip).
+    from_start: bool,
     /// Prefetch window in blocks; doubles on sequential reads past the readahead, resets on a
     /// seek.
     window: u64,
@@ -127,6 +133,7 @@ impl Default for ReadState {
             proven: false,
             scanned: false,
             direct: false,
+            from_start: false,
             window: 1,
             held: Box::new(Held {
                 out_of_order: true,
@@ -577,6 +584,9 @@ pub fn classify(st: &mut ReadState, offset: u64, end: u64, readahead: u64) -> Ac
     // A program's own read of a MiB or more (a full scan's column chunk) wants whole blocks:
     // fetched exactly, its pieces cost a request each and the block that loads after them more.
     let large = st.direct && len >= SPARSE_RUN;
+    if st.direct && offset == 0 && st.next == 0 && st.run_bytes == 0 && len >= SMALL_READ {
+        st.from_start = true;
+    }
     if offset.abs_diff(st.next) > slack {
         st.next = end;
         st.run_start = offset;
@@ -608,7 +618,7 @@ pub fn classify(st: &mut ReadState, offset: u64, end: u64, readahead: u64) -> Ac
         st.window = 1;
         st.proven = false;
     }
-    if readahead < BLOCK_SIZE && !st.scanned && st.run_bytes < WINDOW_RUN {
+    if readahead < BLOCK_SIZE && !st.scanned && st.run_bytes < WINDOW_RUN && !(st.from_start && st.run_start == 0) {
         if st.run_bytes < SPARSE_RUN && !large {
             return Access::Sparse;
         }

@@ -138,6 +138,28 @@ fn a_direct_handle_loads_blocks_for_a_programs_read_of_a_mib() {
     assert_eq!(classify(&mut st, at, at + mib, mib), Access::Seek);
 }
 
+#[test]
+fn a_direct_handle_read_through_from_its_start_is_sequential_at_once() {
+    let (kib, mib) = (1 << 10, 1 << 20);
+    // `cp` of a parquet shard: 128 KiB reads from offset 0, with no readahead to make them large.
+    let mut st = ReadState::default();
+    st.reads_direct();
+    assert_eq!(classify(&mut st, 0, 128 * kib, mib), Access::Sequential(2));
+    assert_eq!(classify(&mut st, 128 * kib, 256 * kib, mib), Access::Sequential(4));
+    // A parquet engine reads the footer first, then a column chunk from offset 4: exact reads.
+    let mut st = ReadState::default();
+    st.reads_direct();
+    let size = 48 * mib;
+    assert_eq!(classify(&mut st, size - 64 * kib, size, mib), Access::Seek);
+    assert_eq!(classify(&mut st, 4, 4 + 4 * kib, mib), Access::Seek);
+    assert_eq!(classify(&mut st, 4 + 4 * kib, 4 + 132 * kib, mib), Access::Sparse);
+    // So does a small first read at 0 (a program sniffing the file's magic number).
+    let mut st = ReadState::default();
+    st.reads_direct();
+    assert_eq!(classify(&mut st, 0, 4 * kib, mib), Access::Sparse);
+    assert_eq!(classify(&mut st, 4 * kib, 40 * kib, mib), Access::Sparse);
+}
+
 /// `pick_run`, then `classify`: what `Reader::read` does.
 fn read_at(st: &mut ReadState, offset: u64, end: u64, readahead: u64) -> Access {
     st.pick_run(offset, end, readahead);
