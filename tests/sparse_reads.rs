@@ -249,7 +249,10 @@ fn a_direct_io_file_read_from_its_start_is_fetched_as_a_stream() {
     f.read_exact_at(&mut buf, 0).unwrap();
     assert!(buf[..] == a[..128 << 10], "the first 128 KiB");
     let first = served();
-    assert!(first >= 8 << 20, "a read from the start loads its 8 MiB block: {first} bytes");
+    assert!(
+        first >= 8 << 20,
+        "a read from the start loads its 8 MiB block: {first} bytes"
+    );
     let mut at = 128 << 10;
     while at < SIZE {
         let n = (SIZE - at).min(buf.len());
