@@ -53,6 +53,23 @@ impl Spill {
         self.writing.lock().remove(k);
     }
 
+    /// Whether `k` was turned away and waits for memory to let it go.
+    pub(super) fn is_unwritten(&self, k: &BlockKey) -> bool {
+        self.unwritten.lock().contains(k)
+    }
+
+    /// Writes `k`, turned away, now (blocking the calling thread), with `data`, its bytes from
+    /// memory: its content is wanted whole on disk (see `ChunkStore::write_waiting`).
+    pub(super) fn write_now(&self, k: &BlockKey, data: &Bytes) {
+        if !self.unwritten.lock().remove(k) {
+            return;
+        }
+        let Some(disk) = self.disk.get() else { return };
+        self.writing.lock().insert(k.clone(), data.clone());
+        disk.write(k.clone(), data);
+        self.writing.lock().remove(k);
+    }
+
     /// The bytes of `k` if it is being written now.
     pub(super) fn writing(&self, k: &BlockKey) -> Option<Bytes> {
         self.writing.lock().get(k).cloned()

@@ -110,7 +110,9 @@ impl VirtualFs {
         // file of a few blocks read fast can close before any of them is written.
         let missing = disk.missing_block_list(&key, size, LAST_BLOCKS_PENDING + 1);
         let store = &self.reader.store;
-        let on_their_way = missing.iter().all(|&i| store.on_its_way_to_disk(&key, i));
+        let on_their_way = missing
+            .iter()
+            .all(|&i| store.on_its_way_to_disk(&key, i) || store.waits_for_disk(&key, i));
         let wait = closing && missing.len() as u64 <= LAST_BLOCKS_PENDING && on_their_way;
         if !missing.is_empty() && !wait {
             return;
@@ -122,8 +124,12 @@ impl VirtualFs {
         // A thread of its own: release() runs on a FUSE session thread, outside the runtime, and
         // a join happens once per content.
         let spawned = std::thread::Builder::new().name("hubfs-join".into()).spawn({
-            let (key, joining) = (key.clone(), joining.clone());
+            let (key, joining, store) = (key.clone(), joining.clone(), store.clone());
             move || {
+                // Blocks the write queue turned away are written now, from memory.
+                for &i in &missing {
+                    store.write_waiting(&key, i);
+                }
                 let deadline = std::time::Instant::now() + LAST_BLOCKS_WAIT;
                 while !disk.has_all_blocks(&key, size) && std::time::Instant::now() < deadline {
                     std::thread::sleep(std::time::Duration::from_millis(100));
