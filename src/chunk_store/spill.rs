@@ -81,6 +81,29 @@ impl Spill {
     }
 }
 
+impl super::ChunkStore {
+    /// Whether the block's disk write was turned away (the write queue was full) and memory still
+    /// holds it: it reaches the disk only when memory lets it go, unless `write_waiting` writes it.
+    pub fn waits_for_disk(&self, key: &Arc<str>, block: u64) -> bool {
+        let k = (key.clone(), block);
+        self.spill.is_unwritten(&k) && self.mem.contains_key(&k)
+    }
+
+    /// Writes a block that `waits_for_disk` now, blocking the calling thread: a reader has just
+    /// read its content through and the content is to be joined into one file for passthrough,
+    /// which waited in vain for such blocks (a burst of blocks fills the write queue on a busy
+    /// disk). Its buffer is the memory tier's, so this holds no more memory than memory does.
+    pub fn write_waiting(&self, key: &Arc<str>, block: u64) {
+        let k = (key.clone(), block);
+        if !self.spill.is_unwritten(&k) {
+            return;
+        }
+        if let Some(data) = futures::executor::block_on(self.mem.get(&k)) {
+            self.spill.write_now(&k, &data);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
