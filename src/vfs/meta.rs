@@ -366,19 +366,16 @@ impl VirtualFs {
     pub(super) async fn dir_nlink(&self, commit: &str, path: &str) -> u32 {
         let Some(w) = &self.writer else { return 2 };
         let listing = self.listings.get(&(commit.to_string(), path.to_string())).await;
-        let mut dirs: BTreeMap<String, bool> = BTreeMap::new();
-        if let Some(l) = listing {
-            for (name, node) in &l.entries {
-                dirs.insert(name.clone(), matches!(node, Node::Dir));
-            }
-        }
-        for (name, e) in w.overlay.lock().children(path) {
-            match e {
-                Entry::Dir => dirs.insert(name, true),
-                Entry::Gone => dirs.remove(&name),
-                _ => dirs.insert(name, false),
-            };
-        }
-        2 + dirs.values().filter(|d| **d).count().min(u32::MAX as usize - 2) as u32
+        let overlay = w.overlay.lock();
+        let local = overlay.child_dirs(path);
+        // The overlay decides for every name it has; the listing for the rest.
+        let remote = listing.map_or(0, |l| {
+            l.entries
+                .iter()
+                .filter(|(name, node)| matches!(node, Node::Dir) && !local.has(name))
+                .count()
+        });
+        let dirs = local.count() + remote;
+        2 + dirs.min(u32::MAX as usize - 2) as u32
     }
 }

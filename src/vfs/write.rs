@@ -367,7 +367,8 @@ impl VirtualFs {
     /// close() (FUSE flush; may come several times per open): a handle that can write commits the
     /// file's content and returns the outcome, so close() reports upload errors.
     pub async fn flush(&self, fh: u64) -> VfsResult<()> {
-        self.sync_handle(fh, self.close_mode()).await
+        let mode = self.close_mode();
+        self.sync_handle(fh, mode, quick_close(mode)).await
     }
 
     /// Whether a close of `fh` has nothing to do (not a write handle), so a frontend can answer it
@@ -388,7 +389,7 @@ impl VirtualFs {
             CloseMode::Upload | CloseMode::Stage => CloseMode::Upload,
             CloseMode::Keep => CloseMode::Keep,
         };
-        self.sync_handle(fh, mode).await?;
+        self.sync_handle(fh, mode, false).await?;
         if self.is_overlay() {
             self.sync_layer();
         }
@@ -427,8 +428,9 @@ impl VirtualFs {
 
     /// Makes a written file durable and journaled as final (before the network is touched), then
     /// commits it and waits (`Commit`), uploads its content (`Upload`), or leaves both to the next
-    /// group commit (`Stage`).
-    async fn sync_handle(&self, fh: u64, mode: CloseMode) -> VfsResult<()> {
+    /// group commit (`Stage`). With `quick`, a small file is journaled as final at once and made
+    /// durable in the background (a close; see `write::staging`).
+    async fn sync_handle(&self, fh: u64, mode: CloseMode, quick: bool) -> VfsResult<()> {
         let h = self.handles.lock().get(&fh).cloned();
         let Some(h) = h else { return Ok(()) };
         if let Handle::Local { write: true, .. } = h.as_ref() {
@@ -438,7 +440,10 @@ impl VirtualFs {
         if let Handle::Local { file, write: true, .. } = h.as_ref()
             && file.is_dirty()
         {
-            file.seal()?;
+            match self.writer.as_ref() {
+                Some(w) if quick && file.close_quick()? => w.staging.seal_later(file),
+                _ => file.seal()?,
+            }
             match mode {
                 CloseMode::Commit => return self.commit_file(file).await,
                 CloseMode::Upload => {
@@ -687,6 +692,13 @@ impl VirtualFs {
 }
 
 /// Seals a staged file with unsaved content (a blocking fsync, off the async threads).
+/// Whether closes in `mode` may leave a small file's fsyncs to the background: those whose files
+/// go to the Hub within seconds. An overlay's layer is the only copy until it is published, and a
+/// `--close commit` close waits for the Hub anyway.
+pub(crate) fn quick_close(mode: CloseMode) -> bool {
+    matches!(mode, CloseMode::Upload | CloseMode::Stage)
+}
+
 async fn seal_staged(file: Arc<DirtyFile>) -> VfsResult<()> {
     if !file.is_dirty() {
         return Ok(());

@@ -68,8 +68,9 @@ const COMPACT_SLACK: u64 = 1024;
 #[derive(Default)]
 pub struct Overlay {
     entries: HashMap<String, Entry>,
-    /// parent path → child name → present. Lets a listing find its overlay children without a scan.
-    children: HashMap<String, BTreeMap<String, ()>>,
+    /// parent path → child name → whether the child is a directory. Lets a listing find its
+    /// overlay children, and a directory's `stat` count its subdirectories, without a scan.
+    children: HashMap<String, BTreeMap<String, bool>>,
     /// The journal of an overlay mount; None for a writable mount.
     log: Option<Arc<LayerLog>>,
     /// Appends and compactions of the journal that failed.
@@ -77,6 +78,21 @@ pub struct Overlay {
     /// The journal's line count when a compaction last failed: the next try waits for
     /// `COMPACT_SLACK` more lines rather than rewriting the whole log on every change.
     compact_failed_at: Option<u64>,
+}
+
+/// See [`Overlay::child_dirs`].
+pub struct ChildDirs<'a>(Option<&'a BTreeMap<String, bool>>);
+
+impl ChildDirs<'_> {
+    /// Overlay entries that are directories.
+    pub fn count(&self) -> usize {
+        self.0.map_or(0, |c| c.values().filter(|d| **d).count())
+    }
+
+    /// Whether the overlay has an entry named `name` (of any kind, a whiteout included).
+    pub fn has(&self, name: &str) -> bool {
+        self.0.is_some_and(|c| c.contains_key(name))
+    }
 }
 
 fn split(path: &str) -> (&str, &str) {
@@ -140,7 +156,7 @@ impl Overlay {
         self.children
             .entry(parent.to_string())
             .or_default()
-            .insert(name.to_string(), ());
+            .insert(name.to_string(), matches!(e, Entry::Dir));
         self.entries.insert(path.to_string(), e);
     }
 
@@ -205,6 +221,13 @@ impl Overlay {
             .collect()
     }
 
+    /// How `dir`'s overlay entries bear on its subdirectory count: the directories among them,
+    /// and for `name`, whether the overlay has an entry there at all (which then decides whether
+    /// it is a directory). Allocates nothing: a directory's `stat` comes after every create in it.
+    pub fn child_dirs(&self, dir: &str) -> ChildDirs<'_> {
+        ChildDirs(self.children.get(dir))
+    }
+
     /// Every entry at or below `dir` ("" = everything), with its path.
     pub fn subtree(&self, dir: &str) -> Vec<(String, Entry)> {
         let prefix = format!("{dir}/");
@@ -241,6 +264,26 @@ mod tests {
         assert!(o.children("a").is_empty());
         assert!(o.remove("a/zz").is_none());
         assert_eq!(o.len(), 2);
+    }
+
+    #[test]
+    fn child_dirs_follow_an_entry_changing_kind() {
+        let mut o = Overlay::default();
+        o.set("a/d1", Entry::Dir);
+        o.set("a/d2", Entry::Dir);
+        o.set("a/gone", Entry::Gone);
+        o.set("a/s", Entry::Special { hides: false });
+        assert_eq!(o.child_dirs("a").count(), 2);
+        assert!(o.child_dirs("a").has("gone"));
+        assert!(!o.child_dirs("a").has("elsewhere"));
+        // rmdir leaves a whiteout; a file made over it is not a directory either.
+        o.set("a/d1", Entry::Gone);
+        assert_eq!(o.child_dirs("a").count(), 1);
+        o.set("a/gone", Entry::Dir);
+        assert_eq!(o.child_dirs("a").count(), 2);
+        o.remove("a/d2");
+        assert_eq!(o.child_dirs("a").count(), 1);
+        assert_eq!(o.child_dirs("nowhere").count(), 0);
     }
 
     fn moved() -> FileMeta {

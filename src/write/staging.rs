@@ -7,6 +7,10 @@
 //! after a crash or power cut the next mount finds every closed file intact.
 //!
 //! Staged data is deleted only after the commit holding it succeeded (or the file was unlinked).
+//!
+//! A small file's close may skip the wait for the disk (`close_quick`, in `staging/quick.rs`): its
+//! closed entry then carries the content's size and CRC, and a background thread makes both
+//! durable a moment later.
 
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Write};
@@ -36,12 +40,18 @@ struct Meta {
     /// Path in the repo (from the repo root, subfolder mounts included).
     path: String,
     phase: Phase,
+    /// A closed entry written before its data reached the disk (a quick close): what the data
+    /// must be for the entry to hold after a power cut.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    check: Option<quick::Check>,
 }
 
 /// A staging directory: one per (repo, branch, cache dir), held by one mount at a time.
 pub struct StagingArea {
     dir: PathBuf,
     next_id: AtomicU64,
+    /// Makes quickly closed files durable in the background.
+    sealer: quick::Sealer,
     /// Keeps the directory's advisory lock for as long as the mount lives.
     _lock: File,
 }
@@ -89,6 +99,7 @@ impl StagingArea {
         Ok(StagingArea {
             dir: dir.to_path_buf(),
             next_id: AtomicU64::new(max + 1),
+            sealer: quick::Sealer::start()?,
             _lock: lock,
         })
     }
@@ -137,7 +148,7 @@ impl StagingArea {
         for id in ids {
             let meta_path = self.dir.join(format!("{id}.meta"));
             let data_path = self.dir.join(format!("{id}.data"));
-            let meta: Meta = match std::fs::read(&meta_path).map(|b| serde_json::from_slice(&b)) {
+            let mut meta: Meta = match std::fs::read(&meta_path).map(|b| serde_json::from_slice(&b)) {
                 Ok(Ok(m)) => m,
                 other => {
                     tracing::warn!(path = %meta_path.display(), ?other, "unreadable staging journal entry left in place");
@@ -152,6 +163,13 @@ impl StagingArea {
                 }
             };
             let size = file.metadata()?.len();
+            if let Some(check) = &meta.check
+                && !check.holds(&file, size)
+            {
+                // Closed a moment before a power cut that kept the entry but not the bytes.
+                tracing::warn!(path = %meta.path, "a file closed just before a crash did not reach the disk whole");
+                meta.phase = Phase::Open;
+            }
             let lazy = match Lazy::open(&data_path) {
                 Ok(l) => l,
                 Err(e) => {
@@ -193,6 +211,8 @@ pub(super) struct State {
     /// The generation whose data was last fsynced: a second seal of unchanged content (the
     /// release after a close's flush) skips the fsync.
     synced: u64,
+    /// The generation journaled as closed by a quick close (not yet durable; 0: none).
+    quick: u64,
     /// This generation's content is already in the Hub's LFS/Xet storage (uploaded at close): the
     /// commit refers to it without hashing or uploading again.
     uploaded: Option<Snapshot>,
@@ -307,6 +327,7 @@ impl DirtyFile {
                 sealed: false,
                 journaled_open: false,
                 synced: 0,
+                quick: 0,
                 uploaded: None,
             }),
             journal: Mutex::new(()),
@@ -398,16 +419,23 @@ impl DirtyFile {
         Ok(())
     }
 
-    /// A writer went away; when it was the last, the content is made durable and journaled as
-    /// closed (final: the next start uploads it if this run does not).
-    pub fn remove_writer(&self) -> std::io::Result<()> {
+    /// A writer went away; when it was the last, the content is journaled as closed (final: the
+    /// next start uploads it if this run does not) and made durable, or, with `quick` and a small
+    /// file, left for [`StagingArea::seal_later`] (returns true: the caller hands it over).
+    pub fn remove_writer(&self, quick: bool) -> std::io::Result<bool> {
         let last = {
             let mut s = self.st.lock();
             s.writers = s.writers.saturating_sub(1);
             // A clean file (committed, or never changed) has nothing to make durable.
             s.writers == 0 && !s.discarded && s.generation > s.committed
         };
-        if last { self.seal() } else { Ok(()) }
+        if !last {
+            return Ok(false);
+        }
+        if quick && self.close_quick()? {
+            return Ok(true);
+        }
+        self.seal().map(|()| false)
     }
 
     /// fsync the data and journal the file as closed: from here on a crash leaves it to be
@@ -433,7 +461,7 @@ impl DirtyFile {
         if sealed {
             return Ok(());
         }
-        self.write_meta_locked(&path, Phase::Closed)
+        self.write_meta_locked(&path, Phase::Closed, None)
     }
 
     /// Sealed with nothing written since: what a reader sees now is what a crash would leave (an
@@ -456,38 +484,52 @@ impl DirtyFile {
 
     fn write_meta(&self, path: &str, phase: Phase) -> std::io::Result<()> {
         let _j = self.journal.lock();
-        self.write_meta_locked(path, phase)
+        self.write_meta_locked(path, phase, None)
     }
 
-    /// `write_meta` with the journal lock held by the caller. A closed entry is made durable,
-    /// directory entries included: the data file and the journal entry must both outlive a power
-    /// cut, and a rename or a create is durable only once its directory is synced.
-    fn write_meta_locked(&self, path: &str, phase: Phase) -> std::io::Result<()> {
-        if self.st.lock().discarded {
-            return Ok(());
+    /// `write_meta` with the journal lock held by the caller. A closed entry without a `check` is
+    /// made durable, after the data and with directory entries included: the data file and the
+    /// journal entry must both outlive a power cut, and a rename or a create is durable only once
+    /// its directory is synced. One with a `check` (a quick close) is only written.
+    /// `check` comes with the generation whose bytes it describes.
+    fn write_meta_locked(&self, path: &str, phase: Phase, check: Option<(quick::Check, u64)>) -> std::io::Result<()> {
+        let durable = phase == Phase::Closed && check.is_none();
+        let unsynced = {
+            let s = self.st.lock();
+            if s.discarded {
+                return Ok(());
+            }
+            (s.synced < s.generation).then_some(s.generation)
+        };
+        if durable && let Some(generation) = unsynced {
+            // A rename of a quickly closed file, whose bytes may not be on disk yet.
+            self.file.sync_data()?;
+            let mut s = self.st.lock();
+            s.synced = s.synced.max(generation);
         }
+        let quick = check.as_ref().map_or(0, |(_, g)| *g);
         let body = serde_json::to_vec(&Meta {
             path: path.to_string(),
             phase,
+            check: check.map(|(c, _)| c),
         })
         .map_err(std::io::Error::other)?;
         let tmp = self.meta_path.with_extension("meta.tmp");
         {
             let mut f = File::create(&tmp)?;
             f.write_all(&body)?;
-            if phase == Phase::Closed {
+            if durable {
                 f.sync_data()?;
             }
         }
         std::fs::rename(&tmp, &self.meta_path)?;
-        if phase == Phase::Closed
-            && let Some(dir) = self.meta_path.parent()
-        {
+        if durable && let Some(dir) = self.meta_path.parent() {
             File::open(dir)?.sync_all()?;
         }
         let mut s = self.st.lock();
-        s.sealed = phase == Phase::Closed;
+        s.sealed = durable;
         s.journaled_open = phase == Phase::Open;
+        s.quick = quick;
         Ok(())
     }
 
@@ -728,6 +770,9 @@ impl Drop for DirtyFile {
         }
     }
 }
+
+#[path = "staging_quick.rs"]
+mod quick;
 
 #[cfg(test)]
 #[path = "staging_tests.rs"]

@@ -87,10 +87,10 @@ fn seal_while_open_follows_renames_and_new_writers() {
         ("b.bin".into(), Phase::Closed),
         "sealed again after the rename"
     );
-    f.remove_writer().unwrap();
+    assert!(!f.remove_writer(false).unwrap());
     f.add_writer().unwrap();
     assert_eq!(journal_phase(&f), ("b.bin".into(), Phase::Open), "opened again");
-    f.remove_writer().unwrap();
+    assert!(!f.remove_writer(false).unwrap());
     assert_eq!(journal_phase(&f), ("b.bin".into(), Phase::Closed));
 }
 
@@ -107,7 +107,7 @@ fn stage_write_read_and_recover() {
     assert_eq!(f.read_at(6, 10).unwrap().len(), 0);
     let open_one = area.create("still/open").unwrap();
     open_one.add_writer().unwrap();
-    f.remove_writer().unwrap();
+    assert!(!f.remove_writer(false).unwrap());
     let snap = f.snapshot().unwrap();
     assert_eq!(snap.size, 6);
     assert_eq!(snap.path, "a/b.bin");
@@ -173,4 +173,87 @@ fn committed_files_are_deleted_on_drop_dirty_ones_kept() {
     let data = dirty.data_path().to_path_buf();
     drop(dirty);
     assert!(data.exists(), "uncommitted bytes survive");
+}
+
+fn journal_check(f: &DirtyFile) -> Option<quick::Check> {
+    let m: Meta = serde_json::from_slice(&std::fs::read(&f.meta_path).unwrap()).unwrap();
+    m.check
+}
+
+/// A quick close journals the file as closed with a check of its bytes and no fsync; the
+/// sealer then makes it durable (an entry without a check). A large file does not qualify.
+#[test]
+fn a_quick_close_is_sealed_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let area = StagingArea::open(dir.path()).unwrap();
+    let f = std::sync::Arc::new(area.create("rows/a.json").unwrap());
+    f.add_writer().unwrap();
+    f.write_at(0, b"{\"id\": 1}\n").unwrap();
+    assert!(f.remove_writer(true).unwrap(), "a small file closes quickly");
+    assert_eq!(journal_phase(&f), ("rows/a.json".into(), Phase::Closed));
+    assert!(journal_check(&f).is_some(), "a quick entry carries its check");
+    assert!(f.needs_seal());
+    area.seal_later(&f);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while f.needs_seal() {
+        assert!(std::time::Instant::now() < deadline, "the sealer never sealed the file");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(journal_phase(&f), ("rows/a.json".into(), Phase::Closed));
+    assert!(journal_check(&f).is_none(), "sealed: durable, no check needed");
+    // Closed quickly once more at the same generation (release after flush): nothing rewritten.
+    assert!(f.close_quick().unwrap());
+    assert!(journal_check(&f).is_none());
+
+    let big = area.create("shards/b.bin").unwrap();
+    big.add_writer().unwrap();
+    big.write_at(0, &vec![7u8; (quick::QUICK_CLOSE_MAX + 1) as usize])
+        .unwrap();
+    assert!(
+        !big.remove_writer(true).unwrap(),
+        "past the limit a close seals at once"
+    );
+    assert!(!big.needs_seal());
+    assert!(journal_check(&big).is_none());
+}
+
+/// After a crash, a quickly closed file whose bytes match its check is committed; one whose
+/// bytes did not reach the disk whole (a power cut) is recovered as open, never committed.
+#[test]
+fn a_quick_entry_holds_only_over_the_bytes_it_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let area = StagingArea::open(dir.path()).unwrap();
+        for name in ["whole.txt", "torn.txt", "short.txt"] {
+            let f = area.create(name).unwrap();
+            f.add_writer().unwrap();
+            f.write_at(0, b"hello, quick close").unwrap();
+            assert!(f.remove_writer(true).unwrap());
+            std::mem::forget(f); // a crash: nothing cleaned up
+        }
+    }
+    // What a power cut could leave: other bytes, or fewer.
+    let data = |id: u64| dir.path().join(format!("{id}.data"));
+    let meta = |id: u64| -> Meta {
+        serde_json::from_slice(&std::fs::read(dir.path().join(format!("{id}.meta"))).unwrap()).unwrap()
+    };
+    let ids: std::collections::HashMap<String, u64> = (1..=3).map(|id| (meta(id).path, id)).collect();
+    std::fs::write(data(ids["torn.txt"]), b"hello, QUICK close").unwrap();
+    std::fs::write(data(ids["short.txt"]), b"hello").unwrap();
+    let area = StagingArea::open(dir.path()).unwrap();
+    let mut phases: Vec<(String, Phase)> = area
+        .recover()
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.file.repo_path(), r.phase))
+        .collect();
+    phases.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        phases,
+        [
+            ("short.txt".to_string(), Phase::Open),
+            ("torn.txt".to_string(), Phase::Open),
+            ("whole.txt".to_string(), Phase::Closed),
+        ]
+    );
 }

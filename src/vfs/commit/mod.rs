@@ -564,6 +564,22 @@ impl VirtualFs {
                 Err(_) => break,
             }
         }
+        // Files closed quickly and still staged are made durable before the mount goes (the
+        // background sealer may not have reached them).
+        let unsealed: Vec<Arc<DirtyFile>> = w
+            .overlay
+            .lock()
+            .all()
+            .into_iter()
+            .filter_map(|(_, e)| match e {
+                Entry::File(d) if d.needs_seal() => Some(d),
+                _ => None,
+            })
+            .collect();
+        let sealed = tokio::task::spawn_blocking(move || unsealed.iter().try_for_each(|d| d.seal())).await;
+        if let Err(e) = sealed.map_err(std::io::Error::other).and_then(|r| r) {
+            tracing::warn!(error = %e, "could not make a staged file durable");
+        }
         if let Err(e) = w.meta.sync() {
             tracing::warn!(error = %e, "could not make the metadata log durable");
         }
@@ -590,8 +606,15 @@ impl VirtualFs {
 
     /// A write handle closed: commit in the background whatever its flush did not.
     pub(crate) fn writer_closed(&self, file: &Arc<DirtyFile>) {
-        if let Err(e) = file.remove_writer() {
-            tracing::error!(path = %file.repo_path(), error = %e, "could not journal a closed file");
+        let quick = super::write::quick_close(self.close_mode());
+        match file.remove_writer(quick) {
+            Ok(true) => {
+                if let Some(w) = &self.writer {
+                    w.staging.seal_later(file);
+                }
+            }
+            Ok(false) => {}
+            Err(e) => tracing::error!(path = %file.repo_path(), error = %e, "could not journal a closed file"),
         }
         let Some(w) = &self.writer else { return };
         if file.is_dirty() {
