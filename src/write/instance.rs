@@ -139,7 +139,7 @@ pub fn holds_state(dir: &Path) -> bool {
         match name.as_ref() {
             "lock" | "uploads" => false,
             n if n.starts_with(INSTANCE_FILE) => false,
-            "metadata.log" => e.metadata().map(|m| m.len() > 0).unwrap_or(true),
+            "metadata.log" | "opened.log" => e.metadata().map(|m| m.len() > 0).unwrap_or(true),
             _ => true,
         }
     })

@@ -4,7 +4,8 @@
 //! `<id>.meta` records the repo path and whether the file was *closed* (its content is final and
 //! must reach the Hub) or still *open* (a crash leaves it as recoverable, not uploaded). The meta is
 //! replaced atomically (write + rename) and the data is fsynced before a file is marked closed, so
-//! after a crash or power cut the next mount finds every closed file intact.
+//! after a crash or power cut the next mount finds every closed file intact. A new file's first
+//! entry, while it is open, is a line in a shared log instead (`staging/opens.rs`).
 //!
 //! Staged data is deleted only after the commit holding it succeeded (or the file was unlinked).
 //!
@@ -52,6 +53,8 @@ pub struct StagingArea {
     next_id: AtomicU64,
     /// Makes quickly closed files durable in the background.
     sealer: quick::Sealer,
+    /// New files' open entries.
+    opens: std::sync::Arc<opens::OpensLog>,
     /// Keeps the directory's advisory lock for as long as the mount lives.
     _lock: File,
 }
@@ -100,6 +103,7 @@ impl StagingArea {
             dir: dir.to_path_buf(),
             next_id: AtomicU64::new(max + 1),
             sealer: quick::Sealer::start()?,
+            opens: std::sync::Arc::new(opens::OpensLog::open(dir)?),
             _lock: lock,
         })
     }
@@ -124,6 +128,8 @@ impl StagingArea {
             file,
             repo_path.to_string(),
             0,
+            self.opens.clone(),
+            false,
         );
         df.write_meta(repo_path, Phase::Open)?;
         Ok(df)
@@ -135,22 +141,35 @@ impl StagingArea {
         let mut ids: Vec<u64> = Vec::new();
         for e in std::fs::read_dir(&self.dir)? {
             let name = e?.file_name();
-            if let Some(id) = name
-                .to_str()
-                .and_then(|n| n.strip_suffix(".meta"))
-                .and_then(|n| n.parse().ok())
-            {
-                ids.push(id);
-            }
+            let Some(name) = name.to_str() else { continue };
+            let id = match name.split_once('.') {
+                Some((id, "meta")) => id.parse().ok(),
+                // Data without an entry file: a new file open at the crash, if the log knows it.
+                Some((id, "data")) => id
+                    .parse()
+                    .ok()
+                    .filter(|id| self.opens.path_of(*id).is_some() && !self.dir.join(format!("{id}.meta")).exists()),
+                _ => None,
+            };
+            ids.extend(id);
         }
         ids.sort_unstable();
         let mut out = Vec::new();
         for id in ids {
             let meta_path = self.dir.join(format!("{id}.meta"));
             let data_path = self.dir.join(format!("{id}.data"));
-            let mut meta: Meta = match std::fs::read(&meta_path).map(|b| serde_json::from_slice(&b)) {
-                Ok(Ok(m)) => m,
-                other => {
+            let logged = self.opens.path_of(id).map(|path| Meta {
+                path,
+                phase: Phase::Open,
+                check: None,
+            });
+            let has_meta = meta_path.exists();
+            let read = std::fs::read(&meta_path).map(|b| serde_json::from_slice::<Meta>(&b));
+            let mut meta = match (read, logged) {
+                (Ok(Ok(m)), _) => m,
+                // No entry file, or one torn by a crash while it was first written: the log's.
+                (_, Some(m)) => m,
+                (other, None) => {
                     tracing::warn!(path = %meta_path.display(), ?other, "unreadable staging journal entry left in place");
                     continue;
                 }
@@ -177,7 +196,16 @@ impl StagingArea {
                     continue;
                 }
             };
-            let df = DirtyFile::new(id, data_path, meta_path, file, meta.path, size);
+            let df = DirtyFile::new(
+                id,
+                data_path,
+                meta_path,
+                file,
+                meta.path,
+                size,
+                self.opens.clone(),
+                has_meta,
+            );
             *df.lazy.lock() = lazy;
             out.push(Recovered {
                 phase: meta.phase,
@@ -213,6 +241,8 @@ pub(super) struct State {
     synced: u64,
     /// The generation journaled as closed by a quick close (not yet durable; 0: none).
     quick: u64,
+    /// The file has its own entry file (`.meta`); until then its open entry is in the opens log.
+    has_meta: bool,
     /// This generation's content is already in the Hub's LFS/Xet storage (uploaded at close): the
     /// commit refers to it without hashing or uploading again.
     uploaded: Option<Snapshot>,
@@ -224,6 +254,7 @@ pub struct DirtyFile {
     id: u64,
     data_path: PathBuf,
     meta_path: PathBuf,
+    opens: std::sync::Arc<opens::OpensLog>,
     pub(super) file: File,
     pub(super) st: Mutex<State>,
     /// Serialises journal updates (they share one temporary file name).
@@ -309,11 +340,22 @@ impl Drop for Frozen {
 
 impl DirtyFile {
     /// A staged file not yet on the Hub (generation 1, nothing committed).
-    fn new(id: u64, data_path: PathBuf, meta_path: PathBuf, file: File, path: String, size: u64) -> DirtyFile {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        id: u64,
+        data_path: PathBuf,
+        meta_path: PathBuf,
+        file: File,
+        path: String,
+        size: u64,
+        opens: std::sync::Arc<opens::OpensLog>,
+        has_meta: bool,
+    ) -> DirtyFile {
         DirtyFile {
             id,
             data_path,
             meta_path,
+            opens,
             file,
             st: Mutex::new(State {
                 path,
@@ -328,6 +370,7 @@ impl DirtyFile {
                 journaled_open: false,
                 synced: 0,
                 quick: 0,
+                has_meta,
                 uploaded: None,
             }),
             journal: Mutex::new(()),
@@ -494,13 +537,21 @@ impl DirtyFile {
     /// `check` comes with the generation whose bytes it describes.
     fn write_meta_locked(&self, path: &str, phase: Phase, check: Option<(quick::Check, u64)>) -> std::io::Result<()> {
         let durable = phase == Phase::Closed && check.is_none();
-        let unsynced = {
+        let (unsynced, has_meta) = {
             let s = self.st.lock();
             if s.discarded {
                 return Ok(());
             }
-            (s.synced < s.generation).then_some(s.generation)
+            ((s.synced < s.generation).then_some(s.generation), s.has_meta)
         };
+        if phase == Phase::Open && !has_meta {
+            self.opens.note_open(self.id, path)?;
+            let mut s = self.st.lock();
+            s.sealed = false;
+            s.journaled_open = true;
+            s.quick = 0;
+            return Ok(());
+        }
         if durable && let Some(generation) = unsynced {
             // A rename of a quickly closed file, whose bytes may not be on disk yet.
             self.file.sync_data()?;
@@ -514,19 +565,31 @@ impl DirtyFile {
             check: check.map(|(c, _)| c),
         })
         .map_err(std::io::Error::other)?;
-        let tmp = self.meta_path.with_extension("meta.tmp");
+        // The first entry file is written in place: torn by a crash, it is unreadable and the
+        // opens log's entry stands. Later ones replace it atomically.
+        let target = if has_meta {
+            self.meta_path.with_extension("meta.tmp")
+        } else {
+            self.meta_path.clone()
+        };
         {
-            let mut f = File::create(&tmp)?;
+            let mut f = File::create(&target)?;
             f.write_all(&body)?;
             if durable {
                 f.sync_data()?;
             }
         }
-        std::fs::rename(&tmp, &self.meta_path)?;
+        if has_meta {
+            std::fs::rename(&target, &self.meta_path)?;
+        }
         if durable && let Some(dir) = self.meta_path.parent() {
             File::open(dir)?.sync_all()?;
         }
+        if !has_meta {
+            self.opens.note_settled(self.id);
+        }
         let mut s = self.st.lock();
+        s.has_meta = true;
         s.sealed = durable;
         s.journaled_open = phase == Phase::Open;
         s.quick = quick;
@@ -538,6 +601,7 @@ impl DirtyFile {
         let _j = self.journal.lock();
         self.st.lock().discarded = true;
         let _ = std::fs::remove_file(&self.meta_path);
+        self.opens.note_settled(self.id);
     }
 
     pub fn is_discarded(&self) -> bool {
@@ -762,6 +826,7 @@ impl Drop for DirtyFile {
     fn drop(&mut self) {
         let s = self.st.get_mut();
         if s.discarded || s.committed >= s.generation {
+            self.opens.note_settled(self.id);
             let _ = std::fs::remove_file(&self.meta_path);
             let _ = std::fs::remove_file(&self.data_path);
             if self.lazy.get_mut().is_some() {
@@ -773,6 +838,9 @@ impl Drop for DirtyFile {
 
 #[path = "staging_quick.rs"]
 mod quick;
+
+#[path = "staging_opens.rs"]
+mod opens;
 
 #[cfg(test)]
 #[path = "staging_tests.rs"]

@@ -2,9 +2,15 @@
 
 use super::*;
 
+/// The file's journal entry: its entry file, or (a new file not yet closed) the opens log's line.
 fn journal_phase(f: &DirtyFile) -> (String, Phase) {
-    let m: Meta = serde_json::from_slice(&std::fs::read(&f.meta_path).unwrap()).unwrap();
-    (m.path, m.phase)
+    match std::fs::read(&f.meta_path) {
+        Ok(b) => {
+            let m: Meta = serde_json::from_slice(&b).unwrap();
+            (m.path, m.phase)
+        }
+        Err(_) => (f.opens.path_of(f.id).expect("an open entry in the log"), Phase::Open),
+    }
 }
 
 /// A snapshot taken while another thread keeps rewriting the file is a consistent copy: its
