@@ -102,7 +102,7 @@ impl StagingArea {
         Ok(StagingArea {
             dir: dir.to_path_buf(),
             next_id: AtomicU64::new(max + 1),
-            sealer: quick::Sealer::start()?,
+            sealer: quick::Sealer::start(dir)?,
             opens: std::sync::Arc::new(opens::OpensLog::open(dir)?),
             _lock: lock,
         })

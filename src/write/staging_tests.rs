@@ -206,10 +206,25 @@ fn a_quick_close_is_sealed_in_the_background() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     assert_eq!(journal_phase(&f), ("rows/a.json".into(), Phase::Closed));
-    assert!(journal_check(&f).is_none(), "sealed: durable, no check needed");
+    let check = journal_check(&f);
+    assert!(check.is_some(), "sealed as it was: the entry is not rewritten");
+    assert!(f.settled(), "data and entry are durable");
     // Closed quickly once more at the same generation (release after flush): nothing rewritten.
     assert!(f.close_quick().unwrap());
-    assert!(journal_check(&f).is_none());
+    assert_eq!(journal_check(&f), check);
+    // Written again and closed: a new quick entry, sealed again.
+    f.add_writer().unwrap();
+    f.write_at(0, b"{\"id\": 2}\n").unwrap();
+    assert!(f.remove_writer(true).unwrap());
+    assert_ne!(journal_check(&f), check);
+    area.seal_later(&f);
+    while f.needs_seal() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sealer never sealed the new content"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 
     let big = area.create("shards/b.bin").unwrap();
     big.add_writer().unwrap();
