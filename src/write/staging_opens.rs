@@ -48,8 +48,8 @@ fn line_len(path: &str) -> u64 {
 }
 
 impl OpensLog {
-    /// Opens `dir`'s log: what the last run left for files still without an entry file (their
-    /// `.data` present, no `.meta`) is kept, the rest dropped.
+    /// Opens `dir`'s log: what the last run left for files whose data is still there is kept,
+    /// the rest dropped.
     pub(super) fn open(dir: &Path) -> std::io::Result<OpensLog> {
         let path = dir.join(LOG);
         let mut open = HashMap::new();
@@ -65,7 +65,9 @@ impl OpensLog {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        open.retain(|id, _| dir.join(format!("{id}.data")).exists() && !dir.join(format!("{id}.meta")).exists());
+        // Kept while the data is there: an entry file torn by a crash as it was first written is
+        // unreadable, and the log's line then stands for it (a readable one wins).
+        open.retain(|id, _| dir.join(format!("{id}.data")).exists());
         let (file, bytes) = rewrite(&path, &open)?;
         let needed = open.values().map(|p| line_len(p)).sum();
         Ok(OpensLog {
@@ -186,5 +188,9 @@ mod tests {
         drop(log);
         let kept = std::fs::read_to_string(d.join(LOG)).unwrap();
         assert_eq!(kept.lines().count(), 1, "{kept}");
+        // An entry file torn as it was first written: the log still speaks for the file.
+        std::fs::write(d.join("7.meta"), b"{\"pa").unwrap();
+        let log = OpensLog::open(d).unwrap();
+        assert_eq!(log.path_of(7).as_deref(), Some(path));
     }
 }

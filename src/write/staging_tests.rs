@@ -261,6 +261,16 @@ fn a_quick_entry_holds_only_over_the_bytes_it_checked() {
     let ids: std::collections::HashMap<String, u64> = (1..=3).map(|id| (meta(id).path, id)).collect();
     std::fs::write(data(ids["torn.txt"]), b"hello, QUICK close").unwrap();
     std::fs::write(data(ids["short.txt"]), b"hello").unwrap();
+    {
+        // A new file whose first entry file a crash tore as it was written: its open entry in
+        // the opens log stands.
+        let area = StagingArea::open(dir.path()).unwrap();
+        let f = area.create("entry-torn.txt").unwrap();
+        f.add_writer().unwrap();
+        f.write_at(0, b"abc").unwrap();
+        std::fs::write(dir.path().join(format!("{}.meta", f.id())), b"{\"pa").unwrap();
+        std::mem::forget(f);
+    }
     let area = StagingArea::open(dir.path()).unwrap();
     let mut phases: Vec<(String, Phase)> = area
         .recover()
@@ -272,6 +282,7 @@ fn a_quick_entry_holds_only_over_the_bytes_it_checked() {
     assert_eq!(
         phases,
         [
+            ("entry-torn.txt".to_string(), Phase::Open),
             ("short.txt".to_string(), Phase::Open),
             ("torn.txt".to_string(), Phase::Open),
             ("whole.txt".to_string(), Phase::Closed),
