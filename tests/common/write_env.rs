@@ -101,7 +101,19 @@ impl Env {
             vfs: opts,
             allow_other: false,
         };
-        let m = mount(req, &self.rt).expect("mount");
+        // A remount may come while the last mount's committer still finishes a round: it lets
+        // go of the staging directory's lock a moment after the unmount returned (a mount in its
+        // own process, as users run it, has exited by then).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let m = loop {
+            match mount(req.clone(), &self.rt) {
+                Ok(m) => break m,
+                Err(e) if e.to_string().contains("in use by another") && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(e) => panic!("mount: {e:?}"),
+            }
+        };
         self._dirs.push(dir);
         m
     }
