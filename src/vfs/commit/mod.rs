@@ -576,9 +576,17 @@ impl VirtualFs {
                 _ => None,
             })
             .collect();
-        let sealed = tokio::task::spawn_blocking(move || unsealed.iter().try_for_each(|d| d.seal())).await;
-        if let Err(e) = sealed.map_err(std::io::Error::other).and_then(|r| r) {
-            tracing::warn!(error = %e, "could not make a staged file durable");
+        // Each file on its own: one that fails leaves the others to be sealed.
+        let sealed = tokio::task::spawn_blocking(move || {
+            for d in unsealed {
+                if let Err(e) = d.seal() {
+                    tracing::warn!(path = %d.repo_path(), error = %e, "could not make a staged file durable");
+                }
+            }
+        })
+        .await;
+        if let Err(e) = sealed {
+            tracing::warn!(error = %e, "sealing staged files at unmount stopped");
         }
         if let Err(e) = w.meta.sync() {
             tracing::warn!(error = %e, "could not make the metadata log durable");
