@@ -23,10 +23,8 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use super::lazy::Lazy;
-use crate::hub_client::SAMPLE_BYTES;
 
 /// What the journal says about a staged file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -264,78 +262,6 @@ pub struct DirtyFile {
     /// A copy-up that holds only what was written (`write::lazy`); a leaf lock, held across the
     /// data write of such a file so a fill from the base never overwrites a newer write.
     pub(super) lazy: Mutex<Option<Lazy>>,
-}
-
-/// What a commit round saw of a file.
-#[derive(Debug, Clone)]
-pub struct Snapshot {
-    pub generation: u64,
-    /// The repo path the file had at this generation (a rename moves the generation too). A
-    /// round gathers its files by path and snapshots them later: one renamed in between must not
-    /// be committed, and marked clean, at the path it left.
-    pub path: String,
-    pub size: u64,
-    pub sha256: String,
-    pub sample: Vec<u8>,
-    /// The content is already in LFS/Xet storage: commit it as an LFS file, no preupload.
-    pub uploaded: bool,
-    /// Its Xet hash, when it was uploaded through Xet for a bucket (which names content by it).
-    pub xet_hash: Option<String>,
-    /// A copy of exactly these bytes, deleted when the last snapshot holding it goes.
-    pub frozen: Option<std::sync::Arc<Frozen>>,
-}
-
-impl Snapshot {
-    /// The frozen copy of exactly the snapshot's bytes.
-    pub fn frozen(&self) -> std::io::Result<&Frozen> {
-        self.frozen
-            .as_deref()
-            .ok_or_else(|| std::io::Error::other("this snapshot has no copy to read (already uploaded)"))
-    }
-
-    /// The whole content (small files sent inline in a commit).
-    pub fn read_all(&self) -> std::io::Result<Bytes> {
-        match self.frozen()? {
-            Frozen::File(path) => Ok(Bytes::from(std::fs::read(path)?)),
-            Frozen::Memory(b) => Ok(b.clone()),
-        }
-    }
-}
-
-/// A staged file's content at one generation, to upload from the staged file itself.
-#[derive(Debug, Clone)]
-pub struct InPlace {
-    pub generation: u64,
-    pub path: String,
-    pub size: u64,
-    pub sample: Vec<u8>,
-    pub data_path: PathBuf,
-}
-
-/// Where frozen copies live, below the staging directory.
-const UPLOADS_DIR: &str = "uploads";
-/// Makes frozen copies' names unique within a run.
-static FROZEN_SEQ: AtomicU64 = AtomicU64::new(0);
-
-/// Files up to this size are frozen in memory rather than copied to a file: a round of thousands
-/// of small files would otherwise create (and delete) a copy of each, and their content goes
-/// inline in the commit body anyway.
-pub const FROZEN_IN_MEMORY_MAX: u64 = 64 << 10;
-
-/// A frozen copy of a staged file's content for one upload: a file (removed when dropped) or,
-/// for small files, the bytes themselves.
-#[derive(Debug)]
-pub enum Frozen {
-    File(PathBuf),
-    Memory(Bytes),
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        if let Frozen::File(path) = self {
-            let _ = std::fs::remove_file(path);
-        }
-    }
 }
 
 impl DirtyFile {
@@ -668,156 +594,6 @@ impl DirtyFile {
         s.mtime = SystemTime::now();
         Ok(())
     }
-
-    /// Records that `snap` (a snapshot of this file) is stored in LFS/Xet.
-    pub fn set_uploaded(&self, snap: &Snapshot) {
-        let mut s = self.st.lock();
-        if s.generation == snap.generation {
-            // The frozen copy is no longer needed: the commit only names the sha256.
-            s.uploaded = Some(Snapshot {
-                uploaded: true,
-                frozen: None,
-                ..snap.clone()
-            });
-        }
-    }
-
-    /// The current content for an upload read straight from the staged file (no frozen copy):
-    /// its generation, path, size and preupload sample. `None` while a write is in flight. The
-    /// uploader hashes what it reads, so the sha256 always names the bytes sent; [`Self::unchanged_since`]
-    /// afterwards says whether they are still this file's content.
-    pub fn in_place(&self) -> std::io::Result<Option<InPlace>> {
-        if self.in_flight.load(Ordering::SeqCst) != 0 {
-            return Ok(None);
-        }
-        let (generation, size, path) = {
-            let s = self.st.lock();
-            (s.generation, s.size, s.path.clone())
-        };
-        let mut sample = vec![0u8; SAMPLE_BYTES.min(size as usize)];
-        let n = self.file.read_at(&mut sample, 0)?;
-        sample.truncate(n);
-        Ok(Some(InPlace {
-            generation,
-            path,
-            size,
-            sample,
-            data_path: self.data_path.clone(),
-        }))
-    }
-
-    /// Whether the current content is already in LFS/Xet storage (uploaded at an earlier close).
-    pub fn uploaded_now(&self) -> bool {
-        let s = self.st.lock();
-        s.uploaded.as_ref().is_some_and(|u| u.generation == s.generation)
-    }
-
-    /// Whether nothing was written since `generation` and no write is in flight: bytes read from
-    /// the staged file since then were this generation's.
-    pub fn unchanged_since(&self, generation: u64) -> bool {
-        self.in_flight.load(Ordering::SeqCst) == 0 && self.st.lock().generation == generation
-    }
-
-    /// Size, sha256 and the preupload sample of the current content, and a frozen copy of it to
-    /// upload from (or the snapshot taken when this content was uploaded, if nothing changed
-    /// since). The copy matters: the staged file may be written again while its upload runs (a
-    /// writer reopening it once close() returned), and bytes that differ from the sha256 declared
-    /// for them would bind that sha256 to other content on the Hub.
-    pub fn snapshot(&self) -> std::io::Result<Snapshot> {
-        if self.lazy.lock().is_some() {
-            return Err(std::io::Error::other(
-                "a copy-up still missing its Hub bytes cannot be uploaded (fill it first)",
-            ));
-        }
-        for attempt in 0..50u32 {
-            let (generation, size, repo_path) = {
-                let s = self.st.lock();
-                if let Some(u) = s.uploaded.as_ref().filter(|u| u.generation == s.generation) {
-                    return Ok(u.clone());
-                }
-                (s.generation, s.size, s.path.clone())
-            };
-            if self.in_flight.load(Ordering::SeqCst) == 0 {
-                let (frozen, sha256, sample) = if size <= FROZEN_IN_MEMORY_MAX {
-                    let bytes = self.read_exactly(size)?;
-                    let sha256 = hex::encode(Sha256::digest(&bytes));
-                    let sample = bytes[..bytes.len().min(SAMPLE_BYTES)].to_vec();
-                    (Frozen::Memory(bytes), sha256, sample)
-                } else {
-                    let n = FROZEN_SEQ.fetch_add(1, Ordering::Relaxed);
-                    let path = self
-                        .data_path
-                        .parent()
-                        .unwrap_or(Path::new("."))
-                        .join(UPLOADS_DIR)
-                        .join(format!("{}-{n}.data", self.id));
-                    let frozen = Frozen::File(path.clone());
-                    let (sha256, sample) = self.copy_and_hash(&path, size)?;
-                    (frozen, sha256, sample)
-                };
-                let unchanged = self.in_flight.load(Ordering::SeqCst) == 0 && self.st.lock().generation == generation;
-                if unchanged {
-                    return Ok(Snapshot {
-                        generation,
-                        path: repo_path,
-                        size,
-                        sha256,
-                        sample,
-                        uploaded: false,
-                        xet_hash: None,
-                        frozen: Some(std::sync::Arc::new(frozen)),
-                    });
-                }
-            }
-            // Written meanwhile: try again once the writer is done.
-            std::thread::sleep(std::time::Duration::from_millis(2 + u64::from(attempt)));
-        }
-        Err(std::io::Error::other(
-            "the file kept changing while it was being copied for upload; it will be tried again",
-        ))
-    }
-
-    /// The first `size` bytes of the staged file (zeros past its end on disk, as in `copy_and_hash`).
-    fn read_exactly(&self, size: u64) -> std::io::Result<Bytes> {
-        let mut buf = vec![0u8; size as usize];
-        let mut done = 0;
-        while done < buf.len() {
-            let n = self.file.read_at(&mut buf[done..], done as u64)?;
-            if n == 0 {
-                break;
-            }
-            done += n;
-        }
-        Ok(Bytes::from(buf))
-    }
-
-    /// Copies the first `size` bytes of the staged file to `dest`, hashing them on the way.
-    fn copy_and_hash(&self, dest: &Path, size: u64) -> std::io::Result<(String, Vec<u8>)> {
-        let mut out = File::create(dest)?;
-        let mut hasher = Sha256::new();
-        let mut sample = Vec::with_capacity(SAMPLE_BYTES);
-        let mut buf = vec![0u8; 1 << 20];
-        let mut done = 0u64;
-        while done < size {
-            let want = (buf.len() as u64).min(size - done) as usize;
-            let n = self.file.read_at(&mut buf[..want], done)?;
-            let chunk = if n == 0 {
-                // Shorter on disk than recorded (only after a crash): the zeros a read returns.
-                buf[..want].fill(0);
-                &buf[..want]
-            } else {
-                &buf[..n]
-            };
-            if sample.len() < SAMPLE_BYTES {
-                let take = (SAMPLE_BYTES - sample.len()).min(chunk.len());
-                sample.extend_from_slice(&chunk[..take]);
-            }
-            hasher.update(chunk);
-            out.write_all(chunk)?;
-            done += chunk.len() as u64;
-        }
-        Ok((hex::encode(hasher.finalize()), sample))
-    }
 }
 
 impl Drop for DirtyFile {
@@ -841,6 +617,11 @@ mod quick;
 
 #[path = "staging_opens.rs"]
 mod opens;
+
+#[path = "staging_snapshot.rs"]
+mod snapshot;
+use snapshot::UPLOADS_DIR;
+pub use snapshot::{FROZEN_IN_MEMORY_MAX, Frozen, InPlace, Snapshot};
 
 #[cfg(test)]
 #[path = "staging_tests.rs"]

@@ -1,6 +1,7 @@
 //! Tests of `staging`: journal entries, seals and frozen snapshots.
 
 use super::*;
+use sha2::{Digest, Sha256};
 
 /// The file's journal entry: its entry file, or (a new file not yet closed) the opens log's line.
 fn journal_phase(f: &DirtyFile) -> (String, Phase) {
