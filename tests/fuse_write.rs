@@ -698,3 +698,54 @@ fn wait_clean(m: &hubfs::process::session::Mounted) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A long stream of closes commits as it goes: once a whole commit's worth is closed (500 files
+/// while the default budget's burst is full), a round goes without waiting for the stream to
+/// pause, and carries exactly that many. With early commits off (`--commit-every`, which promises
+/// one commit per period) the same closes wait for the period.
+#[test]
+fn a_full_commits_worth_of_closes_commits_before_the_stream_pauses() {
+    for early in [true, false] {
+        let mut env = Env::new();
+        let name = if early { "full-early" } else { "full-period" };
+        env.create_dataset(name);
+        let before = env.commit_count(name);
+        let mut opts = env.write_opts(false);
+        if let Some(w) = opts.write.as_mut() {
+            // Far longer than the test: only a full batch can start a round.
+            w.quiet_period = Duration::from_secs(120);
+            w.max_batch_delay = Duration::from_secs(120);
+            w.early_full_commits = early;
+            w.commit_budget = hubfs::vfs::BudgetSpec::parse("64/3600").unwrap();
+        }
+        let m = env.mount_with(&format!("datasets/local/{name}"), opts);
+        for i in 0..520 {
+            std::fs::write(
+                m.mountpoint.join(format!("row-{i:04}.json")),
+                format!("{{\"id\": {i}}}\n"),
+            )
+            .unwrap();
+        }
+        if !early {
+            std::thread::sleep(Duration::from_secs(3));
+            assert_eq!(env.commit_count(name), before, "a commit went before the period");
+            assert_eq!(m.vfs.dirty_paths().len(), 520);
+            continue;
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while env.commit_count(name) == before {
+            assert!(Instant::now() < deadline, "no commit while 520 closed files waited");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let on_hub = env.hub_files(name);
+        assert_eq!(on_hub.len(), 500, "the first commit carries the cap");
+        for (path, (size, _)) in &on_hub {
+            let i: usize = path["row-".len()..path.len() - ".json".len()].parse().unwrap();
+            assert_eq!(*size, format!("{{\"id\": {i}}}\n").len() as u64, "{path}");
+        }
+        // The 20 left are the tail's: they wait for the period (no second early commit).
+        std::thread::sleep(Duration::from_millis(1000));
+        assert_eq!(env.commit_count(name), before + 1);
+        assert_eq!(m.vfs.dirty_paths().len(), 20);
+    }
+}

@@ -237,6 +237,7 @@ impl SourceArgs {
             if let Some(every) = self.commit_every {
                 w.quiet_period = every;
                 w.max_batch_delay = every;
+                w.early_full_commits = false;
             }
             w.commit_budget = self.commit_budget.0;
             w.posix_strict = self.posix == "strict";

@@ -242,6 +242,11 @@ impl Overlay {
     pub fn all(&self) -> Vec<(String, Entry)> {
         self.subtree("")
     }
+
+    /// Every entry, borrowed (to count without copying paths).
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Entry)> {
+        self.entries.iter().map(|(p, e)| (p.as_str(), e))
+    }
 }
 
 #[cfg(test)]

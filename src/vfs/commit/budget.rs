@@ -23,6 +23,9 @@ pub const BASE_CHANGES: usize = 500;
 /// The most changes one commit carries (a folder's entry limit on the Hub).
 pub const MAX_CHANGES: usize = 10_000;
 
+/// Commits of the burst that early commits leave for the end of a stream of changes.
+pub const TAIL_COMMITS: u32 = 2;
+
 /// `N/WINDOW`: at most N commits per WINDOW (`None`: no budget).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BudgetSpec {
@@ -141,6 +144,14 @@ impl CommitBudget {
         (BASE_CHANGES * self.spec.burst() as usize / left).clamp(BASE_CHANGES, MAX_CHANGES)
     }
 
+    /// The changes a commit may carry when it goes before the stream of changes ends (see
+    /// `Writer::full_batch_ready`), or None when the budget has no commit to spare for that: the
+    /// last [`TAIL_COMMITS`] are kept for the end of the stream, so that its tail does not wait a
+    /// refill.
+    pub fn early_cap(&mut self, now: Instant) -> Option<usize> {
+        (self.commits_now(now) > TAIL_COMMITS).then(|| self.changes_per_commit(now, 0))
+    }
+
     /// A commit was made at `now`.
     pub fn spend(&mut self, now: Instant) {
         self.refill(now);
@@ -211,6 +222,27 @@ mod tests {
         // Empty: the commit after the wait takes everything pending.
         assert_eq!(b.changes_per_commit(t0, 3_000), 3_000);
         assert_eq!(b.changes_per_commit(t0, 50_000), MAX_CHANGES);
+    }
+
+    #[test]
+    fn early_commits_leave_the_tail_its_commits() {
+        let t0 = Instant::now();
+        let mut b = CommitBudget::new(spec("64/3600"), t0);
+        let mut early = Vec::new();
+        while let Some(cap) = b.early_cap(t0) {
+            early.push(cap);
+            b.spend(t0);
+        }
+        // 4,870 changes go while the stream lasts; two commits stay for its end, the last of
+        // which takes everything left (a 10,000-file `cp -r`: 8 commits, as without early ones).
+        assert_eq!(early, [500, 571, 666, 800, 1000, 1333]);
+        assert_eq!(b.commits_now(t0), TAIL_COMMITS);
+        assert_eq!(b.changes_per_commit(t0, 5_130), 2000);
+        b.spend(t0);
+        assert_eq!(b.changes_per_commit(t0, 3_130), 3_130);
+        // Refills give early commits back only past the tail's two.
+        assert_eq!(b.early_cap(t0 + Duration::from_secs(57)), None);
+        assert_eq!(b.early_cap(t0 + Duration::from_secs(114)), Some(1333));
     }
 
     #[test]

@@ -57,8 +57,11 @@ pub struct WriteOptions {
     pub upload_timeout: Duration,
     /// A background commit starts once no new close (or namespace change) arrived for this long…
     pub quiet_period: Duration,
-    /// …or once the oldest pending change has waited this long, whichever comes first.
+    /// …or once the oldest pending change has waited this long, whichever comes first…
     pub max_batch_delay: Duration,
+    /// …or, when set, as soon as a whole commit's worth of changes is ready and the commit budget
+    /// has commits to spare (off with `--commit-every`, which promises one commit per period).
+    pub early_full_commits: bool,
     /// Where this mount writes its status file for `hubfs status` (`None`: no file).
     pub status_dir: Option<PathBuf>,
     /// What close() (and fsync) wait for.
@@ -103,6 +106,7 @@ impl Default for WriteOptions {
             upload_timeout: Duration::from_secs(120),
             quiet_period: Duration::from_millis(500),
             max_batch_delay: Duration::from_secs(5),
+            early_full_commits: true,
             status_dir: None,
             close: CloseMode::Commit,
             commit_budget: None,
@@ -429,7 +433,7 @@ impl Writer {
     fn has_ready_work(&self) -> bool {
         let held = self.held.lock().clone();
         let o = self.overlay.lock();
-        o.all().iter().any(|(path, e)| match e {
+        o.iter().any(|(path, e)| match e {
             Entry::File(d) if d.writers() == 0 && !held.contains(&d.id()) && self.orphan_alias(&o, path, d) => true,
             Entry::File(d) => d.is_dirty() && d.writers() == 0 && !held.contains(&d.id()),
             Entry::Moved(_) | Entry::Gone => true,
@@ -440,6 +444,45 @@ impl Writer {
 }
 
 impl Writer {
+    /// Whether a whole commit's worth of changes is ready while the budget has commits to spare
+    /// ([`budget::CommitBudget::early_cap`]): a long stream of closes (a `cp -r` of thousands of
+    /// files) then commits as it goes instead of after its last close, and the round's work
+    /// (snapshots, the Hub's commit) overlaps the copy. The number of commits does not change: a
+    /// round never carries more than the cap, so the same changes would take the same commits
+    /// later.
+    fn full_batch_ready(&self) -> bool {
+        if !self.opts.early_full_commits {
+            return false;
+        }
+        let cap = match self.budget.lock().as_mut() {
+            Some(b) => match b.early_cap(tokio::time::Instant::now()) {
+                Some(cap) => cap,
+                None => return false,
+            },
+            None => round::MAX_CHANGES_PER_COMMIT,
+        };
+        let held = self.held.lock().clone();
+        let o = self.overlay.lock();
+        let (mut changes, mut small) = (0usize, 0u64);
+        for (_, e) in o.iter() {
+            match e {
+                Entry::File(d) if d.writers() == 0 && d.is_dirty() && !held.contains(&d.id()) => {
+                    changes += 1;
+                    let size = d.size();
+                    if size < round::INLINE_CANDIDATE_MAX {
+                        small += size;
+                    }
+                }
+                Entry::Moved(_) | Entry::Gone => changes += 1,
+                _ => {}
+            }
+            if changes >= cap || small > round::SMALL_BYTES_PER_COMMIT {
+                return true;
+            }
+        }
+        false
+    }
+
     /// Whether `path`'s entry is a name of a hard link showing a clean copy staged under another
     /// name that no longer holds it: the Hub may still need this name's commit (`aliases`).
     fn orphan_alias(&self, o: &Overlay, path: &str, d: &Arc<DirtyFile>) -> bool {

@@ -90,7 +90,7 @@ pub const MAX_CHANGES_PER_COMMIT: usize = super::budget::BASE_CHANGES;
 
 /// Files below this size may go inline in the commit body (the Hub stores larger ones through
 /// LFS), so their bytes are held in memory while the commit is built and sent.
-const INLINE_CANDIDATE_MAX: u64 = 10 << 20;
+pub(super) const INLINE_CANDIDATE_MAX: u64 = 10 << 20;
 /// The most bytes of such files one commit carries: a commit of 10,000 files of 50 KiB would
 /// otherwise hold 500 MB. The rest waits for the next round.
 pub const SMALL_BYTES_PER_COMMIT: u64 = 64 << 20;
@@ -420,14 +420,19 @@ impl VirtualFs {
     /// A snapshot of each file of the batch, with the mount-relative path it was gathered at;
     /// files renamed since are left for the next round.
     pub(super) async fn snapshot_batch(&self, w: &Writer, batch: &Batch) -> VfsResult<Vec<(Staged, String)>> {
-        let mut staged = Vec::with_capacity(batch.uploads.len());
-        for (path, d) in &batch.uploads {
-            // A copy-up leaves the machine whole: its Hub bytes are fetched first.
+        // A copy-up leaves the machine whole: its Hub bytes are fetched first.
+        for (_, d) in &batch.uploads {
             self.fill_copy_up(d).await?;
-            let file = d.clone();
-            let snap = tokio::task::spawn_blocking(move || file.snapshot())
-                .await
-                .map_err(|e| VfsError::Io(e.to_string()))??;
+        }
+        // One blocking task for the batch: a round of 500 small files would otherwise wait for
+        // 500 hand-offs to the blocking pool, one after the other.
+        let files: Vec<Arc<DirtyFile>> = batch.uploads.iter().map(|(_, d)| d.clone()).collect();
+        let snaps = tokio::task::spawn_blocking(move || files.iter().map(|f| f.snapshot()).collect::<Vec<_>>())
+            .await
+            .map_err(|e| VfsError::Io(e.to_string()))?;
+        let mut staged = Vec::with_capacity(batch.uploads.len());
+        for ((path, d), snap) in batch.uploads.iter().zip(snaps) {
+            let snap = snap?;
             if snap.path != self.remote_path(path) {
                 // Renamed since the round gathered it: the next round commits it where it is now.
                 // Committed here, it would be marked clean at the path it left.

@@ -29,6 +29,9 @@ impl VirtualFs {
     }
 }
 
+/// How often a debounced round checks whether a whole commit's worth of changes is ready.
+const FULL_BATCH_CHECK: Duration = Duration::from_millis(200);
+
 /// Runs rounds: at once when someone waits, after the quiet period for background work, with
 /// backoff (1 s doubling to 60 s) after a failure.
 async fn committer_loop(weak: Weak<VirtualFs>, kick: Arc<Notify>) {
@@ -76,12 +79,23 @@ async fn committer_loop(weak: Weak<VirtualFs>, kick: Arc<Notify>) {
             // Debounce: each new change pushes the round back by the quiet period, up to the
             // maximum delay, so a stream of closes (a `cp -r`) makes few, large commits. After a
             // failure the backoff applies instead. A waiter arriving meanwhile starts it at once.
+            // A whole commit's worth ready (`full_batch_ready`, checked a few times a second, not
+            // per close) goes at once.
             let start = tokio::time::Instant::now();
             let latest = start + if failed { backoff } else { max_delay.max(quiet) };
             let mut deadline = start + if failed { backoff } else { quiet };
+            let mut check = tokio::time::interval_at(start + FULL_BATCH_CHECK, FULL_BATCH_CHECK);
+            check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep_until(deadline) => break,
+                    _ = check.tick(), if !failed => {
+                        match weak.upgrade() {
+                            Some(v) if v.writer.as_ref().is_some_and(|w| w.full_batch_ready()) => break,
+                            Some(_) => {}
+                            None => return,
+                        }
+                    }
                     _ = &mut notified => {
                         let urgent = match weak.upgrade() {
                             Some(v) => v.writer.as_ref().is_some_and(|w| !w.waiters.lock().is_empty()),
