@@ -222,12 +222,29 @@ fn kinds(changes: &[Value]) -> Vec<(String, String)> {
 }
 
 fn kill9(pid: u32, mnt: &Path) {
+    // The mount's FUSE connection, to abort if a thread of the dead mount waits on it.
+    let conn = std::fs::metadata(mnt).ok().map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        libc::minor(m.dev())
+    });
     let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-    for _ in 0..100 {
-        if !Path::new(&format!("/proc/{pid}")).exists()
-            || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
-        {
+    // Gone once every thread has exited: a zombie leader alone still holds the process's files
+    // (the staging lock) while another thread finishes dying, e.g. one blocked on the mount itself.
+    let alive = || {
+        std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|rd| {
+            rd.flatten().any(|t| {
+                std::fs::read_to_string(t.path().join("stat")).is_ok_and(|s| !s.contains(") Z ") && !s.contains(") X "))
+            })
+        })
+    };
+    for i in 0..200 {
+        if !alive() {
             break;
+        }
+        if i == 40
+            && let Some(c) = conn
+        {
+            let _ = std::fs::write(format!("/sys/fs/fuse/connections/{c}/abort"), "1");
         }
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -67,19 +67,21 @@ pub fn staged_dirs(cache_dir: &Path) -> Vec<(PathBuf, usize)> {
     let mut stack = vec![cache_dir.join("staging")];
     while let Some(d) = stack.pop() {
         let Ok(rd) = std::fs::read_dir(&d) else { continue };
-        let mut metas = 0;
+        // One `.data` per staged file (a new file's journal entries may be lines of the opens
+        // log, with no `.meta`); the copies being uploaded and the saved open files are not.
+        let mut files = 0;
         for e in rd.flatten() {
             let p = e.path();
             if p.is_dir() {
-                if p.file_name().and_then(|n| n.to_str()) != Some("recovered") {
+                if !matches!(p.file_name().and_then(|n| n.to_str()), Some("recovered" | "uploads")) {
                     stack.push(p);
                 }
-            } else if p.extension().and_then(|x| x.to_str()) == Some("meta") {
-                metas += 1;
+            } else if p.extension().and_then(|x| x.to_str()) == Some("data") {
+                files += 1;
             }
         }
-        if metas > 0 {
-            out.push((d, metas));
+        if files > 0 {
+            out.push((d, files));
         }
     }
     out.sort();

@@ -5,7 +5,8 @@
 //! must reach the Hub) or still *open* (a crash leaves it as recoverable, not uploaded). The meta is
 //! replaced atomically (write + rename) and the data is fsynced before a file is marked closed, so
 //! after a crash or power cut the next mount finds every closed file intact. A new file's first
-//! entry, while it is open, is a line in a shared log instead (`staging/opens.rs`).
+//! entries, while it is open and at its first quick close, are lines in a shared log instead
+//! (`staging/opens.rs`).
 //!
 //! Staged data is deleted only after the commit holding it succeeded (or the file was unlinked).
 //!
@@ -156,10 +157,10 @@ impl StagingArea {
         for id in ids {
             let meta_path = self.dir.join(format!("{id}.meta"));
             let data_path = self.dir.join(format!("{id}.data"));
-            let logged = self.opens.path_of(id).map(|path| Meta {
-                path,
-                phase: Phase::Open,
-                check: None,
+            let logged = self.opens.entry_of(id).map(|l| Meta {
+                path: l.path,
+                phase: if l.check.is_some() { Phase::Closed } else { Phase::Open },
+                check: l.check,
             });
             let has_meta = meta_path.exists();
             let read = std::fs::read(&meta_path).map(|b| serde_json::from_slice::<Meta>(&b));
@@ -478,6 +479,17 @@ impl DirtyFile {
             s.quick = 0;
             return Ok(());
         }
+        if let Some((c, g)) = check
+            && !has_meta
+        {
+            // A quick close of a file the log speaks for: one more line, no entry file.
+            self.opens.note_closed(self.id, path, c)?;
+            let mut s = self.st.lock();
+            s.sealed = false;
+            s.journaled_open = false;
+            s.quick = g;
+            return Ok(());
+        }
         if durable && let Some(generation) = unsynced {
             // A rename of a quickly closed file, whose bytes may not be on disk yet.
             self.file.sync_data()?;
@@ -527,7 +539,7 @@ impl DirtyFile {
         let _j = self.journal.lock();
         self.st.lock().discarded = true;
         let _ = std::fs::remove_file(&self.meta_path);
-        self.opens.note_settled(self.id);
+        self.opens.note_gone(self.id);
     }
 
     pub fn is_discarded(&self) -> bool {

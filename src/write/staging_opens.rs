@@ -1,13 +1,18 @@
-//! The opens log: where a new staged file's first journal entry ("open, at this path") goes.
+//! The opens log: where a new staged file's journal entries go until it has an entry file.
 //!
 //! Every new file used to get its own entry file at create (a create and a rename in the staging
 //! directory), replaced by the closed entry at close. On some disks a create costs most of a
 //! millisecond, so a `cp -r` of small files paid for three per file. A new file's open entry is
-//! now one line appended to `opened.log` (no fsync: an open entry never was), and its first
-//! closed entry creates its `.meta` file directly. An entry file, once there, wins over the log.
+//! now one line appended to `opened.log` (no fsync: an open entry never was), and so is its first
+//! closed entry when the close is quick (`staging/quick.rs`: the line carries the content's check,
+//! and the sealer fsyncs the log once for a whole batch of such closes). A durable closed entry
+//! (fsync, a large file, a rename) creates the file's `.meta`, which wins over the log from then
+//! on. A file discarded while the log speaks for it gets a `gone` line, so that a crash never
+//! revives it.
 //!
 //! The log keeps only what a crash needs: files that have no entry file yet. It is rewritten when
-//! it grows well past that (and at each start, with what the last run left).
+//! it grows well past that (and at each start, with what the last run left); a rewrite is fsynced
+//! before it replaces the log, since sealed closed entries live in it.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -17,6 +22,8 @@ use std::path::{Path, PathBuf};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+use super::quick::Check;
+
 const LOG: &str = "opened.log";
 /// The log is rewritten past this size when at least half of it is lines no longer needed.
 const REWRITE_AT: u64 = 4 << 20;
@@ -24,7 +31,21 @@ const REWRITE_AT: u64 = 4 << 20;
 #[derive(Serialize, Deserialize)]
 struct Line {
     id: u64,
+    #[serde(default)]
     path: String,
+    /// A quick close: the file is closed at `path` if its data holds this check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    check: Option<Check>,
+    /// Discarded: whatever the log said of `id` before no longer holds.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    gone: bool,
+}
+
+/// What the log says of a file: open at a path, or closed there with a check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Logged {
+    pub(super) path: String,
+    pub(super) check: Option<Check>,
 }
 
 /// Lock order: a leaf (taken under a file's journal lock).
@@ -37,14 +58,14 @@ struct Inner {
     file: File,
     bytes: u64,
     /// Files whose only entry is in the log, by id.
-    open: HashMap<u64, String>,
+    open: HashMap<u64, Logged>,
     /// About the bytes a rewrite of `open` would take.
     needed: u64,
 }
 
 /// About the bytes of one line for `path`.
 fn line_len(path: &str) -> u64 {
-    path.len() as u64 + 32
+    path.len() as u64 + 64
 }
 
 impl OpensLog {
@@ -57,8 +78,20 @@ impl OpensLog {
             Ok(f) => {
                 for line in std::io::BufReader::new(f).lines() {
                     // A torn last line (a crash mid-append) is skipped like any unreadable one.
-                    if let Ok(l) = serde_json::from_str::<Line>(&line?) {
-                        open.insert(l.id, l.path);
+                    match serde_json::from_str::<Line>(&line?) {
+                        Ok(l) if l.gone => {
+                            open.remove(&l.id);
+                        }
+                        Ok(l) => {
+                            open.insert(
+                                l.id,
+                                Logged {
+                                    path: l.path,
+                                    check: l.check,
+                                },
+                            );
+                        }
+                        Err(_) => {}
                     }
                 }
             }
@@ -69,7 +102,7 @@ impl OpensLog {
         // unreadable, and the log's line then stands for it (a readable one wins).
         open.retain(|id, _| dir.join(format!("{id}.data")).exists());
         let (file, bytes) = rewrite(&path, &open)?;
-        let needed = open.values().map(|p| line_len(p)).sum();
+        let needed = open.values().map(|l| line_len(&l.path)).sum();
         Ok(OpensLog {
             path,
             inner: Mutex::new(Inner {
@@ -83,17 +116,33 @@ impl OpensLog {
 
     /// `id` is open at `path` (appended; the last line for an id wins).
     pub(super) fn note_open(&self, id: u64, path: &str) -> std::io::Result<()> {
+        self.append(id, path, None)
+    }
+
+    /// `id` is closed at `path` with content `check` (a quick close; durable once the log is
+    /// synced, see [`OpensLog::sync`]).
+    pub(super) fn note_closed(&self, id: u64, path: &str, check: Check) -> std::io::Result<()> {
+        self.append(id, path, Some(check))
+    }
+
+    fn append(&self, id: u64, path: &str, check: Option<Check>) -> std::io::Result<()> {
         let mut line = serde_json::to_vec(&Line {
             id,
             path: path.to_string(),
+            check,
+            gone: false,
         })
         .map_err(std::io::Error::other)?;
         line.push(b'\n');
         let mut inner = self.inner.lock();
         inner.file.write_all(&line)?;
         inner.bytes += line.len() as u64;
-        if let Some(old) = inner.open.insert(id, path.to_string()) {
-            inner.needed -= line_len(&old);
+        let logged = Logged {
+            path: path.to_string(),
+            check,
+        };
+        if let Some(old) = inner.open.insert(id, logged) {
+            inner.needed -= line_len(&old.path);
         }
         inner.needed += line_len(path);
         if inner.bytes > REWRITE_AT && inner.bytes > 2 * inner.needed {
@@ -104,17 +153,50 @@ impl OpensLog {
         Ok(())
     }
 
-    /// `id` has an entry file now, or is gone: the log no longer speaks for it.
+    /// `id` has an entry file now, or its data is gone: the log no longer speaks for it.
     pub(super) fn note_settled(&self, id: u64) {
         let mut inner = self.inner.lock();
         if let Some(old) = inner.open.remove(&id) {
-            inner.needed -= line_len(&old);
+            inner.needed -= line_len(&old.path);
         }
     }
 
-    /// Where the log says `id` was open (a file left without an entry file by a crash).
-    pub(super) fn path_of(&self, id: u64) -> Option<String> {
+    /// `id` was discarded (unlinked) while its data stays for open handles: a `gone` line, so
+    /// that a crash before the data is deleted does not bring it back as open or closed.
+    pub(super) fn note_gone(&self, id: u64) {
+        let mut inner = self.inner.lock();
+        let Some(old) = inner.open.remove(&id) else { return };
+        inner.needed -= line_len(&old.path);
+        let mut line = match serde_json::to_vec(&Line {
+            id,
+            path: String::new(),
+            check: None,
+            gone: true,
+        }) {
+            Ok(l) => l,
+            Err(_) => return,
+        };
+        line.push(b'\n');
+        match inner.file.write_all(&line) {
+            Ok(()) => inner.bytes += line.len() as u64,
+            Err(e) => tracing::warn!(id, error = %e, "could not log a discarded staged file"),
+        }
+    }
+
+    /// What the log says of `id` (a file left without an entry file by a crash).
+    pub(super) fn entry_of(&self, id: u64) -> Option<Logged> {
         self.inner.lock().open.get(&id).cloned()
+    }
+
+    /// Where the log says `id` was open or closed.
+    pub(super) fn path_of(&self, id: u64) -> Option<String> {
+        self.inner.lock().open.get(&id).map(|l| l.path.clone())
+    }
+
+    /// Makes every line appended so far durable (with the staging directory's fsync, which the
+    /// caller does after: the log's own name, after a rewrite).
+    pub(super) fn sync(&self) -> std::io::Result<()> {
+        self.inner.lock().file.sync_data()
     }
 }
 
@@ -131,7 +213,7 @@ impl Drop for OpensLog {
 
 /// Writes `open` as a fresh log in place of `path` (written aside, then renamed over it), and
 /// returns it opened for appending.
-fn rewrite(path: &Path, open: &HashMap<u64, String>) -> std::io::Result<(File, u64)> {
+fn rewrite(path: &Path, open: &HashMap<u64, Logged>) -> std::io::Result<(File, u64)> {
     let tmp = path.with_extension("log.tmp");
     let mut body = Vec::new();
     let mut ids: Vec<&u64> = open.keys().collect();
@@ -141,13 +223,22 @@ fn rewrite(path: &Path, open: &HashMap<u64, String>) -> std::io::Result<(File, u
             &mut body,
             &Line {
                 id: *id,
-                path: open[id].clone(),
+                path: open[id].path.clone(),
+                check: open[id].check,
+                gone: false,
             },
         )
         .map_err(std::io::Error::other)?;
         body.push(b'\n');
     }
-    std::fs::write(&tmp, &body)?;
+    {
+        let mut f = File::create(&tmp)?;
+        f.write_all(&body)?;
+        // Sealed closed entries may be in it: whole on disk before it replaces the old log.
+        if open.values().any(|l| l.check.is_some()) {
+            f.sync_data()?;
+        }
+    }
     std::fs::rename(&tmp, path)?;
     let file = OpenOptions::new().append(true).open(path)?;
     Ok((file, body.len() as u64))

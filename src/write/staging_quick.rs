@@ -82,9 +82,10 @@ impl DirtyFile {
 
     /// Makes a quick close durable as it is, entry and all, without rewriting the entry (the
     /// check it carries then holds): fsyncs the data and the entry file. Returns the generation
-    /// that is durable once the directory is synced too, or `None` when the file moved on since
-    /// (written, renamed, reopened): then it needs a full seal.
-    fn sync_quick(&self) -> std::io::Result<Option<u64>> {
+    /// that is durable once the directory is synced too (and the opens log, when the entry is a
+    /// line there: `true`), or `None` when the file moved on since (written, renamed, reopened):
+    /// then it needs a full seal.
+    fn sync_quick(&self) -> std::io::Result<Option<(u64, bool)>> {
         let generation = {
             let s = self.st.lock();
             if s.discarded || s.quick == 0 || s.quick != s.generation {
@@ -95,11 +96,17 @@ impl DirtyFile {
         self.file.sync_data()?;
         // The entry is not replaced while it is synced.
         let _j = self.journal.lock();
-        if self.st.lock().quick != generation {
-            return Ok(None);
+        let in_log = {
+            let s = self.st.lock();
+            if s.quick != generation {
+                return Ok(None);
+            }
+            !s.has_meta
+        };
+        if !in_log {
+            File::open(&self.meta_path)?.sync_data()?;
         }
-        File::open(&self.meta_path)?.sync_data()?;
-        Ok(Some(generation))
+        Ok(Some((generation, in_log)))
     }
 
     /// After the staging directory's fsync: generation `g`'s quick entry and data are durable.
@@ -151,10 +158,12 @@ impl Sealer {
     }
 }
 
-/// Seals a batch: each quick entry's data and entry file, then the directory once; a file that
-/// moved on since its quick close is sealed in full.
-fn seal_batch(dir: &std::path::Path, batch: impl Iterator<Item = Weak<DirtyFile>>) -> std::io::Result<()> {
+/// Seals a batch: each quick entry's data and entry file (the opens log once for the entries
+/// that are lines in it), then the directory once; a file that moved on since its quick close is
+/// sealed in full.
+pub(super) fn seal_batch(dir: &std::path::Path, batch: impl Iterator<Item = Weak<DirtyFile>>) -> std::io::Result<()> {
     let mut synced = Vec::new();
+    let mut log: Option<Arc<super::opens::OpensLog>> = None;
     for f in batch {
         // Gone: committed (or deleted) and dropped, nothing left to make durable.
         let Some(f) = f.upgrade() else { continue };
@@ -162,7 +171,10 @@ fn seal_batch(dir: &std::path::Path, batch: impl Iterator<Item = Weak<DirtyFile>
             continue;
         }
         let done = match f.sync_quick() {
-            Ok(Some(g)) => {
+            Ok(Some((g, in_log))) => {
+                if in_log && log.is_none() {
+                    log = Some(f.opens.clone());
+                }
                 synced.push((f, g));
                 continue;
             }
@@ -175,6 +187,9 @@ fn seal_batch(dir: &std::path::Path, batch: impl Iterator<Item = Weak<DirtyFile>
     }
     if synced.is_empty() {
         return Ok(());
+    }
+    if let Some(log) = log {
+        log.sync()?;
     }
     File::open(dir)?.sync_all()?;
     for (f, g) in synced {
