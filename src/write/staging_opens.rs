@@ -196,7 +196,11 @@ impl OpensLog {
     /// Makes every line appended so far durable (with the staging directory's fsync, which the
     /// caller does after: the log's own name, after a rewrite).
     pub(super) fn sync(&self) -> std::io::Result<()> {
-        self.inner.lock().file.sync_data()
+        // On a second descriptor, outside the lock: creates and closes keep appending meanwhile.
+        // Lines appended before this call are in this file, or in a rewrite made since, which
+        // was synced before it took the log's name.
+        let file = self.inner.lock().file.try_clone()?;
+        file.sync_data()
     }
 }
 
