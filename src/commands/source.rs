@@ -244,6 +244,9 @@ impl SourceArgs {
             w.unless_refused = !self.write;
             vfs.write = Some(w);
         }
+        if let (Some(w), Some((limit, _))) = (vfs.write.as_mut(), &vfs.memory_limit) {
+            w.background_uploads = crate::vfs::uploads_for_budget(*limit);
+        }
         (client, vfs)
     }
 }

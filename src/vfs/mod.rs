@@ -43,7 +43,7 @@ pub use attrs::{Caller, NewNode, may_access};
 use commit::Writer;
 pub use commit::{
     BudgetSpec, Change, ChangeKind, CloseMode, Counters, DirtyReport, OverlayOptions, PublishOptions, Published,
-    StatusReport, UPLOAD_AHEAD_MIN, WriteOptions,
+    StatusReport, UPLOAD_AHEAD_MIN, WriteOptions, uploads_for_budget,
 };
 use error::{VfsError, VfsResult};
 pub use inode::{Ino, ROOT_INO};

@@ -2,6 +2,7 @@
 //! changes, and the uploader that turns staged files into commit operations. The committer that
 //! drives them lives in `vfs::commit`, beside the core state it updates.
 
+pub mod compression;
 pub mod instance;
 pub mod layer;
 pub mod layer_log;

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use xet::xet_session::{Sha256Policy, XetSession};
 
+use super::compression::Compression;
 use super::staging::{DirtyFile, Frozen, InPlace, Snapshot};
 use crate::hub_client::{CommitOp, HubClient, PreuploadFile, RepoRef};
 
@@ -82,9 +83,12 @@ pub struct Uploader {
     client: HubClient,
     repo: RepoRef,
     branch: String,
-    /// Replaced after a failed or timed-out session: a stalled upload may still hold the crates'
-    /// upload permits, and a fresh session must not queue behind it.
-    session: parking_lot::Mutex<XetSession>,
+    /// One session per `Compression` (the crates take the policy per session), each replaced
+    /// after a failed or timed-out upload: a stalled upload may still hold the crates' upload
+    /// permits, and a fresh session must not queue behind it.
+    sessions: [parking_lot::Mutex<XetSession>; 2],
+    /// Xorb uploads at once per session (see `upload_config`).
+    streams: usize,
     /// Deadline of one Xet upload session: `base + size / min_rate`.
     base_timeout: Duration,
     pub stats: UploadStats,
@@ -95,14 +99,23 @@ const MIN_UPLOAD_RATE: u64 = 4 << 20;
 
 /// The xet crates' upload defaults adapt up to 64 concurrent xorb uploads, each a serialized xorb of
 /// up to 64 MiB held in memory: fine for a one-off upload tool, not for a mount that must stay
-/// small. A few streams keep a loopback or LAN link busy with bounded memory.
-fn upload_config() -> Result<xet_runtime::config::XetConfig, UploadError> {
-    let settings: [(&str, &str); 5] = [
+/// small. `streams` xorb uploads at once (the mount's uploads at close, see `WriteOptions`): with
+/// one, the mount chunks a file while the Hub idles and the Hub checks its xorb while the mount
+/// idles; with two, each works while the other does. `compression`: the crates' automatic choice,
+/// or none at all for data that does not compress (see `Compression`).
+fn upload_config(streams: usize, compression: Compression) -> Result<xet_runtime::config::XetConfig, UploadError> {
+    let streams = streams.clamp(1, 2).to_string();
+    let policy = match compression {
+        Compression::Auto => "auto",
+        Compression::Off => "none",
+    };
+    let settings: [(&str, &str); 6] = [
         ("data.ingestion_block_size", "2mb"),
-        ("client.ac_max_upload_concurrency", "1"),
-        ("client.ac_initial_upload_concurrency", "1"),
+        ("client.ac_max_upload_concurrency", &streams),
+        ("client.ac_initial_upload_concurrency", &streams),
         ("client.ac_min_upload_concurrency", "1"),
         ("data.max_concurrent_file_ingestion", "1"),
+        ("xorb.compression_policy", policy),
     ];
     let mut cfg = xet_runtime::config::XetConfig::new();
     for (path, value) in settings {
@@ -119,15 +132,20 @@ impl Uploader {
         repo: RepoRef,
         branch: String,
         base_timeout: Duration,
+        streams: usize,
     ) -> Result<Uploader, UploadError> {
-        let session = xet::xet_session::XetSessionBuilder::new_with_config(upload_config()?)
-            .build()
-            .map_err(|e| UploadError::Xet(e.to_string()))?;
+        let session = |c| -> Result<_, UploadError> {
+            let s = xet::xet_session::XetSessionBuilder::new_with_config(upload_config(streams, c)?)
+                .build()
+                .map_err(|e| UploadError::Xet(e.to_string()))?;
+            Ok(parking_lot::Mutex::new(s))
+        };
         Ok(Uploader {
             client,
             repo,
             branch,
-            session: parking_lot::Mutex::new(session),
+            sessions: [session(Compression::Auto)?, session(Compression::Off)?],
+            streams,
             base_timeout,
             stats: UploadStats::default(),
         })
@@ -186,7 +204,10 @@ impl Uploader {
             Err(e) => return Err(e.into()),
         };
         let sources = [(Source::Live(f.data_path.clone(), f.size), Sha256Policy::Compute)];
-        let mut infos = self.bounded(f.size, self.xet_upload(&sources, token)).await?;
+        let compression = compression_of(&sources).await?;
+        let mut infos = self
+            .bounded(f.size, compression, self.xet_upload(&sources, token, compression))
+            .await?;
         let info = infos.pop().flatten();
         let Some((xet_hash, Some(sha256), size)) = info else {
             return Err(UploadError::Xet(format!("no sha256 came back for {}", f.path)));
@@ -209,14 +230,27 @@ impl Uploader {
     /// replaced. Returns each file's Xet hash where the upload went through Xet.
     async fn bounded_upload(&self, files: &[&Staged]) -> Result<Vec<Option<String>>, UploadError> {
         let total: u64 = files.iter().map(|f| f.snap.size).sum();
-        self.bounded(total, self.upload(files)).await
+        let sources = files
+            .iter()
+            .map(|f| {
+                let source = match f.snap.frozen()? {
+                    Frozen::File(path) => Source::Path(path.clone()),
+                    Frozen::Memory(bytes) => Source::Bytes(bytes.clone()),
+                };
+                Ok((source, Sha256Policy::from_hex(&f.snap.sha256)))
+            })
+            .collect::<Result<Vec<_>, UploadError>>()?;
+        let compression = compression_of(&sources).await?;
+        self.bounded(total, compression, self.upload(files, sources, compression))
+            .await
     }
 
     /// Runs an upload of `total` bytes within the session deadline; a failed or stalled session
-    /// is replaced.
+    /// (the one of `compression`) is replaced.
     async fn bounded<T>(
         &self,
         total: u64,
+        compression: Compression,
         upload: impl std::future::Future<Output = Result<T, UploadError>>,
     ) -> Result<T, UploadError> {
         let limit = self.base_timeout + Duration::from_secs(total / MIN_UPLOAD_RATE);
@@ -225,12 +259,12 @@ impl Uploader {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
                 if matches!(e, UploadError::Xet(_)) {
-                    self.renew_session();
+                    self.renew_session(compression);
                 }
                 Err(e)
             }
             Err(_) => {
-                self.renew_session();
+                self.renew_session(compression);
                 Err(UploadError::Timeout(limit))
             }
         }
@@ -329,16 +363,16 @@ impl Uploader {
         Ok(ops)
     }
 
-    /// Aborts the current Xet session (ending its stalled transfers) and starts a new one.
-    fn renew_session(&self) {
-        match xet::xet_session::XetSessionBuilder::new_with_config(match upload_config() {
+    /// Aborts the Xet session of `compression` (ending its stalled transfers) and starts a new one.
+    fn renew_session(&self, compression: Compression) {
+        match xet::xet_session::XetSessionBuilder::new_with_config(match upload_config(self.streams, compression) {
             Ok(c) => c,
             Err(_) => return,
         })
         .build()
         {
             Ok(fresh) => {
-                let old = std::mem::replace(&mut *self.session.lock(), fresh);
+                let old = std::mem::replace(&mut *self.sessions[compression as usize].lock(), fresh);
                 if let Err(e) = old.abort() {
                     tracing::debug!(error = %e, "aborting the old xet session");
                 }
@@ -349,20 +383,15 @@ impl Uploader {
 
     /// Uploads through Xet when the Hub hands out a write token, else plain LFS (repos only: a
     /// bucket is Xet or nothing). Returns the Xet hash of each file, in order (None after LFS).
-    async fn upload(&self, files: &[&Staged]) -> Result<Vec<Option<String>>, UploadError> {
+    async fn upload(
+        &self,
+        files: &[&Staged],
+        sources: Vec<(Source, Sha256Policy)>,
+        compression: Compression,
+    ) -> Result<Vec<Option<String>>, UploadError> {
         match self.client.xet_write_token(&self.repo, &self.branch).await {
             Ok(token) => {
-                let sources = files
-                    .iter()
-                    .map(|f| {
-                        let source = match f.snap.frozen()? {
-                            Frozen::File(path) => Source::Path(path.clone()),
-                            Frozen::Memory(bytes) => Source::Bytes(bytes.clone()),
-                        };
-                        Ok((source, Sha256Policy::from_hex(&f.snap.sha256)))
-                    })
-                    .collect::<Result<Vec<_>, UploadError>>()?;
-                let infos = self.xet_upload(&sources, token).await?;
+                let infos = self.xet_upload(&sources, token, compression).await?;
                 Ok(infos.into_iter().map(|i| i.map(|(hash, _, _)| hash)).collect())
             }
             Err(e) if e.is_not_found() && !self.repo.is_bucket() => {
@@ -403,10 +432,11 @@ impl Uploader {
         &self,
         sources: &[(Source, Sha256Policy)],
         token: crate::hub_client::XetToken,
+        compression: Compression,
     ) -> Result<Vec<Option<(String, Option<String>, u64)>>, UploadError> {
         let refresh = self.client.xet_write_token_url(&self.repo, &self.branch)?;
         let xet = |e: xet::error::XetError| UploadError::Xet(e.to_string());
-        let builder = self.session.lock().new_upload_commit();
+        let builder = self.sessions[compression as usize].lock().new_upload_commit();
         let commit = builder
             .map_err(|e| UploadError::Xet(e.to_string()))?
             .with_endpoint(token.cas_url.clone())
@@ -466,11 +496,88 @@ impl Uploader {
         crate::metrics::xet_upload::xet_upload_sent(report.dedup_metrics.total_bytes_uploaded);
         tracing::info!(
             files = sources.len(),
+            compression = ?compression,
             bytes = report.dedup_metrics.total_bytes,
             new_bytes = report.dedup_metrics.new_bytes,
             uploaded = report.dedup_metrics.total_bytes_uploaded,
             "xet upload done"
         );
         Ok(infos)
+    }
+}
+
+/// `Compression::Off` when no source's sample compresses, else `Auto` (one upload is one session).
+async fn compression_of(sources: &[(Source, Sha256Policy)]) -> Result<Compression, UploadError> {
+    let mut files = Vec::new();
+    for (source, _) in sources {
+        match source {
+            Source::Bytes(b) => {
+                if Compression::of_bytes(b) == Compression::Auto {
+                    return Ok(Compression::Auto);
+                }
+            }
+            Source::Path(p) => files.push((p.clone(), None)),
+            Source::Live(p, len) => files.push((p.clone(), Some(*len))),
+        }
+    }
+    if files.is_empty() {
+        return Ok(if sources.is_empty() {
+            Compression::Auto
+        } else {
+            Compression::Off
+        });
+    }
+    tokio::task::spawn_blocking(move || -> std::io::Result<Compression> {
+        for (path, len) in files {
+            let file = std::fs::File::open(&path)?;
+            let len = match len {
+                Some(l) => l,
+                None => file.metadata()?.len(),
+            };
+            if Compression::of_file(&file, len)? == Compression::Auto {
+                return Ok(Compression::Auto);
+            }
+        }
+        Ok(Compression::Off)
+    })
+    .await
+    .map_err(std::io::Error::other)?
+    .map_err(UploadError::Io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes no compressor shrinks (a xorshift stream).
+    fn noise(len: usize, mut x: u64) -> Vec<u8> {
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_upload_is_compressed_unless_no_source_compresses() {
+        let dir = tempfile::tempdir().unwrap();
+        let (random, text) = (dir.path().join("r"), dir.path().join("t"));
+        std::fs::write(&random, noise(2 << 20, 5)).unwrap();
+        std::fs::write(&text, "{\"id\": 1, \"text\": \"a row\"}\n".repeat(60_000)).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let both = [
+            (Source::Path(random.clone()), Sha256Policy::Compute),
+            (Source::Live(text.clone(), 1 << 20), Sha256Policy::Compute),
+        ];
+        assert_eq!(
+            rt.block_on(compression_of(&both)).unwrap(),
+            Compression::Auto,
+            "one compressible source"
+        );
+        let one = [(Source::Live(random, 2 << 20), Sha256Policy::Compute)];
+        assert_eq!(rt.block_on(compression_of(&one)).unwrap(), Compression::Off);
     }
 }

@@ -76,6 +76,20 @@ pub struct WriteOptions {
     pub unless_refused: bool,
     /// An overlay mount (`--overlay`): changes stay in a local layer until `hubfs overlay commit`.
     pub overlay: Option<OverlayOptions>,
+    /// Uploads at close running at once in the background, and xorb uploads at once per Xet
+    /// session (at most 2); each holds up to a 64 MiB xorb in memory, so the mount sizes it from
+    /// its memory budget (see `uploads_for_budget`).
+    pub background_uploads: usize,
+}
+
+/// Background uploads for a memory budget of `limit` bytes: one under 384 MiB, two under 768 MiB
+/// (the default budget is 512 MiB), three from there.
+pub fn uploads_for_budget(limit: u64) -> usize {
+    match limit >> 20 {
+        0..384 => 1,
+        384..768 => 2,
+        _ => 3,
+    }
 }
 
 /// What close() waits for on a writable mount (`--close`).
@@ -113,6 +127,7 @@ impl Default for WriteOptions {
             posix_strict: false,
             unless_refused: false,
             overlay: None,
+            background_uploads: 1,
         }
     }
 }
@@ -299,8 +314,14 @@ impl Writer {
         instance::write(&dir, &now).map_err(|e| staging_error(&dir, e))?;
         let meta = MetaStore::open(&dir)
             .map_err(|e| VfsError::Cache(format!("cannot read the metadata log in {}: {e}", dir.display())))?;
-        let uploader = Uploader::new(client.clone(), repo.clone(), revision.to_string(), opts.upload_timeout)
-            .map_err(|e| VfsError::Xet(e.to_string()))?;
+        let uploader = Uploader::new(
+            client.clone(),
+            repo.clone(),
+            revision.to_string(),
+            opts.upload_timeout,
+            opts.background_uploads,
+        )
+        .map_err(|e| VfsError::Xet(e.to_string()))?;
         let (overlay, layer) = match &opts.overlay {
             Some(o) => {
                 let (overlay, state) = layer::open(client, repo, revision, info, subfolder, &dir, o, &staging).await?;
@@ -335,7 +356,7 @@ impl Writer {
             status_meta_version: std::sync::atomic::AtomicU64::new(u64::MAX),
             staging,
             subfolder: subfolder.unwrap_or("").trim_matches('/').to_string(),
-            ahead: ahead::AheadUploads::default(),
+            ahead: ahead::AheadUploads::new(opts.background_uploads),
             layer,
         };
         if w.layer.is_none() {

@@ -163,8 +163,14 @@ impl VirtualFs {
                 Err(e) => return Err(e.into()),
             }
         }
-        let uploader = Uploader::new(client.clone(), self.repo.clone(), target.clone(), w.opts.upload_timeout)
-            .map_err(|e| VfsError::Xet(e.to_string()))?;
+        let uploader = Uploader::new(
+            client.clone(),
+            self.repo.clone(),
+            target.clone(),
+            w.opts.upload_timeout,
+            w.opts.background_uploads,
+        )
+        .map_err(|e| VfsError::Xet(e.to_string()))?;
         let (mut ops, staged) = self
             .build_ops(w, &uploader, &base, &batch)
             .await
