@@ -8,8 +8,10 @@
 /// decides; the chunks stored are the same either way for data that does not compress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compression {
-    Auto,
-    Off,
+    /// The crates' `auto` policy. (The discriminants index `Uploader::sessions`.)
+    Auto = 0,
+    /// Policy `none`: chunks stored as they are.
+    Off = 1,
 }
 
 /// Bytes per sample piece (about one chunk) and pieces per file for `Compression::of_file`.

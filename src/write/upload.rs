@@ -204,7 +204,7 @@ impl Uploader {
             Err(e) => return Err(e.into()),
         };
         let sources = [(Source::Live(f.data_path.clone(), f.size), Sha256Policy::Compute)];
-        let compression = compression_of(&sources).await?;
+        let compression = compression_of(&sources).await;
         let mut infos = self
             .bounded(f.size, compression, self.xet_upload(&sources, token, compression))
             .await?;
@@ -240,7 +240,7 @@ impl Uploader {
                 Ok((source, Sha256Policy::from_hex(&f.snap.sha256)))
             })
             .collect::<Result<Vec<_>, UploadError>>()?;
-        let compression = compression_of(&sources).await?;
+        let compression = compression_of(&sources).await;
         self.bounded(total, compression, self.upload(files, sources, compression))
             .await
     }
@@ -507,27 +507,25 @@ impl Uploader {
 }
 
 /// `Compression::Off` when no source's sample compresses, else `Auto` (one upload is one session).
-async fn compression_of(sources: &[(Source, Sha256Policy)]) -> Result<Compression, UploadError> {
+/// A source that cannot be sampled (a staged file gone or cut short meanwhile) counts as
+/// compressible: the upload itself reports what is wrong with it.
+async fn compression_of(sources: &[(Source, Sha256Policy)]) -> Compression {
     let mut files = Vec::new();
     for (source, _) in sources {
         match source {
             Source::Bytes(b) => {
                 if Compression::of_bytes(b) == Compression::Auto {
-                    return Ok(Compression::Auto);
+                    return Compression::Auto;
                 }
             }
             Source::Path(p) => files.push((p.clone(), None)),
             Source::Live(p, len) => files.push((p.clone(), Some(*len))),
         }
     }
-    if files.is_empty() {
-        return Ok(if sources.is_empty() {
-            Compression::Auto
-        } else {
-            Compression::Off
-        });
+    if sources.is_empty() {
+        return Compression::Auto;
     }
-    tokio::task::spawn_blocking(move || -> std::io::Result<Compression> {
+    let sampled = tokio::task::spawn_blocking(move || -> std::io::Result<Compression> {
         for (path, len) in files {
             let file = std::fs::File::open(&path)?;
             let len = match len {
@@ -540,9 +538,18 @@ async fn compression_of(sources: &[(Source, Sha256Policy)]) -> Result<Compressio
         }
         Ok(Compression::Off)
     })
-    .await
-    .map_err(std::io::Error::other)?
-    .map_err(UploadError::Io)
+    .await;
+    match sampled {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "could not sample an upload's files; compressing it");
+            Compression::Auto
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "sampling an upload's files failed; compressing it");
+            Compression::Auto
+        }
+    }
 }
 
 #[cfg(test)]
@@ -573,11 +580,17 @@ mod tests {
             (Source::Live(text.clone(), 1 << 20), Sha256Policy::Compute),
         ];
         assert_eq!(
-            rt.block_on(compression_of(&both)).unwrap(),
+            rt.block_on(compression_of(&both)),
             Compression::Auto,
             "one compressible source"
         );
         let one = [(Source::Live(random, 2 << 20), Sha256Policy::Compute)];
-        assert_eq!(rt.block_on(compression_of(&one)).unwrap(), Compression::Off);
+        assert_eq!(rt.block_on(compression_of(&one)), Compression::Off);
+        let gone = [(Source::Live(dir.path().join("gone"), 2 << 20), Sha256Policy::Compute)];
+        assert_eq!(
+            rt.block_on(compression_of(&gone)),
+            Compression::Auto,
+            "unsampled: compressed"
+        );
     }
 }
