@@ -49,7 +49,15 @@ impl Spill {
         );
         self.writing.lock().insert(k.clone(), data.clone());
         let key = k.clone();
-        let _ = tokio::task::spawn_blocking(move || disk.write(key, &data)).await;
+        // The cache runs this listener on the thread that let the block go, which may be outside
+        // the runtime (the passthrough join's own thread writes turned-away blocks through the
+        // cache): there the write blocks that thread, which is what it is for.
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let _ = rt.spawn_blocking(move || disk.write(key, &data)).await;
+            }
+            Err(_) => disk.write(key, &data),
+        }
         self.writing.lock().remove(k);
     }
 
@@ -141,5 +149,30 @@ mod tests {
             disk.read(&k1, 4, s.pool()).is_none(),
             "a block not turned away is not written then"
         );
+    }
+
+    /// The cache may let a block go on a thread outside the runtime (the passthrough join's
+    /// thread reads it with `block_on`): the turned-away block is still written, without a panic.
+    #[test]
+    fn a_block_let_go_outside_the_runtime_is_written_on_that_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = ChunkStore::with_disk(8, dir.path(), 1 << 20).unwrap();
+        let key: Arc<str> = Arc::from("xet:00112233445566778899");
+        let k0 = (key.clone(), 0);
+        s.spill.turned_away(&key, 0);
+        let s2 = s.clone();
+        let k = k0.clone();
+        std::thread::spawn(move || {
+            assert!(
+                tokio::runtime::Handle::try_current().is_err(),
+                "no runtime on this thread"
+            );
+            futures::executor::block_on(s2.spill.left_memory(&k, Bytes::from_static(b"zero")));
+        })
+        .join()
+        .expect("no panic outside the runtime");
+        let disk = s.disk().unwrap().clone();
+        assert!(!s.spill.is_waiting(&k0));
+        assert_eq!(disk.read(&k0, 4, s.pool()).as_deref(), Some(&b"zero"[..]));
     }
 }
