@@ -79,11 +79,11 @@ fn sample_offsets(len: u64) -> impl Iterator<Item = u64> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Bytes no compressor shrinks (a xorshift stream).
-    fn noise(len: usize, mut x: u64) -> Vec<u8> {
+    pub(crate) fn noise(len: usize, mut x: u64) -> Vec<u8> {
         (0..len)
             .map(|_| {
                 x ^= x << 13;

@@ -555,18 +555,7 @@ async fn compression_of(sources: &[(Source, Sha256Policy)]) -> Compression {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Bytes no compressor shrinks (a xorshift stream).
-    fn noise(len: usize, mut x: u64) -> Vec<u8> {
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    }
+    use crate::write::compression::tests::noise;
 
     #[test]
     fn an_upload_is_compressed_unless_no_source_compresses() {
