@@ -67,6 +67,7 @@ pub struct Metrics {
     pub memory_prefetches_refused: Counter,
     pub prefetch_bytes: Family<OutcomeLabel, Counter>,
     pub shared_tier: Family<OutcomeLabel, Counter>,
+    pub followed_uploads: Family<OutcomeLabel, Counter>,
     pub memory_waits: Counter,
     pub memory_overruns: Counter,
     pub staged_files: Gauge,
@@ -118,6 +119,7 @@ impl Metrics {
             memory_in_use: Family::default(),
             memory_prefetches_refused: Counter::default(),
             prefetch_bytes: Family::default(),
+            followed_uploads: Family::default(),
             shared_tier: Family::default(),
             memory_waits: Counter::default(),
             memory_overruns: Counter::default(),
@@ -280,6 +282,11 @@ impl Metrics {
             "Bytes of blocks fetched ahead of readers (from the Hub or the disk tier), by outcome: fetched, used (a read was served from them), evicted_unused (let go before any read used them)",
             Unit::Bytes,
             self.prefetch_bytes.clone(),
+        );
+        r.register(
+            "write_followed_uploads",
+            "Uploads that followed a writer, by outcome: started, stored (the close used it), ended (the file was not written in order, or the stream failed: the close uploaded the file), cancelled (the writer went away)",
+            self.followed_uploads.clone(),
         );
         r.register(
             "shared_tier_events",
@@ -631,6 +638,11 @@ pub fn prefetch(outcome: &'static str, bytes: usize) {
         .prefetch_bytes
         .get_or_create(&OutcomeLabel { outcome })
         .inc_by(bytes as u64);
+}
+
+/// One event of an upload that follows a writer (`vfs::commit::follow`).
+pub fn followed_upload(outcome: &'static str) {
+    get().followed_uploads.get_or_create(&OutcomeLabel { outcome }).inc();
 }
 
 /// One shared-tier event (`chunk_store::shared`).

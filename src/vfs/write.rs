@@ -353,6 +353,7 @@ impl VirtualFs {
                 file, write: true, ino, ..
             } => {
                 file.write_at(offset, data)?;
+                self.follow_write(file);
                 self.unhold(file);
                 if let Ok(path) = self.path_of(*ino) {
                     self.content_changed(&path);

@@ -260,6 +260,10 @@ pub struct DirtyFile {
     journal: Mutex<()>,
     /// Writes under way (see `write_at` and `snapshot`).
     in_flight: std::sync::atomic::AtomicU32,
+    /// Created empty and only ever appended to since: bytes below the size were final when
+    /// written (see `stable_prefix`). Cleared, before the bytes move, by any write below the
+    /// size and by any truncate.
+    grown_only: std::sync::atomic::AtomicBool,
     /// A copy-up that holds only what was written (`write::lazy`); a leaf lock, held across the
     /// data write of such a file so a fill from the base never overwrites a newer write.
     pub(super) lazy: Mutex<Option<Lazy>>,
@@ -301,6 +305,7 @@ impl DirtyFile {
                 uploaded: None,
             }),
             journal: Mutex::new(()),
+            grown_only: std::sync::atomic::AtomicBool::new(size == 0),
             in_flight: std::sync::atomic::AtomicU32::new(0),
             lazy: Mutex::new(None),
         }
@@ -551,6 +556,9 @@ impl DirtyFile {
         // Announced before the bytes move, retired after the generation moved: a snapshot that
         // sees neither an announced write nor a new generation copied a consistent file.
         self.in_flight.fetch_add(1, Ordering::SeqCst);
+        if self.grown_only.load(Ordering::SeqCst) && offset < self.st.lock().size {
+            self.grown_only.store(false, Ordering::SeqCst);
+        }
         let r = {
             let mut lazy = self.lazy.lock();
             match lazy.as_mut() {
@@ -596,6 +604,7 @@ impl DirtyFile {
     }
 
     pub fn truncate(&self, size: u64) -> std::io::Result<()> {
+        self.grown_only.store(false, Ordering::SeqCst);
         let mut s = self.st.lock();
         self.file.set_len(size)?;
         if let Some(l) = self.lazy.lock().as_mut() {

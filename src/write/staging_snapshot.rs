@@ -123,6 +123,31 @@ impl DirtyFile {
         }))
     }
 
+    /// For a file created empty and only appended to since: its size, a prefix no write can
+    /// change any more without clearing `grown_only` first (a write below the size clears it
+    /// before its bytes move). `None` for any other file, while a write is in flight (an append
+    /// that started earlier may still be filling a hole below the size), and for a copy-up.
+    pub fn stable_prefix(&self) -> Option<u64> {
+        if !self.grown_only.load(Ordering::SeqCst) || self.lazy.lock().is_some() {
+            return None;
+        }
+        let size = self.st.lock().size;
+        (self.in_flight.load(Ordering::SeqCst) == 0).then_some(size)
+    }
+
+    /// Whether the file was only ever appended to since it was created empty.
+    pub fn grown_only(&self) -> bool {
+        self.grown_only.load(Ordering::SeqCst)
+    }
+
+    /// Reads exactly `len` bytes at `offset` from the staged data (an upload that follows the
+    /// writer; the caller knows the range is written).
+    pub fn read_exact_at(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        std::os::unix::fs::FileExt::read_exact_at(&self.file, &mut buf, offset)?;
+        Ok(buf)
+    }
+
     /// Whether the current content is already in LFS/Xet storage (uploaded at an earlier close).
     pub fn uploaded_now(&self) -> bool {
         let s = self.st.lock();

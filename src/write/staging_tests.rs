@@ -396,3 +396,67 @@ fn a_batch_of_quick_closes_is_sealed_with_the_log() {
     assert_eq!(found.len(), 12);
     assert!(found.iter().all(|r| r.phase == Phase::Closed));
 }
+
+/// An upload that follows the writer feeds only a prefix no write can change: a new file's
+/// appends keep it (the size); a write below the size, or a truncate, ends it for good.
+#[test]
+fn only_a_new_file_appended_in_order_has_a_stable_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let area = StagingArea::open(dir.path()).unwrap();
+    let f = area.create("a.bin").unwrap();
+    assert_eq!(f.stable_prefix(), Some(0));
+    f.write_at(0, &[1u8; 1000]).unwrap();
+    f.write_at(1000, &[2u8; 500]).unwrap();
+    assert_eq!(f.stable_prefix(), Some(1500));
+    // Past the end (a hole of zeros, then the bytes): still only growing.
+    f.write_at(2000, &[3u8; 10]).unwrap();
+    assert_eq!(f.stable_prefix(), Some(2010));
+    assert_eq!(f.read_exact_at(1500, 510).unwrap()[..500], [0u8; 500]);
+    // Filling the hole rewrites bytes below the size.
+    f.write_at(1500, &[4u8; 10]).unwrap();
+    assert!(!f.grown_only());
+    assert_eq!(f.stable_prefix(), None);
+    f.write_at(2010, &[5u8; 10]).unwrap();
+    assert_eq!(f.stable_prefix(), None, "once ended, never again for this file");
+
+    let g = area.create("b.bin").unwrap();
+    g.write_at(0, &[1u8; 100]).unwrap();
+    g.truncate(100).unwrap();
+    assert_eq!(g.stable_prefix(), None, "any truncate ends it");
+
+    // A staged file found at startup may hold anything: never followed.
+    let h = area.create("c.bin").unwrap();
+    h.write_at(0, &[1u8; 100]).unwrap();
+    h.seal().unwrap();
+    drop(area);
+    let area = StagingArea::open(dir.path()).unwrap();
+    let found = area.recover().unwrap();
+    let c = found.iter().find(|r| r.file.repo_path() == "c.bin").unwrap();
+    assert_eq!(c.file.stable_prefix(), None);
+}
+
+/// A write that overlaps what a reader of the prefix may already have read clears the flag
+/// before its bytes move: a reader that checks the flag after its read never keeps mixed bytes.
+#[test]
+fn a_rewrite_racing_a_prefix_read_is_always_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    let area = StagingArea::open(dir.path()).unwrap();
+    for round in 0..50u8 {
+        let f = std::sync::Arc::new(area.create(&format!("r{round}.bin")).unwrap());
+        f.write_at(0, &[7u8; 65536]).unwrap();
+        let end = f.stable_prefix().unwrap();
+        let writer = {
+            let f = f.clone();
+            std::thread::spawn(move || f.write_at(u64::from(round) * 1000, &[9u8; 4096]).unwrap())
+        };
+        let bytes = f.read_exact_at(0, end as usize).unwrap();
+        let clean = bytes.iter().all(|b| *b == 7);
+        let flagged = !f.grown_only();
+        writer.join().unwrap();
+        assert!(
+            clean || flagged,
+            "round {round}: mixed bytes read and the flag still set"
+        );
+        assert!(!f.grown_only(), "the rewrite always ends it");
+    }
+}

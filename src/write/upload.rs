@@ -17,6 +17,10 @@ use super::compression::Compression;
 use super::staging::{DirtyFile, Frozen, InPlace, Snapshot};
 use crate::hub_client::{CommitOp, HubClient, PreuploadFile, RepoRef};
 
+#[path = "upload_live.rs"]
+mod live;
+pub use live::{LiveEnd, LiveUpload};
+
 #[derive(Debug, thiserror::Error)]
 pub enum UploadError {
     #[error("{0}")]
@@ -490,10 +494,7 @@ impl Uploader {
                 Some((i.hash.clone(), i.sha256.clone(), i.file_size.unwrap_or(0)))
             })
             .collect();
-        self.stats
-            .bytes_uploaded
-            .fetch_add(report.dedup_metrics.total_bytes_uploaded, Ordering::Relaxed);
-        crate::metrics::xet_upload::xet_upload_sent(report.dedup_metrics.total_bytes_uploaded);
+        self.note_sent(report.dedup_metrics.total_bytes_uploaded);
         tracing::info!(
             files = sources.len(),
             compression = ?compression,
@@ -503,6 +504,21 @@ impl Uploader {
             "xet upload done"
         );
         Ok(infos)
+    }
+}
+
+impl Uploader {
+    /// Counts bytes an upload sent to the CAS (status, metrics).
+    fn note_sent(&self, bytes: u64) {
+        self.stats.bytes_uploaded.fetch_add(bytes, Ordering::Relaxed);
+        crate::metrics::xet_upload::xet_upload_sent(bytes);
+    }
+
+    /// Counts one file of `size` bytes stored, of which `sent` went to the CAS.
+    fn note_uploaded(&self, size: u64, sent: u64) {
+        self.stats.files.fetch_add(1, Ordering::Relaxed);
+        self.stats.bytes_in.fetch_add(size, Ordering::Relaxed);
+        self.note_sent(sent);
     }
 }
 

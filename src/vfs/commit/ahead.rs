@@ -9,19 +9,25 @@ use std::sync::{Arc, OnceLock, Weak};
 use parking_lot::Mutex;
 use tokio::sync::{Semaphore, watch};
 
+use super::follow::{Finished, Follow};
 use super::{UPLOAD_AHEAD_MIN, Writer, round};
 use crate::vfs::VirtualFs;
 use crate::vfs::error::{VfsError, VfsResult};
 use crate::write::staging::DirtyFile;
 use crate::write::upload::InPlaceOutcome;
 
-/// Lock order: `running` is a leaf.
+/// Lock order: `running` and `following` are leaves.
 pub(super) struct AheadUploads {
     /// The mount, for tasks that outlive the close that started them (set by `start_committer`).
-    me: OnceLock<Weak<VirtualFs>>,
+    pub(super) me: OnceLock<Weak<VirtualFs>>,
+    /// The runtime those tasks run on (writes arrive on the frontend's own threads).
+    pub(super) rt: OnceLock<tokio::runtime::Handle>,
     /// Running uploads by staged file id; the sender is dropped when one ends.
     running: Mutex<HashMap<u64, watch::Receiver<()>>>,
-    slots: Arc<Semaphore>,
+    /// Uploads that follow a writer, by staged file id (`follow`).
+    pub(super) following: Mutex<HashMap<u64, Follow>>,
+    /// Background uploads and followers at once (each holds one while it runs).
+    pub(super) slots: Arc<Semaphore>,
 }
 
 impl AheadUploads {
@@ -33,7 +39,9 @@ impl AheadUploads {
     pub(super) fn new(slots: usize) -> Self {
         AheadUploads {
             me: OnceLock::new(),
+            rt: OnceLock::new(),
             running: Mutex::new(HashMap::new()),
+            following: Mutex::new(HashMap::new()),
             slots: Arc::new(Semaphore::new(slots.max(1))),
         }
     }
@@ -41,9 +49,10 @@ impl AheadUploads {
 
 impl VirtualFs {
     /// Lets background uploads reach the mount (called once the core is shared).
-    pub(super) fn enable_background_uploads(self: &Arc<Self>) {
+    pub(super) fn enable_background_uploads(self: &Arc<Self>, rt: &tokio::runtime::Handle) {
         if let Some(w) = &self.writer {
             let _ = w.ahead.me.set(Arc::downgrade(self));
+            let _ = w.ahead.rt.set(rt.clone());
         }
     }
 
@@ -65,10 +74,25 @@ impl VirtualFs {
         }
         let slots = w.ahead.slots.clone();
         let file = file.clone();
+        // Taken now, before this close's release can end it; the follower holds its own slot.
+        let followed = self.finish_following(w, &file);
         tokio::spawn(async move {
-            let _permit = slots.acquire_owned().await;
+            let mut result = None;
+            if let Some(rx) = followed
+                && let Some(vfs) = me.upgrade()
+            {
+                result = vfs.followed_upload(&file, rx).await;
+            }
+            let _permit = match result {
+                Some(_) => None,
+                None => Some(slots.acquire_owned().await),
+            };
             if let Some(vfs) = me.upgrade() {
-                if let Err(e) = vfs.upload_ahead(&file).await {
+                let r = match result {
+                    Some(r) => r,
+                    None => vfs.upload_ahead(&file).await,
+                };
+                if let Err(e) = r {
                     tracing::debug!(path = %file.repo_path(), error = %e, "background upload failed; the round retries");
                 }
                 if let Some(w) = &vfs.writer {
@@ -100,6 +124,11 @@ impl VirtualFs {
         };
         if file.size() < UPLOAD_AHEAD_MIN || !file.is_dirty() || file.uploaded_now() {
             return Ok(());
+        }
+        if let Some(rx) = self.finish_following(w, file)
+            && let Some(r) = self.followed_upload(file, rx).await
+        {
+            return r;
         }
         // Straight from the staged file, hashed as it is read (Xet); a snapshot copy otherwise.
         let result = match file.in_place() {
@@ -144,6 +173,45 @@ impl VirtualFs {
             file.set_error(Some(e.to_string()));
             round::commit_error(&e)
         })
+    }
+
+    /// The outcome of `file`'s follower, recorded as `upload_ahead` records its own. `None`: the
+    /// follower could not finish; the caller uploads the file itself.
+    async fn followed_upload(
+        &self,
+        file: &Arc<DirtyFile>,
+        rx: tokio::sync::oneshot::Receiver<Finished>,
+    ) -> Option<VfsResult<()>> {
+        let (now, outcome) = match rx.await {
+            Ok(Ok(done)) => done,
+            Ok(Err(e)) => {
+                crate::metrics::followed_upload("ended");
+                tracing::debug!(path = %file.repo_path(), error = %e, "the upload that followed the writer did not finish; uploading at close");
+                return None;
+            }
+            Err(_) => return None,
+        };
+        match outcome {
+            InPlaceOutcome::Stored { sha256, xet_hash } => {
+                if !file.unchanged_since(now.generation) {
+                    return None;
+                }
+                file.set_uploaded(&crate::write::staging::Snapshot {
+                    generation: now.generation,
+                    path: now.path,
+                    size: now.size,
+                    sha256,
+                    sample: now.sample,
+                    uploaded: true,
+                    xet_hash,
+                    frozen: None,
+                });
+                crate::metrics::followed_upload("stored");
+                Some(Ok(()))
+            }
+            InPlaceOutcome::Inline => Some(Ok(())),
+            InPlaceOutcome::NoXet => None,
+        }
     }
 
     /// `upload_ahead` from a frozen copy (plain LFS needs the sha256 before the upload).

@@ -19,6 +19,7 @@ mod ahead;
 mod aliases;
 mod bucket;
 mod budget;
+mod follow;
 mod layer;
 mod publish;
 mod round;
@@ -679,7 +680,9 @@ impl VirtualFs {
     /// A write handle closed: commit in the background whatever its flush did not.
     pub(crate) fn writer_closed(&self, file: &Arc<DirtyFile>) {
         let quick = super::write::quick_close(self.close_mode());
-        match file.remove_writer(quick) {
+        let removed = file.remove_writer(quick);
+        self.follow_closed(file);
+        match removed {
             Ok(true) => {
                 if let Some(w) = &self.writer {
                     w.staging.seal_later(file);

@@ -23,7 +23,7 @@ impl VirtualFs {
         }
         let kick = w.kick.clone();
         let weak = Arc::downgrade(self);
-        self.enable_background_uploads();
+        self.enable_background_uploads(rt);
         rt.spawn(committer_loop(weak, kick));
         self.write_status();
     }
