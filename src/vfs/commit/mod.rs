@@ -151,6 +151,8 @@ pub(crate) struct Writer {
     pub branch: String,
     pub(super) opts: WriteOptions,
     kick: Arc<Notify>,
+    /// When the last background change came (the committer's debounce reads it).
+    quiet: schedule::Quiet,
     waiters: Mutex<Vec<Waiter>>,
     last_commit: Mutex<Option<String>>,
     last_error: Mutex<Option<String>>,
@@ -336,6 +338,7 @@ impl Writer {
             branch: revision.to_string(),
             opts: opts.clone(),
             kick: Arc::new(Notify::new()),
+            quiet: schedule::Quiet::new(),
             waiters: Mutex::new(Vec::new()),
             last_commit: Mutex::new(None),
             last_error: Mutex::new(None),
@@ -462,6 +465,16 @@ impl Writer {
             Entry::Special { hides } => *hides,
             Entry::Dir => false,
         })
+    }
+}
+
+impl Writer {
+    /// A background change (a close, a rename, a deletion): the committer's debounce takes it
+    /// into account, and the committer is woken only when it is not debouncing already.
+    pub(super) fn note_change(&self) {
+        if self.quiet.note() {
+            self.kick.notify_one();
+        }
     }
 }
 
@@ -693,7 +706,7 @@ impl VirtualFs {
         }
         let Some(w) = &self.writer else { return };
         if file.is_dirty() {
-            w.kick.notify_one();
+            w.note_change();
             return;
         }
         // Clean and closed: the mount's commit has this content, so the overlay entry (and, once
@@ -739,7 +752,7 @@ impl VirtualFs {
     /// Wakes the committer for a background round (namespace change, truncate).
     pub(crate) fn kick(&self) {
         if let Some(w) = &self.writer {
-            w.kick.notify_one();
+            w.note_change();
         }
     }
 }

@@ -32,6 +32,41 @@ impl VirtualFs {
 /// How often a debounced round checks whether a whole commit's worth of changes is ready.
 const FULL_BATCH_CHECK: Duration = Duration::from_millis(200);
 
+/// When the last background change came, for the committer's debounce. While it debounces, a close
+/// records the time instead of waking it: a `cp -r` of 10,000 small files woke it twice per file,
+/// each time on another core. Callers that wait for a commit still wake it (`kick`).
+pub(super) struct Quiet {
+    born: tokio::time::Instant,
+    /// Nanoseconds from `born` to the last change.
+    last: std::sync::atomic::AtomicU64,
+    debouncing: std::sync::atomic::AtomicBool,
+}
+
+impl Quiet {
+    pub(super) fn new() -> Quiet {
+        Quiet {
+            born: tokio::time::Instant::now(),
+            last: std::sync::atomic::AtomicU64::new(0),
+            debouncing: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Records a change now; true if the committer is not debouncing and must be woken.
+    pub(super) fn note(&self) -> bool {
+        let at = self.born.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        self.last.store(at, std::sync::atomic::Ordering::SeqCst);
+        !self.debouncing.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn last(&self) -> tokio::time::Instant {
+        self.born + Duration::from_nanos(self.last.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    fn set_debouncing(&self, on: bool) {
+        self.debouncing.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// Runs rounds: at once when someone waits, after the quiet period for background work, with
 /// backoff (1 s doubling to 60 s) after a failure.
 async fn committer_loop(weak: Weak<VirtualFs>, kick: Arc<Notify>) {
@@ -84,11 +119,28 @@ async fn committer_loop(weak: Weak<VirtualFs>, kick: Arc<Notify>) {
             let start = tokio::time::Instant::now();
             let latest = start + if failed { backoff } else { max_delay.max(quiet) };
             let mut deadline = start + if failed { backoff } else { quiet };
+            match weak.upgrade() {
+                Some(v) => {
+                    if let Some(w) = &v.writer {
+                        w.quiet.set_debouncing(true);
+                    }
+                }
+                None => return,
+            }
             let mut check = tokio::time::interval_at(start + FULL_BATCH_CHECK, FULL_BATCH_CHECK);
             check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
-                    _ = tokio::time::sleep_until(deadline) => break,
+                    _ = tokio::time::sleep_until(deadline) => {
+                        // Changes noted meanwhile push the round back as a kick would have.
+                        let Some(v) = weak.upgrade() else { return };
+                        let Some(w) = &v.writer else { return };
+                        let next = (w.quiet.last() + quiet).min(latest);
+                        if failed || next <= tokio::time::Instant::now() {
+                            break;
+                        }
+                        deadline = next;
+                    }
                     _ = check.tick(), if !failed => {
                         match weak.upgrade() {
                             Some(v) if v.writer.as_ref().is_some_and(|w| w.full_batch_ready()) => break,
@@ -109,6 +161,16 @@ async fn committer_loop(weak: Weak<VirtualFs>, kick: Arc<Notify>) {
                         notified.as_mut().enable();
                     }
                 }
+            }
+            // Closes from here on wake the committer again (the round may be waiting for the
+            // budget, and the next debounce starts from its own kick).
+            match weak.upgrade() {
+                Some(v) => {
+                    if let Some(w) = &v.writer {
+                        w.quiet.set_debouncing(false);
+                    }
+                }
+                None => return,
             }
         }
         // The mount's commit budget: wait for a slot. Closes meanwhile join this round. A kick
@@ -182,5 +244,31 @@ impl Writer {
             "commit waits for the mount's commit budget"
         );
         Some(at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// While the committer debounces, a change only moves the time the round waits from; it wakes
+    /// the committer only when it is not debouncing.
+    #[test]
+    fn changes_wake_the_committer_only_outside_a_debounce() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let q = Quiet::new();
+            assert!(q.note(), "idle: the change wakes the committer");
+            let first = q.last();
+            q.set_debouncing(true);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert!(!q.note(), "debouncing: no wake");
+            assert!(q.last() >= first + Duration::from_millis(20), "the last change moved");
+            q.set_debouncing(false);
+            assert!(q.note());
+        });
     }
 }
