@@ -364,7 +364,7 @@ impl Filesystem for FuseAdapter {
     ) {
         // A pwrite to the local staging file: answered on this thread, no task needed.
         let _t = crate::metrics::timer("fuse", "write");
-        match self.vfs.write(fh.0, offset, data) {
+        match self.vfs.write_following(fh.0, offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),
         }

@@ -347,13 +347,26 @@ impl VirtualFs {
 
     /// Writes through a handle opened for writing. Synchronous: it is one `pwrite` to local disk.
     pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> VfsResult<u32> {
+        self.write_as(fh, offset, data, false)
+    }
+
+    /// `write` for a frontend whose close uploads (FUSE's flush): a large file written in order
+    /// is uploaded while it is written (`commit::follow`). NFS has no close: its handles go when
+    /// idle, and the round uploads what they wrote, so it does not follow.
+    pub fn write_following(&self, fh: u64, offset: u64, data: &[u8]) -> VfsResult<u32> {
+        self.write_as(fh, offset, data, true)
+    }
+
+    fn write_as(&self, fh: u64, offset: u64, data: &[u8], follow: bool) -> VfsResult<u32> {
         let h = self.handles.lock().get(&fh).cloned().ok_or(VfsError::BadHandle)?;
         match h.as_ref() {
             Handle::Local {
                 file, write: true, ino, ..
             } => {
                 file.write_at(offset, data)?;
-                self.follow_write(file);
+                if follow {
+                    self.follow_write(file);
+                }
                 self.unhold(file);
                 if let Ok(path) = self.path_of(*ino) {
                     self.content_changed(&path);
