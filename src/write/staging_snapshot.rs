@@ -99,6 +99,26 @@ impl DirtyFile {
         }
     }
 
+    /// Records an upload read straight from the staged file (`in_place`), if nothing was written
+    /// since; `false` when the bytes sent are no longer the file's (the round uploads what it has
+    /// then).
+    pub fn set_uploaded_in_place(&self, now: InPlace, sha256: String, xet_hash: Option<String>) -> bool {
+        if !self.unchanged_since(now.generation) {
+            return false;
+        }
+        self.set_uploaded(&Snapshot {
+            generation: now.generation,
+            path: now.path,
+            size: now.size,
+            sha256,
+            sample: now.sample,
+            uploaded: true,
+            xet_hash,
+            frozen: None,
+        });
+        true
+    }
+
     /// The current content for an upload read straight from the staged file (no frozen copy):
     /// its generation, path, size and preupload sample. `None` while a write is in flight. The
     /// uploader hashes what it reads, so the sha256 always names the bytes sent; [`Self::unchanged_since`]

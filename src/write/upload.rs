@@ -438,17 +438,8 @@ impl Uploader {
         token: crate::hub_client::XetToken,
         compression: Compression,
     ) -> Result<Vec<Option<(String, Option<String>, u64)>>, UploadError> {
-        let refresh = self.client.xet_write_token_url(&self.repo, &self.branch)?;
         let xet = |e: xet::error::XetError| UploadError::Xet(e.to_string());
-        let builder = self.sessions[compression as usize].lock().new_upload_commit();
-        let commit = builder
-            .map_err(|e| UploadError::Xet(e.to_string()))?
-            .with_endpoint(token.cas_url.clone())
-            .with_token_info(token.access_token.clone(), token.exp)
-            .with_token_refresh_url(refresh.to_string(), self.client.auth_headers())
-            .build()
-            .await
-            .map_err(xet)?;
+        let commit = self.upload_commit(&token, compression).await?;
         enum Pending {
             Task(xet::xet_session::UniqueId),
             Done(xet::xet_session::XetFileMetadata),
@@ -508,6 +499,25 @@ impl Uploader {
 }
 
 impl Uploader {
+    /// A Xet upload commit in the session of `compression`, with `token` and the URL the crates
+    /// refresh it from.
+    async fn upload_commit(
+        &self,
+        token: &crate::hub_client::XetToken,
+        compression: Compression,
+    ) -> Result<xet::xet_session::XetUploadCommit, UploadError> {
+        let refresh = self.client.xet_write_token_url(&self.repo, &self.branch)?;
+        let builder = self.sessions[compression as usize].lock().new_upload_commit();
+        builder
+            .map_err(|e| UploadError::Xet(e.to_string()))?
+            .with_endpoint(token.cas_url.clone())
+            .with_token_info(token.access_token.clone(), token.exp)
+            .with_token_refresh_url(refresh.to_string(), self.client.auth_headers())
+            .build()
+            .await
+            .map_err(|e| UploadError::Xet(e.to_string()))
+    }
+
     /// Counts bytes an upload sent to the CAS (status, metrics).
     fn note_sent(&self, bytes: u64) {
         self.stats.bytes_uploaded.fetch_add(bytes, Ordering::Relaxed);

@@ -37,16 +37,7 @@ impl Uploader {
             Err(e) => return Err(e.into()),
         };
         let xet = |e: xet::error::XetError| UploadError::Xet(e.to_string());
-        let refresh = self.client.xet_write_token_url(&self.repo, &self.branch)?;
-        let builder = self.sessions[compression as usize].lock().new_upload_commit();
-        let commit = builder
-            .map_err(|e| UploadError::Xet(e.to_string()))?
-            .with_endpoint(token.cas_url.clone())
-            .with_token_info(token.access_token.clone(), token.exp)
-            .with_token_refresh_url(refresh.to_string(), self.client.auth_headers())
-            .build()
-            .await
-            .map_err(xet)?;
+        let commit = self.upload_commit(&token, compression).await?;
         let stream = commit.upload_stream(None, Sha256Policy::Compute).await.map_err(xet)?;
         Ok(Some(LiveUpload {
             commit,

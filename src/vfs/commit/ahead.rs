@@ -134,20 +134,8 @@ impl VirtualFs {
         let result = match file.in_place() {
             Ok(Some(now)) => match w.uploader.upload_in_place(&now).await {
                 Ok(InPlaceOutcome::Stored { sha256, xet_hash }) => {
-                    if file.unchanged_since(now.generation) {
-                        file.set_uploaded(&crate::write::staging::Snapshot {
-                            generation: now.generation,
-                            path: now.path,
-                            size: now.size,
-                            sha256,
-                            sample: now.sample,
-                            uploaded: true,
-                            xet_hash,
-                            frozen: None,
-                        });
-                    }
-                    // Written meanwhile: these bytes are not the file's any more; the round
-                    // uploads what it has then.
+                    // Written meanwhile: not recorded; the round uploads what it has then.
+                    file.set_uploaded_in_place(now, sha256, xet_hash);
                     Ok(())
                 }
                 Ok(InPlaceOutcome::Inline) => Ok(()),
@@ -193,19 +181,9 @@ impl VirtualFs {
         };
         match outcome {
             InPlaceOutcome::Stored { sha256, xet_hash } => {
-                if !file.unchanged_since(now.generation) {
+                if !file.set_uploaded_in_place(now, sha256, xet_hash) {
                     return None;
                 }
-                file.set_uploaded(&crate::write::staging::Snapshot {
-                    generation: now.generation,
-                    path: now.path,
-                    size: now.size,
-                    sha256,
-                    sample: now.sample,
-                    uploaded: true,
-                    xet_hash,
-                    frozen: None,
-                });
                 crate::metrics::followed_upload("stored");
                 Some(Ok(()))
             }
