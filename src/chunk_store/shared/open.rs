@@ -97,13 +97,18 @@ fn s3(bucket: &str) -> object_store::aws::AmazonS3Builder {
     {
         b = b.with_region("us-east-1");
     }
-    // Every object is verified against its own hash when read, so the SigV4 payload hash (a
-    // sha256 of each 8 MiB upload on the node's CPU, beside the reads) buys nothing here;
-    // `AWS_UNSIGNED_PAYLOAD=false` turns signing back on for stores that require it.
-    if b.get_config_value(&Key::UnsignedPayload).is_none() {
-        b = b.with_unsigned_payload(true);
-    }
-    b.with_retry(retry()).with_client_options(client(http))
+    unsigned_unless_set(b, std::env::var_os("AWS_UNSIGNED_PAYLOAD").is_some())
+        .with_retry(retry())
+        .with_client_options(client(http))
+}
+
+/// Every object is verified against its own hash when read, so the SigV4 payload hash (a sha256
+/// of each 8 MiB upload on the node's CPU, beside the reads: a tenth of a first node's samples)
+/// buys nothing here; `AWS_UNSIGNED_PAYLOAD=false` (`set`) turns signing back on for stores that
+/// require it. The builder cannot say whether the setting was given: it reports its default
+/// (`false`) as a value.
+fn unsigned_unless_set(b: object_store::aws::AmazonS3Builder, set: bool) -> object_store::aws::AmazonS3Builder {
+    if set { b } else { b.with_unsigned_payload(true) }
 }
 
 /// A service-account key that turns OAuth off (for an emulator); the crate wants every field.
@@ -167,6 +172,56 @@ mod tests {
         for url in ["http://b/p", "file:///tmp/x", "s3://", "bucket/prefix", ""] {
             assert!(!supported(url), "{url}");
         }
+    }
+
+    /// The headers of the one request `store` sends to a listener that answers 200 to it.
+    async fn headers_of_a_put(b: object_store::aws::AmazonS3Builder) -> String {
+        use object_store::ObjectStoreExt;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let store = b
+            .with_endpoint(endpoint)
+            .with_bucket_name("b")
+            .with_region("us-east-1")
+            .with_access_key_id("key")
+            .with_secret_access_key("secret")
+            .with_client_options(client(true))
+            .build()
+            .unwrap();
+        let server = tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = conn.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the request ended before its headers did");
+                got.extend_from_slice(&buf[..n]);
+            }
+            conn.write_all(b"HTTP/1.1 200 OK\r\netag: \"e\"\r\ncontent-length: 0\r\n\r\n")
+                .await
+                .unwrap();
+            String::from_utf8_lossy(&got).to_ascii_lowercase()
+        });
+        let path = object_store::path::Path::from("p/o");
+        let put = store.put(&path, bytes::Bytes::from_static(b"ten bytes!").into());
+        let _ = tokio::time::timeout(Duration::from_secs(10), put).await;
+        server.await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn uploads_to_s3_carry_no_payload_hash_unless_asked() {
+        let base = object_store::aws::AmazonS3Builder::new();
+        let headers = headers_of_a_put(unsigned_unless_set(base, false)).await;
+        assert!(headers.contains("x-amz-content-sha256: unsigned-payload"), "{headers}");
+
+        // AWS_UNSIGNED_PAYLOAD=false, as `from_env` reads it: the body is hashed and signed.
+        let base = object_store::aws::AmazonS3Builder::new()
+            .with_config(object_store::aws::AmazonS3ConfigKey::UnsignedPayload, "false");
+        let headers = headers_of_a_put(unsigned_unless_set(base, true)).await;
+        let ten =
+            "x-amz-content-sha256: ".to_string() + &hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b"ten bytes!"));
+        assert!(headers.contains(&ten), "{headers}");
     }
 
     #[test]
