@@ -14,6 +14,8 @@
 //! `HUBFS_SHARED_TEST_MIB` sets the file's size (default 64; BENCHMARKS ran 1024 on a release
 //! build). With `HUBFS_SHARED_FIGURES` set, each store's speeds and Hub bytes are appended to that
 //! file as one `figure:` line (ci/test.sh points it into its log dir for ci/bench-charts.py).
+//! `HUBFS_WEED_CPUS` pins SeaweedFS to those CPUs: run the test under `taskset -c 1` with
+//! `HUBFS_WEED_CPUS=0` to give the store a core of its own.
 //! Without the `weed` binary (or an emulator) a test is skipped, except under CI (`CI` or
 //! `HUBFS_REQUIRE_STORES` set, as ci/test.sh does after installing them) where it fails.
 //! `HUBFS_TEST_RUST_LOG` replaces the mounts' `RUST_LOG` (e.g. `hubfs::vfs::read=trace` to see

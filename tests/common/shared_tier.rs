@@ -48,7 +48,17 @@ impl Weed {
     pub fn run(&mut self) {
         std::fs::create_dir_all(&self.dir).unwrap();
         let log = std::fs::File::create(self.dir.with_extension("log")).unwrap();
-        let child = Command::new(&self.bin)
+        // `HUBFS_WEED_CPUS=0` runs the store on CPU 0 alone (`taskset`), to tell the store's
+        // CPU from the node's when the test itself runs under `taskset -c 1`.
+        let mut cmd = match std::env::var("HUBFS_WEED_CPUS") {
+            Ok(cpus) => {
+                let mut c = Command::new("taskset");
+                c.args(["-c", &cpus]).arg(&self.bin);
+                c
+            }
+            Err(_) => Command::new(&self.bin),
+        };
+        let child = cmd
             .arg("mini")
             .arg(format!("-dir={}", self.dir.display()))
             .arg(format!("-bucket={BUCKET}"))

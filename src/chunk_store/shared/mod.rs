@@ -11,7 +11,9 @@
 //! - Write-behind (`upload`): a block fetched from the Hub is uploaded in the background, on a lane
 //!   of its own if this node claimed it; a block no uploader is free for waits as its key and is
 //!   read back from the disk tier (a claimed one keeping its claim while its lane keeps pace), so
-//!   a store slower than the Hub costs no memory; a read never waits for an upload.
+//!   a store slower than the Hub costs no memory; a read never waits for an upload, and while
+//!   reads wait on the tier only one upload runs at a time, so the store answers their lookups
+//!   first (claimed blocks excepted while other nodes are seen reading: they wait for those).
 //! - Metadata (`meta`): what a commit fixes (a directory's listing, a point lookup's answer) is
 //!   looked up and written behind the same way, as objects under `PREFIX/meta/`, keyed by repo,
 //!   commit and path, with the same verified header, so a fleet mounting one revision lists it
@@ -79,8 +81,9 @@ pub enum SharedError {
 #[derive(Clone)]
 pub struct SharedTier(Arc<Inner>);
 
-/// Lock order: `paused_until`, `missing` and the lanes' backlogs are leaves, never held together;
-/// the metadata uploads take no lock.
+/// Lock order: `paused_until`, `missing`, `others_seen` and the lanes' backlogs are leaves, never
+/// held together; an upload takes its lane's uploader permit before its turn in `beside_reads`,
+/// never the other way round; the metadata uploads take no lock.
 struct Inner {
     store: Arc<dyn ObjectStore>,
     /// Object path prefix inside the bucket (no leading or trailing `/`).
@@ -105,6 +108,12 @@ struct Inner {
     node: String,
     /// Files whose last lookup missed (see `load`); bounded by [`MISS_RUNS`].
     missing: parking_lot::Mutex<std::collections::HashSet<Arc<str>>>,
+    /// Reads waiting on the tier now (`upload::Reading`), and the turns of the uploads that
+    /// may run beside them.
+    reading: std::sync::atomic::AtomicUsize,
+    beside_reads: tokio::sync::Semaphore,
+    /// When this node last found another node's fresh claim on a block (`others_reading`).
+    others_seen: parking_lot::Mutex<Option<Instant>>,
 }
 
 /// Files remembered as being in a run of misses at most; past it the set starts over.
@@ -175,6 +184,9 @@ impl SharedTier {
             counts: Default::default(),
             node: format!("{}:{}", host.trim(), std::process::id()),
             missing: Default::default(),
+            reading: Default::default(),
+            beside_reads: tokio::sync::Semaphore::new(upload::UPLOADS_BESIDE_READS),
+            others_seen: parking_lot::Mutex::new(None),
         }))
     }
 
@@ -321,6 +333,7 @@ impl SharedTier {
         F: std::future::Future<Output = Result<Bytes, E>>,
     {
         let t = Instant::now();
+        let _reading = upload::Reading::new(self);
         let claim = match self.ask(key, block, expected_len).await {
             Asked::Found(b) => return Ok((b, true)),
             Asked::Fetch(claim) => claim,
@@ -376,6 +389,7 @@ impl SharedTier {
                 match claimed {
                     claim::Outcome::Ours(c) => Asked::Fetch(Some(c)),
                     claim::Outcome::Theirs => {
+                        *self.0.others_seen.lock() = Some(Instant::now());
                         let claim = self.claim_path(key, block);
                         let look = || self.get(key, block, expected_len);
                         match self.wait_on_claim(&claim, CLAIM_DEADLINE, look).await {
@@ -395,6 +409,15 @@ impl SharedTier {
                 }
             }
         }
+    }
+
+    /// Whether another node was found fetching a block within [`upload::OTHERS_READING`]: a
+    /// fleet reading together, whose nodes wait for the blocks this node claimed.
+    fn others_reading(&self) -> bool {
+        self.0
+            .others_seen
+            .lock()
+            .is_some_and(|t| t.elapsed() < upload::OTHERS_READING)
     }
 
     /// Remembers whether `key`'s last lookup missed.

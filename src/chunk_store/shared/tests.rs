@@ -46,6 +46,10 @@ struct CountingStore {
     gate: Option<Arc<tokio::sync::Semaphore>>,
     /// Claims are never answered.
     hang_claims: bool,
+    /// Block uploads take this long, and how many run at once now and at most.
+    put_delay: Option<Duration>,
+    puts_now: AtomicUsize,
+    puts_max: AtomicUsize,
 }
 
 impl std::fmt::Display for CountingStore {
@@ -70,6 +74,12 @@ impl ObjectStore for CountingStore {
         }
         if let Some(gate) = self.gate.as_ref().filter(|_| location.as_ref().contains("/blocks/")) {
             let _ = gate.acquire().await;
+        }
+        if let Some(delay) = self.put_delay.filter(|_| location.as_ref().contains("/blocks/")) {
+            let now = self.puts_now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.puts_max.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(delay).await;
+            self.puts_now.fetch_sub(1, Ordering::SeqCst);
         }
         self.inner.put_opts(location, payload, opts).await
     }
@@ -565,4 +575,118 @@ async fn a_claim_that_goes_without_its_block_makes_one_waiter_fetch_it_not_all()
         "one waiter took the claim over and fetched it"
     );
     assert!(t.elapsed() < CLAIM_WAIT, "{:?}", t.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_go_one_at_a_time_while_a_read_waits_on_the_tier() {
+    let store = Arc::new(CountingStore {
+        put_delay: Some(Duration::from_millis(40)),
+        ..Default::default()
+    });
+    let tier = SharedTier::with_store("mem://", store.clone(), "p");
+    let data = Bytes::from(vec![7u8; 64]);
+
+    // A read that misses the tier and waits for its Hub fetch until told.
+    let (go, fetched) = tokio::sync::oneshot::channel::<()>();
+    let reader = {
+        let (tier, data) = (tier.clone(), data.clone());
+        tokio::spawn(async move {
+            tier.load(&key(), 100, 64, async move {
+                let _ = fetched.await;
+                Ok::<_, std::io::Error>(data)
+            })
+            .await
+        })
+    };
+    while tier.0.reading.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    for block in 0..6 {
+        tier.write_behind(&key(), block, &data, None);
+    }
+    settled_blocks(&store, 6).await;
+    assert_eq!(
+        store.puts_max.load(Ordering::SeqCst),
+        1,
+        "uploads beside a read waiting on the tier"
+    );
+
+    // The read is served; uploads then go at the lanes' pace.
+    go.send(()).unwrap();
+    let (got, shared) = reader.await.unwrap().unwrap();
+    assert_eq!((got, shared), (data.clone(), false));
+    for block in 6..14 {
+        tier.write_behind(&key(), block, &data, None);
+    }
+    settled(&tier).await;
+    assert!(
+        store.puts_max.load(Ordering::SeqCst) > 1,
+        "with no read waiting, uploads run side by side"
+    );
+    for block in (0..14).chain([100]) {
+        assert!(
+            matches!(tier.get(&key(), block, 64).await, Lookup::Hit(_)),
+            "block {block} is in the tier"
+        );
+    }
+}
+
+/// Waits until `n` block objects are in `store`.
+async fn settled_blocks(store: &CountingStore, n: usize) {
+    use futures::StreamExt;
+    let t = Instant::now();
+    loop {
+        let found = store.inner.list(None).filter(|m| {
+            let m = m
+                .as_ref()
+                .map(|m| m.location.as_ref().contains("/blocks/"))
+                .unwrap_or(false);
+            async move { m }
+        });
+        if found.count().await >= n {
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{n} blocks not uploaded in 10 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claimed_uploads_do_not_yield_to_reads_once_another_node_is_seen_reading() {
+    let store = Arc::new(CountingStore {
+        put_delay: Some(Duration::from_millis(40)),
+        ..Default::default()
+    });
+    let (a, b) = (
+        SharedTier::with_store("mem://", store.clone(), "p"),
+        SharedTier::with_store("mem://", store.clone(), "p"),
+    );
+    let data = Bytes::from(vec![7u8; 64]);
+    // Node b holds the claim on block 50 of a file both read; a finds it.
+    let claim::Outcome::Ours(held) = b.claim(&key(), 50).await else {
+        panic!("b could not claim block 50")
+    };
+    let waiter = {
+        let (a, data) = (a.clone(), data.clone());
+        tokio::spawn(async move { a.load(&key(), 50, 64, async { Ok::<_, std::io::Error>(data) }).await })
+    };
+    while !a.others_reading() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(a.0.reading.load(Ordering::SeqCst) > 0, "a waits on the tier");
+    // a's own claimed blocks go side by side: b may be waiting for them.
+    for block in 0..6 {
+        let claim::Outcome::Ours(c) = a.claim(&key(), block).await else {
+            panic!("a could not claim block {block}")
+        };
+        a.write_behind(&key(), block, &data, Some(c));
+    }
+    settled_blocks(&store, 6).await;
+    assert!(
+        store.puts_max.load(Ordering::SeqCst) > 1,
+        "claimed uploads beside reads, with another node reading"
+    );
+    b.write_behind(&key(), 50, &data, Some(held));
+    let (got, shared) = waiter.await.unwrap().unwrap();
+    assert_eq!((got, shared), (data, true), "a got block 50 from the tier");
 }
