@@ -35,19 +35,19 @@ pub(super) const UPLOADERS: usize = 4;
 /// Uploads at once, both lanes together, while a read waits on the tier (a lookup, a claim, the
 /// Hub fetch after them): the store and the node's CPU go to the read first. With four uploads a
 /// lane beside it, a store on one core answered a first node's lookups in 0.3–0.7 s instead of
-/// 30 ms, and the node read at 52–61% of its speed without the tier; with one, at 93–98%.
+/// 30 ms, and the node read at 52–61% of its speed without the tier; with one, at 82–92%.
 /// Blocks this node claimed do not yield while other nodes are seen reading the same content
 /// (see [`OTHERS_READING`]): those nodes wait for them.
 pub(super) const UPLOADS_BESIDE_READS: usize = 1;
 
 /// How long a claimed block waits for its turn beside reads at most: another node may be waiting
-/// for it unseen (a node that stays ahead of the others never finds their claims). Two nodes on
-/// fake-gcs-server reading one file at once, with no bound, made the Hub send 1.39× the file.
+/// for it unseen (a node that stays ahead of the others never finds their claims). With claimed
+/// blocks yielding like the rest, two nodes reading one file at once made the Hub send 1.39× the
+/// file (Azurite, fake-gcs-server).
 pub(super) const CLAIMED_YIELD_MAX: Duration = Duration::from_secs(1);
 
-/// How long after finding another node's claim this node counts others as reading beside it.
-/// Two nodes reading one file at once on Azurite, each yielding its claimed uploads to its own
-/// reads, made each other wait past the claim wait: the Hub sent 1.39× the file.
+/// How long after finding another node's claim this node counts others as reading beside it
+/// (and its claimed blocks stop yielding: those nodes wait for them).
 pub(super) const OTHERS_READING: Duration = Duration::from_secs(30);
 
 /// A read waiting on the tier, for as long as it waits: uploads hold back meanwhile (see
