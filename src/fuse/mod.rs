@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fuser::{
-    Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner, OpenAccMode, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::vfs::error::VfsError;
@@ -29,6 +29,7 @@ const _: () = assert!(MAX_READ as u64 == crate::vfs::READAHEAD_OTHER);
 pub mod ceiling;
 mod convert;
 mod direct;
+mod init;
 mod passthrough;
 mod plus;
 pub mod readahead;
@@ -88,51 +89,7 @@ impl FuseAdapter {
 
 impl Filesystem for FuseAdapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // Ask for large reads ahead and parallel directory operations; the kernel keeps what it supports.
-        let _ = config.set_max_readahead(MAX_READ);
-        // 1 MiB writes: a staging pwrite per MiB instead of per 128 KiB.
-        let _ = config.set_max_write(MAX_READ);
-        let _ = config.add_capabilities(InitFlags::FUSE_ASYNC_READ | InitFlags::FUSE_PARALLEL_DIROPS);
-        // Readahead READs of every open file share one background queue (fuser's default: 16,
-        // congested from 12): eight sequential readers with 8 MiB windows in 1 MiB READs would
-        // get two each in flight. Room for every reader's window instead.
-        // Under a small memory budget (below 256 MiB) fuser's 16 stays: more READs in flight than
-        // its blocks can hold take exact ranges, and some of those bytes came twice (CI measured
-        // 1.105 × Hub bytes under 128M with 128).
-        let small = self
-            .vfs
-            .chunk_store()
-            .budget()
-            .plan()
-            .is_some_and(|p| p.limit < 256 << 20);
-        let most = if small { 16 } else { MAX_BACKGROUND };
-        let _ = config.set_max_background(most);
-        let _ = config.set_congestion_threshold(most / 4 * 3);
-        // READDIRPLUS only where files cannot change under the listing. Its attributes come from
-        // the snapshot taken at opendir, and the kernel applies them to inodes it already has: on
-        // a writable mount a write that ended after the opendir would have its size rolled back
-        // (seen in the stress test). There, `ls -l` costs one LOOKUP per entry instead.
-        if !self.vfs.is_writable() {
-            let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
-        }
-        if self.vfs.options().direct_io.is_some() && !self.vfs.is_writable() {
-            self.direct.negotiate(config);
-        }
-        // Passthrough for fully cached Hub files of read-only and overlay mounts (kernel 6.9+).
-        // Depth 1: the backing files sit on an ordinary filesystem.
-        if self.vfs.options().passthrough && (!self.vfs.is_writable() || self.vfs.is_overlay()) {
-            match config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
-                Ok(()) if config.set_max_stack_depth(1).is_ok() => {
-                    self.passthrough.enable();
-                    self.vfs.passthrough_granted();
-                    tracing::debug!("FUSE passthrough granted");
-                }
-                _ => {
-                    self.passthrough.not_offered();
-                    tracing::info!("this kernel does not offer FUSE passthrough; reads go through the daemon")
-                }
-            }
-        }
+        self.negotiate(config);
         Ok(())
     }
 
