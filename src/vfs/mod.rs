@@ -321,7 +321,7 @@ impl VirtualFs {
             repo.clone(),
             opts.read_timeout,
             store.pool().clone(),
-            store.budget().plan().map(|p| p.downloads),
+            store.budget().plan(),
         )?);
         let vfs = VirtualFs {
             reader: Reader {

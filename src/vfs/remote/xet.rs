@@ -12,8 +12,10 @@
 //! of chunks, each an 8-byte header (compressed length, scheme, uncompressed length) and its data.
 
 mod batch;
+mod body;
 
 pub use batch::Batch;
+pub use body::BodyBuffers;
 
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
@@ -26,6 +28,7 @@ use crate::chunk_store::buffer_pool::BufferPool;
 use crate::hub_client::HubClient;
 use crate::hub_client::windows::{Bucket, Windows};
 use crate::vfs::error::{VfsError, VfsResult};
+use body::{Body, LARGE_PIECE};
 
 /// Outputs at least this long are assembled in pooled buffers.
 const POOLED_MIN: u64 = 1 << 20;
@@ -95,6 +98,8 @@ pub struct Fetcher {
     /// The Hub client's request windows; CAS API answers go in its `cas` bucket.
     pub windows: std::sync::Arc<Windows>,
     pub pool: BufferPool,
+    /// Buffers for bodies copied whole before they are decoded (see `body`).
+    pub bodies: BodyBuffers,
     /// Set by the owner once its latency measure says the link is fast: bodies are then copied
     /// only where they arrive in small pieces (see `Body`).
     pub fast_link: std::sync::atomic::AtomicBool,
@@ -276,7 +281,7 @@ impl Fetcher {
                 let wait = HubClient::retry_wait(resp.headers());
                 let expect = resp.content_length().unwrap_or(0).min(cap.saturating_add(1));
                 let fast = self.fast_link.load(std::sync::atomic::Ordering::Relaxed);
-                let mut body = Body::new(expect, if fast { LARGE_PIECE } else { usize::MAX });
+                let mut body = Body::new(expect, if fast { LARGE_PIECE } else { usize::MAX }, &self.bodies);
                 while let Some(c) = resp.chunk().await? {
                     body.push(c);
                     if body.got > cap {
@@ -326,74 +331,6 @@ impl Fetcher {
             crate::metrics::xet_retry(api, delay, wait.is_some());
             tokio::time::sleep(delay).await;
         }
-    }
-}
-
-/// A response body as it arrives. The HTTP client hands over each socket read as a piece cut from
-/// its read buffer, and a piece keeps that whole buffer alive while it is held. Block bodies held
-/// as such pieces until the whole block was in took far more memory than their bytes: 16 readers
-/// at 30 ms over NFS under 256M peaked at 295–318 MiB with block bodies counted in their blocks'
-/// room, 230–248 with every body copied as it came into one buffer of the length the reply
-/// states, and 283–293 with only pieces under 256 KiB copied. Copying every body cost 6–30% of
-/// the loopback throughput (two runs), where reads are large and bodies are not held long, so on
-/// a link measured fast only small pieces are copied; until it is measured (the first burst of
-/// loads), and on a slow link, everything is.
-struct Body {
-    pieces: Vec<Bytes>,
-    /// Pieces copied since the last one kept.
-    run: bytes::BytesMut,
-    /// Bytes the reply states (0: not stated).
-    expect: u64,
-    got: u64,
-    /// Pieces at least this long are kept as they came.
-    keep_from: usize,
-}
-
-/// On a fast link, pieces at least this long are kept as they came: the read buffer one pins is
-/// at most a few times larger.
-const LARGE_PIECE: usize = 256 << 10;
-
-impl Body {
-    fn new(expect: u64, keep_from: usize) -> Body {
-        Body {
-            pieces: Vec::new(),
-            run: bytes::BytesMut::new(),
-            expect,
-            got: 0,
-            keep_from,
-        }
-    }
-
-    fn push(&mut self, c: Bytes) {
-        let owed = self.expect.saturating_sub(self.got) as usize;
-        self.got += c.len() as u64;
-        if c.len() >= self.keep_from {
-            self.end_run();
-            self.pieces.push(c);
-            return;
-        }
-        if self.run.capacity() - self.run.len() < c.len() {
-            self.end_run();
-            // What the reply still owes; without a stated length, buffers of 64 KiB at least.
-            let room = match self.expect {
-                0 => c.len().max(64 << 10),
-                _ => owed.max(c.len()),
-            };
-            self.run.reserve(room);
-        }
-        self.run.extend_from_slice(&c);
-    }
-
-    /// Moves the copied pieces into `pieces` (the rest of the run's buffer stays for the next).
-    fn end_run(&mut self) {
-        if !self.run.is_empty() {
-            self.pieces.push(self.run.split().freeze());
-        }
-    }
-
-    fn pieces(mut self) -> Vec<Bytes> {
-        self.end_run();
-        self.pieces
     }
 }
 
@@ -732,50 +669,5 @@ mod tests {
         want.extend([2u8; 100]);
         want.extend([1u8; 100]);
         assert_eq!(&got[0][..], &want[..]);
-    }
-
-    #[test]
-    fn small_pieces_are_copied_into_one_buffer_of_the_stated_length() {
-        let mut b = Body::new(3000, usize::MAX);
-        for i in 0..3u8 {
-            b.push(Bytes::from(vec![i; 1000]));
-        }
-        let pieces = b.pieces();
-        assert_eq!(pieces.len(), 1, "one buffer, not the client's pieces");
-        let want: Vec<u8> = (0..3u8).flat_map(|i| vec![i; 1000]).collect();
-        assert_eq!(&pieces[0][..], &want[..]);
-    }
-
-    #[test]
-    fn on_a_fast_link_large_pieces_are_kept_as_they_came() {
-        let large = Bytes::from(vec![7u8; LARGE_PIECE]);
-        let total = (LARGE_PIECE + 20) as u64;
-        let mut b = Body::new(total, LARGE_PIECE);
-        b.push(Bytes::from(vec![1u8; 10]));
-        b.push(large.clone());
-        b.push(Bytes::from(vec![2u8; 10]));
-        let pieces = b.pieces();
-        assert_eq!(pieces.len(), 3);
-        assert_eq!(pieces[1].as_ptr(), large.as_ptr(), "not copied");
-        let all: Vec<u8> = pieces.iter().flat_map(|p| p.iter().copied()).collect();
-        let mut want = vec![1u8; 10];
-        want.extend(vec![7u8; LARGE_PIECE]);
-        want.extend([2u8; 10]);
-        assert_eq!(all, want, "in order");
-        // Unmeasured or slow: the large piece is copied too.
-        let mut b = Body::new(total, usize::MAX);
-        b.push(large.clone());
-        assert_ne!(b.pieces()[0].as_ptr(), large.as_ptr());
-    }
-
-    #[test]
-    fn a_body_of_no_stated_length_is_still_whole() {
-        let mut b = Body::new(0, usize::MAX);
-        for i in 0..50u8 {
-            b.push(Bytes::from(vec![i; 333]));
-        }
-        let all: Vec<u8> = b.pieces().iter().flat_map(|p| p.iter().copied()).collect();
-        let want: Vec<u8> = (0..50u8).flat_map(|i| vec![i; 333]).collect();
-        assert_eq!(all, want);
     }
 }

@@ -244,6 +244,7 @@ mod tests {
             patience: Duration::ZERO,
             windows: Default::default(),
             pool: crate::chunk_store::buffer_pool::BufferPool::new(1 << 20, 1),
+            bodies: Default::default(),
             fast_link: Default::default(),
         };
         let files = [("a".repeat(64), 10)];
