@@ -2,7 +2,8 @@
 //! of one file, through the real `hubfs mount` binary with default options and a fresh cache, on
 //! loopback and on a distant Hub (30 ms per request, 200 Mbit/s per connection). Prints per run the
 //! aggregate throughput, the Hub's bytes served over the distinct bytes read (fetch amplification:
-//! N readers of one file want its bytes once), its requests, and the mount's peak RSS.
+//! N readers of one file want its bytes once), its requests, and the mount's peak RSS and CPU
+//! time during the reads.
 //!
 //! Needs root (FUSE). Speed figures are printed, never asserted; with `HUBFS_BENCH_CHECK=1` the
 //! byte ratio is asserted (≤ 1.02: no block fetched twice while it is wanted), which CI runs small.
@@ -62,6 +63,8 @@ struct Row {
     hub_bytes: u64,
     requests: u64,
     peak_mib: u64,
+    /// CPU time the mount process spent during the reads (user and system).
+    cpu_secs: f64,
 }
 
 /// How readers reach the files: a FUSE mount (`hubfs mount`) or `hubfs serve-nfs` read with
@@ -147,6 +150,7 @@ fn run(hub: &LocalHub, bin: &str, repo: &str, files: &[String], extra: &[&str], 
     }
     common::drop_caches();
     hub.reset_stats();
+    let cpu_before = cpu_secs(pid);
     let done = Arc::new(AtomicBool::new(false));
     let peak = Arc::new(AtomicU64::new(0));
     let sampler = {
@@ -171,6 +175,7 @@ fn run(hub: &LocalHub, bin: &str, repo: &str, files: &[String], extra: &[&str], 
         .collect();
     let read: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
     let secs = t.elapsed().as_secs_f64();
+    let cpu = cpu_secs(pid) - cpu_before;
     let (hub_bytes, requests) = served(hub);
     done.store(true, Ordering::Relaxed);
     sampler.join().unwrap();
@@ -189,7 +194,20 @@ fn run(hub: &LocalHub, bin: &str, repo: &str, files: &[String], extra: &[&str], 
         hub_bytes,
         requests,
         peak_mib: peak.load(Ordering::Relaxed),
+        cpu_secs: cpu,
     }
+}
+
+/// User and system CPU time of process `pid` so far, in seconds (`/proc/PID/stat`); 0 if gone.
+fn cpu_secs(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at the state, field 3.
+    let rest = s.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest.split_whitespace().map(|v| v.parse().unwrap_or(0)).collect();
+    let ticks = f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
+    // SAFETY: sysconf(3) reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
+    ticks as f64 / hz as f64
 }
 
 /// The `--memory-limit` among mount options, in MiB (sizes as `256M`, `1G`).
@@ -295,9 +313,9 @@ fn main() {
     rt.block_on(upload_shards(hub.endpoint(), "shards", most, mib << 20));
 
     println!(
-        "| hubfs | frontend | options | Hub | readers | files | aggregate MB/s | Hub bytes / distinct bytes read | Hub requests | mount peak RSS |"
+        "| hubfs | frontend | options | Hub | readers | files | aggregate MB/s | Hub bytes / distinct bytes read | Hub requests | mount peak RSS | mount CPU |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut worst: f64 = 0.0;
     for profile in &profiles {
         set_profile(&hub, profile);
@@ -314,13 +332,14 @@ fn main() {
                     let distinct = r.read / n as u64 * if mode == "one" { 1 } else { n as u64 };
                     let ratio = r.hub_bytes as f64 / distinct as f64;
                     println!(
-                        "| {name} | {fname} | {variant} | {profile} | {n} | {} × {mib} MiB | {:.0} | {ratio:.3} ({} / {} MiB) | {} | {} MiB |",
+                        "| {name} | {fname} | {variant} | {profile} | {n} | {} × {mib} MiB | {:.0} | {ratio:.3} ({} / {} MiB) | {} | {} MiB | {:.1} s |",
                         if mode == "one" { 1 } else { n },
                         r.mb_s,
                         r.hub_bytes >> 20,
                         distinct >> 20,
                         r.requests,
                         r.peak_mib,
+                        r.cpu_secs,
                     );
                     if name != "this" {
                         continue;

@@ -333,8 +333,8 @@ def variant_name(v):
 
 def many_readers(lines, outdir):
     # | hubfs | frontend | options | Hub | readers | files | aggregate MB/s | Hub bytes / distinct bytes read |
-    #   Hub requests | mount peak RSS |   (both smoke runs' logs, one after the other)
-    rows = [r for r in table_rows(lines, 10) if num(r[6]) is not None and num(r[7]) is not None]
+    #   Hub requests | mount peak RSS | mount CPU |   (both smoke runs' logs, one after the other)
+    rows = [r for r in table_rows(lines, 11) if num(r[6]) is not None and num(r[7]) is not None]
     if not rows:
         return note("bench-many-readers: no result rows, chart skipped")
     shapes = list(dict.fromkeys((r[4], r[5]) for r in rows))

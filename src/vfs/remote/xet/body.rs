@@ -82,7 +82,9 @@ impl Run {
     fn spare(&self) -> usize {
         match self {
             Run::Plain(b) => b.capacity() - b.len(),
-            Run::Pooled(b) => b.spare(),
+            // The buffer's size, not its capacity: the slack kept for alignment varies with the
+            // allocation, and how a body splits over buffers should not.
+            Run::Pooled(b) => BODY_BUFFER.saturating_sub(b.len()).min(b.spare()),
         }
     }
 }
