@@ -245,8 +245,8 @@ impl Remote {
     }
 
     /// A whole cache block in parallel parts sized by the measured latency (see `Latency`): for a
-    /// Xet file one reconstruction and its xorb ranges, decoded straight into one pooled buffer; otherwise
-    /// HTTP ranges gathered with one copy into a pooled buffer.
+    /// Xet file one reconstruction and its xorb ranges, decoded straight into one pooled buffer;
+    /// otherwise HTTP ranges gathered with one copy into a pooled buffer.
     pub async fn fetch_block(&self, file: &FileMeta, commit: &str, start: u64, len: u64) -> VfsResult<Bytes> {
         let len = len.min(file.size.saturating_sub(start));
         if len == 0 {

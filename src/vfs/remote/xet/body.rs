@@ -53,7 +53,7 @@ impl BodyBuffers {
 }
 
 /// One reply's body, collected as it arrives (see the module's doc for what is copied).
-pub(super) struct Body<'b> {
+pub(super) struct Body {
     pieces: Vec<Bytes>,
     run: Run,
     /// Bytes the reply states (0: not stated).
@@ -61,44 +61,45 @@ pub(super) struct Body<'b> {
     pub(super) got: u64,
     /// Pieces at least this long are kept as they came.
     keep_from: usize,
-    buffers: &'b BodyBuffers,
 }
 
 /// Where copied pieces go until the run ends.
 enum Run {
     /// A plain buffer; the part left over after a run ends stays for the next one.
     Plain(BytesMut),
-    /// A pooled buffer, frozen whole when the run ends.
+    /// The pooled buffer a whole body is copied into (see `Body::new`).
     Pooled(PooledBuf),
 }
 
 impl Run {
-    fn is_empty(&self) -> bool {
-        match self {
-            Run::Plain(b) => b.is_empty(),
-            Run::Pooled(b) => b.is_empty(),
-        }
-    }
-
     fn spare(&self) -> usize {
         match self {
             Run::Plain(b) => b.capacity() - b.len(),
-            // The buffer's size, not its capacity: the slack kept for alignment varies with the
-            // allocation, and how a body splits over buffers should not.
-            Run::Pooled(b) => BODY_BUFFER.saturating_sub(b.len()).min(b.spare()),
+            Run::Pooled(b) => b.spare(),
         }
     }
 }
 
-impl<'b> Body<'b> {
-    pub(super) fn new(expect: u64, keep_from: usize, buffers: &'b BodyBuffers) -> Body<'b> {
+impl Body {
+    /// A body copied whole (`keep_from` unbounded) that states a length of half a pooled buffer
+    /// to one buffer (a part of a block on a distant Hub) is copied into one pooled buffer; any
+    /// other, into plain buffers. Longer bodies (a block in one request, before the link is
+    /// measured) are not cut into pooled buffers: those beyond the idle ones went back to the
+    /// allocator's arenas instead of the kernel, and CI's 4 readers on loopback peaked 60-90 MiB
+    /// higher.
+    pub(super) fn new(expect: u64, keep_from: usize, buffers: &BodyBuffers) -> Body {
+        let size = buffers.0.buf_size() as u64;
+        let run = if keep_from == usize::MAX && (size / 2..=size).contains(&expect) {
+            Run::Pooled(buffers.0.acquire(expect as usize))
+        } else {
+            Run::Plain(BytesMut::new())
+        };
         Body {
             pieces: Vec::new(),
-            run: Run::Plain(BytesMut::new()),
+            run,
             expect,
             got: 0,
             keep_from,
-            buffers,
         }
     }
 
@@ -117,7 +118,9 @@ impl<'b> Body<'b> {
                 0 => c.len().max(64 << 10),
                 _ => owed.max(c.len()),
             };
-            self.start_run(room, c.len());
+            if let Run::Plain(b) = &mut self.run {
+                b.reserve(room);
+            }
         }
         match &mut self.run {
             Run::Plain(b) => b.extend_from_slice(&c),
@@ -125,37 +128,16 @@ impl<'b> Body<'b> {
         }
     }
 
-    /// A new run with room for `room` bytes (`need` at least). Pooled when the body is copied
-    /// whole (a pooled buffer is frozen whole, so it must fill), fits in one buffer (a part of a
-    /// block on a distant Hub) and at least half a buffer is owed; otherwise plain, reusing what
-    /// the last plain run left over. Larger bodies (a whole block in one request, before the link
-    /// is measured) stay plain: cut into pooled buffers, those beyond the idle ones went back to
-    /// the allocator's arenas instead of the kernel, and CI's 4 readers on loopback peaked
-    /// 60-90 MiB higher.
-    fn start_run(&mut self, room: usize, need: usize) {
-        let pool = &self.buffers.0;
-        let whole = self.keep_from == usize::MAX && self.expect > 0 && self.expect <= pool.buf_size() as u64;
-        if whole && room >= pool.buf_size() / 2 && need <= pool.buf_size() {
-            self.run = Run::Pooled(pool.acquire(room.min(pool.buf_size())));
-            return;
-        }
-        if let Run::Pooled(_) = self.run {
-            self.run = Run::Plain(BytesMut::new());
-        }
-        if let Run::Plain(b) = &mut self.run {
-            b.reserve(room);
-        }
-    }
-
-    /// Moves the copied pieces into `pieces` (a plain run's spare room stays for the next).
+    /// Moves the copied pieces into `pieces`; the body goes on in a plain buffer (a plain run's
+    /// spare room stays for the next).
     fn end_run(&mut self) {
-        if self.run.is_empty() {
-            return;
-        }
         match &mut self.run {
-            Run::Plain(b) => self.pieces.push(b.split().freeze()),
+            Run::Plain(b) if !b.is_empty() => self.pieces.push(b.split().freeze()),
+            Run::Plain(_) => {}
             Run::Pooled(_) => {
-                if let Run::Pooled(b) = std::mem::replace(&mut self.run, Run::Plain(BytesMut::new())) {
+                if let Run::Pooled(b) = std::mem::replace(&mut self.run, Run::Plain(BytesMut::new()))
+                    && !b.is_empty()
+                {
                     self.pieces.push(b.freeze());
                 }
             }
@@ -172,14 +154,28 @@ impl<'b> Body<'b> {
 mod tests {
     use super::*;
 
+    /// The pieces of a body of `expect` bytes fed `sent` (`keep_from` as `Body::new`).
+    fn received(
+        buffers: &BodyBuffers,
+        expect: u64,
+        keep_from: usize,
+        sent: impl IntoIterator<Item = Bytes>,
+    ) -> Vec<Bytes> {
+        let mut b = Body::new(expect, keep_from, buffers);
+        for c in sent {
+            b.push(c);
+        }
+        b.pieces()
+    }
+
+    fn joined(pieces: &[Bytes]) -> Vec<u8> {
+        pieces.iter().flat_map(|p| p.iter().copied()).collect()
+    }
+
     #[test]
     fn small_pieces_are_copied_into_one_buffer_of_the_stated_length() {
         let buffers = BodyBuffers::default();
-        let mut b = Body::new(3000, usize::MAX, &buffers);
-        for i in 0..3u8 {
-            b.push(Bytes::from(vec![i; 1000]));
-        }
-        let pieces = b.pieces();
+        let pieces = received(&buffers, 3000, usize::MAX, (0..3u8).map(|i| Bytes::from(vec![i; 1000])));
         assert_eq!(pieces.len(), 1, "one buffer, not the client's pieces");
         let want: Vec<u8> = (0..3u8).flat_map(|i| vec![i; 1000]).collect();
         assert_eq!(&pieces[0][..], &want[..]);
@@ -190,35 +186,26 @@ mod tests {
         let buffers = BodyBuffers::default();
         let large = Bytes::from(vec![7u8; LARGE_PIECE]);
         let total = (LARGE_PIECE + 20) as u64;
-        let mut b = Body::new(total, LARGE_PIECE, &buffers);
-        b.push(Bytes::from(vec![1u8; 10]));
-        b.push(large.clone());
-        b.push(Bytes::from(vec![2u8; 10]));
-        let pieces = b.pieces();
+        let sent = [Bytes::from(vec![1u8; 10]), large.clone(), Bytes::from(vec![2u8; 10])];
+        let pieces = received(&buffers, total, LARGE_PIECE, sent);
         assert_eq!(pieces.len(), 3);
         assert_eq!(pieces[1].as_ptr(), large.as_ptr(), "not copied");
-        let all: Vec<u8> = pieces.iter().flat_map(|p| p.iter().copied()).collect();
         let mut want = vec![1u8; 10];
         want.extend(vec![7u8; LARGE_PIECE]);
         want.extend([2u8; 10]);
-        assert_eq!(all, want, "in order");
+        assert_eq!(joined(&pieces), want, "in order");
         // Unmeasured or slow: the large piece is copied too.
-        let mut b = Body::new(total, usize::MAX, &buffers);
-        b.push(large.clone());
-        assert_ne!(b.pieces()[0].as_ptr(), large.as_ptr());
+        let pieces = received(&buffers, total, usize::MAX, [large.clone()]);
+        assert_ne!(pieces[0].as_ptr(), large.as_ptr());
         assert_eq!(buffers.stats().created, 0, "bodies under half a buffer are not pooled");
     }
 
     #[test]
     fn a_body_of_no_stated_length_is_still_whole() {
         let buffers = BodyBuffers::default();
-        let mut b = Body::new(0, usize::MAX, &buffers);
-        for i in 0..50u8 {
-            b.push(Bytes::from(vec![i; 333]));
-        }
-        let all: Vec<u8> = b.pieces().iter().flat_map(|p| p.iter().copied()).collect();
+        let pieces = received(&buffers, 0, usize::MAX, (0..50u8).map(|i| Bytes::from(vec![i; 333])));
         let want: Vec<u8> = (0..50u8).flat_map(|i| vec![i; 333]).collect();
-        assert_eq!(all, want);
+        assert_eq!(joined(&pieces), want);
     }
 
     /// Bodies of one part, copied whole, fill a pooled buffer, and the buffer serves the next
@@ -228,11 +215,8 @@ mod tests {
         let buffers = BodyBuffers::default();
         let data: Vec<u8> = (0..BODY_BUFFER).map(|i| (i % 251) as u8).collect();
         for round in 0..3 {
-            let mut b = Body::new(data.len() as u64, usize::MAX, &buffers);
-            for c in data.chunks(16 << 10 | 7) {
-                b.push(Bytes::copy_from_slice(c));
-            }
-            let pieces = b.pieces();
+            let sent = data.chunks(16 << 10 | 7).map(Bytes::copy_from_slice);
+            let pieces = received(&buffers, data.len() as u64, usize::MAX, sent);
             assert_eq!(pieces.len(), 1, "one full buffer");
             assert!(pieces[0][..] == data[..], "round {round}: the bytes as sent");
             drop(pieces);
@@ -241,12 +225,8 @@ mod tests {
             assert_eq!(s.reused, round, "round {round}");
         }
         let long: Vec<u8> = (0..BODY_BUFFER + 4096).map(|i| (i % 13) as u8).collect();
-        let mut b = Body::new(long.len() as u64, usize::MAX, &buffers);
-        for c in long.chunks(16 << 10) {
-            b.push(Bytes::copy_from_slice(c));
-        }
-        let all: Vec<u8> = b.pieces().iter().flat_map(|p| p.iter().copied()).collect();
-        assert!(all == long);
+        let sent = long.chunks(16 << 10).map(Bytes::copy_from_slice);
+        assert!(joined(&received(&buffers, long.len() as u64, usize::MAX, sent)) == long);
         let s = buffers.stats();
         assert_eq!((s.created, s.reused), (1, 2), "a body over one buffer is not pooled");
     }
