@@ -3,7 +3,6 @@
 //! connections whose request body was left unread.
 
 use std::collections::HashMap;
-use std::io::SeekFrom;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +14,6 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use super::error::{HubError, HubResult};
 
@@ -165,14 +163,40 @@ pub async fn serve_file(
     ))
 }
 
-/// A body streaming `len` bytes of a file from `start`, in 1 MiB reads.
+/// Bytes a served file is read in, per piece of the body.
+const FILE_PIECE: u64 = 1 << 20;
+
+/// A body streaming `len` bytes of a file from `start`, in 1 MiB reads. Each piece is read with
+/// `pread` straight into the buffer the body hands on: `tokio::fs` would read into a buffer of its
+/// own and copy, and on a small machine that copy is CPU the mount under test does not get.
 pub async fn file_range_body(path: &Path, start: u64, len: u64) -> HubResult<Body> {
-    let mut f = tokio::fs::File::open(path)
+    let f = tokio::fs::File::open(path)
         .await
         .map_err(|e| HubError::internal(format!("opening blob: {e}")))?;
-    f.seek(SeekFrom::Start(start)).await.map_err(HubError::internal)?;
-    let stream = tokio_util::io::ReaderStream::with_capacity(f.take(len), 1 << 20);
-    Ok(Body::from_stream(stream))
+    let f = f.into_std().await;
+    let pieces = futures::stream::try_unfold((f, start, len), |(f, at, left)| async move {
+        if left == 0 {
+            return Ok(None);
+        }
+        let want = left.min(FILE_PIECE) as usize;
+        let (f, piece) = tokio::task::spawn_blocking(move || {
+            let mut buf = Vec::with_capacity(want);
+            while buf.len() < want {
+                let from = at + buf.len() as u64;
+                match rustix::io::pread(&f, rustix::buffer::spare_capacity(&mut buf), from) {
+                    Ok(0) => return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof)),
+                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            buf.truncate(want);
+            Ok::<_, std::io::Error>((f, Bytes::from(buf)))
+        })
+        .await
+        .map_err(std::io::Error::other)??;
+        Ok::<_, std::io::Error>(Some((piece, (f, at + want as u64, left - want as u64))))
+    });
+    Ok(Body::from_stream(pieces))
 }
 
 pub fn with_headers(status: StatusCode, headers: HeaderMap, body: Body) -> Response {
