@@ -690,3 +690,74 @@ async fn claimed_uploads_do_not_yield_to_reads_once_another_node_is_seen_reading
     let (got, shared) = waiter.await.unwrap().unwrap();
     assert_eq!((got, shared), (data, true), "a got block 50 from the tier");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocks_waiting_as_keys_are_read_back_one_at_a_time_while_a_read_waits() {
+    let store = Arc::new(CountingStore {
+        put_delay: Some(Duration::from_millis(60)),
+        ..Default::default()
+    });
+    let tier = SharedTier::with_store("mem://", store.clone(), "p");
+    let dir = tempfile::tempdir().unwrap();
+    let disk = crate::chunk_store::DiskTier::open(dir.path(), 1 << 30).unwrap();
+    let pool = crate::chunk_store::BufferPool::new(8 << 20, 2);
+    tier.set_disk(disk.clone(), pool.clone());
+    let k: Arc<str> = Arc::from("xet:00bb00bb");
+    // Larger than a small file's block, which would wait with its bytes instead.
+    const LEN: usize = (upload::KEEP_SMALL_MAX + 4096) as usize;
+    let block = |i: u64| Bytes::from(vec![i as u8 + 1; LEN]);
+
+    // A read that misses the tier and waits for its Hub fetch until told.
+    let small = Bytes::from(vec![9u8; 64]);
+    let (go, fetched) = tokio::sync::oneshot::channel::<()>();
+    let reader = {
+        let (tier, small) = (tier.clone(), small.clone());
+        tokio::spawn(async move {
+            tier.load(&key(), 100, 64, async move {
+                let _ = fetched.await;
+                Ok::<_, std::io::Error>(small)
+            })
+            .await
+        })
+    };
+    while tier.0.reading.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // The first blocks take the lane's uploaders with their bytes (one each as an uploader frees
+    // up); the rest wait as keys, to be read back from disk (into the pool's buffers) when their
+    // upload comes.
+    for i in 0..8 {
+        disk.write((k.clone(), i), &block(i));
+        tier.write_behind(&k, i, &block(i), None);
+        if i == 3 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let as_keys = tier.waiting_as_keys().1;
+    assert!(as_keys >= 2, "{as_keys} blocks wait as keys");
+    // While the read waits, a block is read back only in its turn to upload: one at a time.
+    let one_buffer = (8 << 20) + crate::chunk_store::buffer_pool::ALIGN as u64;
+    let mut most = 0;
+    let t = Instant::now();
+    while tier.pending_uploads() > 0 {
+        most = most.max(pool.usage().on_loan());
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the deferred blocks were not uploaded"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(most > 0, "the deferred blocks were read back");
+    assert!(most <= one_buffer, "{most} bytes read back at once beside a read");
+    assert_eq!(store.puts_max.load(Ordering::SeqCst), 1, "uploads beside a read");
+
+    go.send(()).unwrap();
+    reader.await.unwrap().unwrap();
+    settled(&tier).await;
+    for i in 0..8 {
+        match tier.get(&k, i, LEN as u64).await {
+            Lookup::Hit(got) => assert_eq!(got, block(i), "block {i}"),
+            _ => panic!("block {i} is not in the store"),
+        }
+    }
+}

@@ -208,7 +208,8 @@ impl SharedTier {
                 tokio::spawn(async move {
                     let lane = this.lane(id);
                     if let Ok(permit) = lane.uploaders.acquire().await {
-                        this.upload(permit, id, &key, block, data).await;
+                        let turn = this.turn(id).await;
+                        this.upload(permit, turn, &key, block, data).await;
                     }
                     drop(claim);
                     lane.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -330,6 +331,10 @@ impl SharedTier {
                 done();
                 continue;
             }
+            // The turn beside reads comes before the block is read back: a read-back is disk
+            // and memory the reads want, and four of them a lane, each then waiting for its
+            // turn with its bytes, slowed a first node whose cache is on disk.
+            let turn = self.turn(id).await;
             let data = match (kept, self.0.disk.get().cloned()) {
                 (Some(data), _) => Some(data),
                 (None, Some((disk, pool))) => {
@@ -348,7 +353,7 @@ impl SharedTier {
             };
             match data {
                 Some(data) => {
-                    self.upload(permit, id, &d.key, d.block, data).await;
+                    self.upload(permit, turn, &d.key, d.block, data).await;
                     drop(d.claim);
                 }
                 // Not on disk yet: its disk write is most often still queued (it was deferred as
@@ -376,19 +381,29 @@ impl SharedTier {
         self.0.reading.load(Ordering::Acquire) > 0 && (id == LaneId::Unclaimed || !self.others_reading())
     }
 
-    /// Uploads one block of lane `id` on the uploader `_permit` holds (within
-    /// [`UPLOAD_DEADLINE`]), after a turn among [`UPLOADS_BESIDE_READS`] if the lane yields to
-    /// reads now (a claimed block waits for it [`CLAIMED_YIELD_MAX`] at most); a failure pauses
-    /// the tier.
-    async fn upload(&self, _permit: tokio::sync::SemaphorePermit<'_>, id: LaneId, key: &str, block: u64, data: Bytes) {
-        let _turn = match (self.yields(id), id) {
+    /// A turn among the [`UPLOADS_BESIDE_READS`] if lane `id` yields to reads now (a claimed
+    /// block waits for it [`CLAIMED_YIELD_MAX`] at most); `None` if it does not yield.
+    async fn turn(&self, id: LaneId) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        match (self.yields(id), id) {
             (false, _) => None,
             (true, LaneId::Unclaimed) => self.0.beside_reads.acquire().await.ok(),
             (true, LaneId::Claimed) => tokio::time::timeout(CLAIMED_YIELD_MAX, self.0.beside_reads.acquire())
                 .await
                 .ok()
                 .and_then(Result::ok),
-        };
+        }
+    }
+
+    /// Uploads one block on the uploader `_permit` holds, in the turn `_turn` holds if it had to
+    /// take one (see [`Self::turn`]), within [`UPLOAD_DEADLINE`]; a failure pauses the tier.
+    async fn upload(
+        &self,
+        _permit: tokio::sync::SemaphorePermit<'_>,
+        _turn: Option<tokio::sync::SemaphorePermit<'_>>,
+        key: &str,
+        block: u64,
+        data: Bytes,
+    ) {
         let t = Instant::now();
         let payload: PutPayload = format::encode(key, block, &data).into_iter().collect();
         let path = self.block_path(key, block);
