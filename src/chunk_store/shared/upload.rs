@@ -382,7 +382,8 @@ impl SharedTier {
     }
 
     /// A turn among the [`UPLOADS_BESIDE_READS`] if lane `id` yields to reads now (a claimed
-    /// block waits for it [`CLAIMED_YIELD_MAX`] at most); `None` if it does not yield.
+    /// block waits for it [`CLAIMED_YIELD_MAX`] at most); `None` if it does not yield, or a
+    /// claimed block's wait ran out.
     async fn turn(&self, id: LaneId) -> Option<tokio::sync::SemaphorePermit<'_>> {
         match (self.yields(id), id) {
             (false, _) => None,
