@@ -585,22 +585,7 @@ async fn uploads_go_one_at_a_time_while_a_read_waits_on_the_tier() {
     });
     let tier = SharedTier::with_store("mem://", store.clone(), "p");
     let data = Bytes::from(vec![7u8; 64]);
-
-    // A read that misses the tier and waits for its Hub fetch until told.
-    let (go, fetched) = tokio::sync::oneshot::channel::<()>();
-    let reader = {
-        let (tier, data) = (tier.clone(), data.clone());
-        tokio::spawn(async move {
-            tier.load(&key(), 100, 64, async move {
-                let _ = fetched.await;
-                Ok::<_, std::io::Error>(data)
-            })
-            .await
-        })
-    };
-    while tier.0.reading.load(Ordering::SeqCst) == 0 {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    let (go, reader) = waiting_read(&tier, &data).await;
     for block in 0..6 {
         tier.write_behind(&key(), block, &data, None);
     }
@@ -629,6 +614,32 @@ async fn uploads_go_one_at_a_time_while_a_read_waits_on_the_tier() {
             "block {block} is in the tier"
         );
     }
+}
+
+/// A read of block 100 of `key()` (64 bytes, `data`) that misses the tier and waits for its Hub
+/// fetch until told through the sender; returns once it waits on the tier.
+async fn waiting_read(
+    tier: &SharedTier,
+    data: &Bytes,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<(Bytes, bool)>>,
+) {
+    let (go, fetched) = tokio::sync::oneshot::channel::<()>();
+    let reader = {
+        let (tier, data) = (tier.clone(), data.clone());
+        tokio::spawn(async move {
+            tier.load(&key(), 100, 64, async move {
+                let _ = fetched.await;
+                Ok::<_, std::io::Error>(data)
+            })
+            .await
+        })
+    };
+    while tier.0.reading.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    (go, reader)
 }
 
 /// Waits until `n` block objects are in `store`.
@@ -706,23 +717,7 @@ async fn blocks_waiting_as_keys_are_read_back_one_at_a_time_while_a_read_waits()
     // Larger than a small file's block, which would wait with its bytes instead.
     const LEN: usize = (upload::KEEP_SMALL_MAX + 4096) as usize;
     let block = |i: u64| Bytes::from(vec![i as u8 + 1; LEN]);
-
-    // A read that misses the tier and waits for its Hub fetch until told.
-    let small = Bytes::from(vec![9u8; 64]);
-    let (go, fetched) = tokio::sync::oneshot::channel::<()>();
-    let reader = {
-        let (tier, small) = (tier.clone(), small.clone());
-        tokio::spawn(async move {
-            tier.load(&key(), 100, 64, async move {
-                let _ = fetched.await;
-                Ok::<_, std::io::Error>(small)
-            })
-            .await
-        })
-    };
-    while tier.0.reading.load(Ordering::SeqCst) == 0 {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    let (go, reader) = waiting_read(&tier, &Bytes::from(vec![9u8; 64])).await;
     // The first blocks take the lane's uploaders with their bytes (one each as an uploader frees
     // up); the rest wait as keys, to be read back from disk (into the pool's buffers) when their
     // upload comes.
