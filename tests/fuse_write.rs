@@ -749,3 +749,57 @@ fn a_full_commits_worth_of_closes_commits_before_the_stream_pauses() {
         assert_eq!(m.vfs.dirty_paths().len(), 20);
     }
 }
+
+/// A large file is stored as xorbs of at most 8 MiB (the mount's cut, see `write::upload`), not
+/// the crates' 64 MiB: the Hub's reconstruction of a 20 MiB file written through the mount lists
+/// at least three xorbs, none holding more than 8 MiB of it, and the bytes come back whole.
+#[test]
+fn a_large_file_lands_as_small_xorbs() {
+    let mut env = Env::new();
+    env.create_dataset("w12");
+    let m = env.mount_rw("datasets/local/w12");
+    let data = pseudo(20 << 20, 23);
+    std::fs::write(m.mountpoint.join("big.bin"), &data).unwrap();
+    wait_clean(&m);
+    assert_eq!(env.hub_files("w12")["big.bin"].1, sha(&data));
+    let head = env.head("w12");
+    let xet = env
+        .rt
+        .block_on(env.client().list_tree_recursive(&Env::repo("w12"), &head, ""))
+        .unwrap()
+        .into_iter()
+        .find_map(|e| match e {
+            TreeEntry::File { path, xet_hash, .. } if path == "big.bin" => xet_hash,
+            _ => None,
+        })
+        .expect("big.bin is stored in Xet");
+    let ep = env.hub().endpoint();
+    let token = env.hub().write_token().unwrap();
+    let terms = env.rt.block_on(async {
+        let c = reqwest::Client::new();
+        let tok: serde_json::Value = c
+            .get(format!("{ep}/api/datasets/local/w12/xet-read-token/main"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let r: serde_json::Value = c
+            .get(format!("{}/v1/reconstructions/{xet}", env.hub().cas_url()))
+            .bearer_auth(tok["accessToken"].as_str().unwrap())
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        r["terms"].as_array().expect("terms").clone()
+    });
+    let xorbs: std::collections::BTreeSet<&str> = terms.iter().map(|t| t["hash"].as_str().unwrap()).collect();
+    assert!(xorbs.len() >= 3, "20 MiB in {} xorbs: {terms:?}", xorbs.len());
+    let lens: Vec<u64> = terms.iter().map(|t| t["unpacked_length"].as_u64().unwrap()).collect();
+    assert!(lens.iter().all(|&l| l <= 8 << 20), "a term over 8 MiB: {lens:?}");
+    assert_eq!(lens.iter().sum::<u64>(), data.len() as u64);
+}

@@ -101,6 +101,14 @@ pub struct Uploader {
 /// The slowest upload rate tolerated before a session is called stalled (bytes per second).
 const MIN_UPLOAD_RATE: u64 = 4 << 20;
 
+/// Where the crates cut a xorb (the Xet format allows up to 64 MiB, their default). A 64 MiB xorb
+/// is sent whole once full, so a 64 MiB file's close waited for the Hub to check all of it, and the
+/// mount chunked the next xorb while the Hub checked the last, one after the other. Cut at 8 MiB,
+/// a file's xorbs are checked while the rest is chunked or still written, a close waits for one
+/// small xorb and the shard, and a xorb in flight holds 8 MiB, not 64. The Xet setting's name says
+/// simulation; it is the crates' only knob for the cut, and the feature changes nothing else.
+const XORB_CUT: &str = "8mb";
+
 /// The xet crates' upload defaults adapt up to 64 concurrent xorb uploads, each a serialized xorb of
 /// up to 64 MiB held in memory: fine for a one-off upload tool, not for a mount that must stay
 /// small. `streams` xorb uploads at once (the mount's uploads at close, see `WriteOptions`): with
@@ -113,7 +121,8 @@ fn upload_config(streams: usize, compression: Compression) -> Result<xet_runtime
         Compression::Auto => "auto",
         Compression::Off => "none",
     };
-    let settings: [(&str, &str); 6] = [
+    let settings: [(&str, &str); 7] = [
+        ("xorb.simulation_max_bytes", XORB_CUT),
         ("data.ingestion_block_size", "2mb"),
         ("client.ac_max_upload_concurrency", &streams),
         ("client.ac_initial_upload_concurrency", &streams),
