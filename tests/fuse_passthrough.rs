@@ -365,17 +365,31 @@ fn a_reread_after_a_cold_read_is_served_by_the_kernel_cache_in_every_order() {
     // Reopened at once, most likely before the join ended (either way the same answer).
     let joined_before = find_whole(&cache.path().join("blocks")).is_some();
     assert_eq!(sha(&read_all(&file)), want);
+    let mut reread = a.passthrough.reads();
+    // Seen in full CI runs and right after one (never on a quiet machine): the re-read sent a
+    // third to half of the cold read's READs again, pages the kernel let go of by itself. A reopen
+    // answered without FOPEN_KEEP_CACHE drops them all and re-reads the whole file, which still
+    // fails here; a partial loss gets one more re-read, which the page cache must serve.
+    if !near_zero(cold_reads, reread) && reread - cold_reads < cold_reads * 3 / 4 {
+        eprintln!(
+            "the re-read sent {} READs of the cold read's {cold_reads}; once more",
+            reread - cold_reads
+        );
+        let before = a.passthrough.reads();
+        assert_eq!(sha(&read_all(&file)), want);
+        reread = cold_reads + (a.passthrough.reads() - before);
+    }
     assert!(
-        near_zero(cold_reads, a.passthrough.reads()),
-        "the kernel's page cache served the re-read (joined before: {joined_before}): {} READs after {cold_reads}",
-        a.passthrough.reads()
+        near_zero(cold_reads, reread),
+        "the kernel's page cache served the re-read (joined before: {joined_before}): {reread} READs after {cold_reads}"
     );
+    let served = a.passthrough.reads();
 
     // Reopened after the join: the file is whole on disk, and still read from the page cache.
     wait_whole(cache.path());
     assert_eq!(sha(&read_all(&file)), want);
     assert_eq!(mmap_sha(&file), want, "a mapping reads the same pages");
-    assert!(near_zero(cold_reads, a.passthrough.reads()), "the page cache served it");
+    assert!(near_zero(served, a.passthrough.reads()), "the page cache served it");
     assert_eq!(
         a.passthrough.opened(),
         0,
