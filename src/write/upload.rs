@@ -103,10 +103,11 @@ const MIN_UPLOAD_RATE: u64 = 4 << 20;
 
 /// Where the crates cut a xorb (the Xet format allows up to 64 MiB, their default). A 64 MiB xorb
 /// is sent whole once full, so a 64 MiB file's close waited for the Hub to check all of it, and the
-/// mount chunked the next xorb while the Hub checked the last, one after the other. Cut at 8 MiB,
-/// a file's xorbs are checked while the rest is chunked or still written, a close waits for one
-/// small xorb and the shard, and a xorb in flight holds 8 MiB, not 64. The Xet setting's name says
-/// simulation; it is the crates' only knob for the cut, and the feature changes nothing else.
+/// mount chunked the next xorb while the Hub checked the last, one after the other. Cut at 8 MB
+/// (8,000,000 bytes), a file's xorbs are checked while the rest is chunked or still written, a
+/// close waits for one small xorb and the shard, and a xorb in flight holds 8 MB, not 64 MiB. The
+/// Xet setting's name says simulation; it is the crates' only knob for the cut, and the feature
+/// changes nothing else.
 const XORB_CUT: &str = "8mb";
 
 /// The xet crates' upload defaults adapt up to 64 concurrent xorb uploads, each a serialized xorb of
