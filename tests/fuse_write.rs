@@ -12,7 +12,7 @@ use hubfs::vfs::VfsOptions;
 
 #[path = "common/write_env.rs"]
 mod write_env;
-use write_env::{Env, errno_of, local_files, pseudo, sha};
+use write_env::{Env, errno_of, get_json, local_files, pseudo, sha};
 
 #[test]
 fn written_files_land_on_the_hub_when_closed() {
@@ -776,25 +776,9 @@ fn a_large_file_lands_as_small_xorbs() {
     let ep = env.hub().endpoint();
     let token = env.hub().write_token().unwrap();
     let terms = env.rt.block_on(async {
-        let c = reqwest::Client::new();
-        let tok: serde_json::Value = c
-            .get(format!("{ep}/api/datasets/local/w12/xet-read-token/main"))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let r: serde_json::Value = c
-            .get(format!("{}/v1/reconstructions/{xet}", env.hub().cas_url()))
-            .bearer_auth(tok["accessToken"].as_str().unwrap())
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let tok = get_json(&format!("{ep}/api/datasets/local/w12/xet-read-token/main"), &token).await;
+        let cas = tok["accessToken"].as_str().unwrap();
+        let r = get_json(&format!("{}/v1/reconstructions/{xet}", env.hub().cas_url()), cas).await;
         r["terms"].as_array().expect("terms").clone()
     });
     let xorbs: std::collections::BTreeSet<&str> = terms.iter().map(|t| t["hash"].as_str().unwrap()).collect();

@@ -233,15 +233,7 @@ impl Env {
                     "{}/api/datasets/local/{name}/commits/main?p={page}&limit=100",
                     self.hub().endpoint()
                 );
-                let v: serde_json::Value = reqwest::Client::new()
-                    .get(url)
-                    .bearer_auth(self.hub().write_token().unwrap())
-                    .send()
-                    .await
-                    .unwrap()
-                    .json()
-                    .await
-                    .unwrap();
+                let v = get_json(&url, &self.hub().write_token().unwrap()).await;
                 let n = v.as_array().map(|a| a.len()).unwrap_or(0);
                 total += n;
                 if n < 100 {
@@ -259,6 +251,19 @@ impl Drop for Env {
             self.rt.block_on(h.stop());
         }
     }
+}
+
+/// The JSON answer of a GET with a bearer token (the Hub's API or its CAS).
+pub async fn get_json(url: &str, token: &str) -> serde_json::Value {
+    reqwest::Client::new()
+        .get(url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
 }
 
 pub fn errno_of(r: std::io::Result<impl Sized>) -> i32 {
