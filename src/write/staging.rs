@@ -54,6 +54,8 @@ pub struct StagingArea {
     sealer: quick::Sealer,
     /// New files' open entries.
     opens: std::sync::Arc<opens::OpensLog>,
+    /// Emptied data files of committed small files, reused by `create`.
+    spares: std::sync::Arc<spares::Spares>,
     /// Keeps the directory's advisory lock for as long as the mount lives.
     _lock: File,
 }
@@ -103,6 +105,7 @@ impl StagingArea {
             next_id: AtomicU64::new(max + 1),
             sealer: quick::Sealer::start(dir)?,
             opens: std::sync::Arc::new(opens::OpensLog::open(dir)?),
+            spares: std::sync::Arc::new(spares::Spares::open(dir)?),
             _lock: lock,
         })
     }
@@ -111,15 +114,19 @@ impl StagingArea {
         &self.dir
     }
 
-    /// A new, empty staged file for `repo_path`, journaled as open.
+    /// A new, empty staged file for `repo_path`, journaled as open: a spare renamed into place
+    /// when there is one (`staging/spares.rs`), else a new file.
     pub fn create(&self, repo_path: &str) -> std::io::Result<DirtyFile> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let data_path = self.dir.join(format!("{id}.data"));
-        let file = OpenOptions::new()
-            .create_new(true)
-            .read(true)
-            .write(true)
-            .open(&data_path)?;
+        let file = match self.spares.take(&data_path) {
+            Some(f) => f,
+            None => OpenOptions::new()
+                .create_new(true)
+                .read(true)
+                .write(true)
+                .open(&data_path)?,
+        };
         let df = DirtyFile::new(
             id,
             data_path,
@@ -128,6 +135,7 @@ impl StagingArea {
             repo_path.to_string(),
             0,
             self.opens.clone(),
+            self.spares.clone(),
             false,
         );
         df.write_meta(repo_path, Phase::Open)?;
@@ -203,6 +211,7 @@ impl StagingArea {
                 meta.path,
                 size,
                 self.opens.clone(),
+                self.spares.clone(),
                 has_meta,
             );
             *df.lazy.lock() = lazy;
@@ -254,6 +263,8 @@ pub struct DirtyFile {
     data_path: PathBuf,
     meta_path: PathBuf,
     opens: std::sync::Arc<opens::OpensLog>,
+    /// Where the data file goes once the Hub has it, if small (see `Drop`).
+    spares: std::sync::Arc<spares::Spares>,
     pub(super) file: File,
     pub(super) st: Mutex<State>,
     /// Serialises journal updates (they share one temporary file name).
@@ -280,6 +291,7 @@ impl DirtyFile {
         path: String,
         size: u64,
         opens: std::sync::Arc<opens::OpensLog>,
+        spares: std::sync::Arc<spares::Spares>,
         has_meta: bool,
     ) -> DirtyFile {
         DirtyFile {
@@ -287,6 +299,7 @@ impl DirtyFile {
             data_path,
             meta_path,
             opens,
+            spares,
             file,
             st: Mutex::new(State {
                 path,
@@ -619,15 +632,20 @@ impl DirtyFile {
 
 impl Drop for DirtyFile {
     /// The last reference is gone: staged bytes that the Hub has (or that were discarded) are
-    /// deleted; anything else stays for the next start to upload.
+    /// deleted, a small file's data file kept as a spare; anything else stays for the next start
+    /// to upload.
     fn drop(&mut self) {
         let s = self.st.get_mut();
         if s.discarded || s.committed >= s.generation {
+            let small = s.size <= spares::SPARE_MAX_BYTES;
             self.opens.note_settled(self.id);
             let _ = std::fs::remove_file(&self.meta_path);
-            let _ = std::fs::remove_file(&self.data_path);
-            if self.lazy.get_mut().is_some() {
+            let lazy = self.lazy.get_mut().is_some();
+            if lazy {
                 Lazy::remove_files(&self.data_path);
+            }
+            if lazy || !small || !self.spares.give_back(&self.data_path, &self.file) {
+                let _ = std::fs::remove_file(&self.data_path);
             }
         }
     }
@@ -638,6 +656,9 @@ mod quick;
 
 #[path = "staging_opens.rs"]
 mod opens;
+
+#[path = "staging_spares.rs"]
+mod spares;
 
 #[path = "staging_snapshot.rs"]
 mod snapshot;

@@ -185,6 +185,79 @@ fn committed_files_are_deleted_on_drop_dirty_ones_kept() {
     assert!(data.exists(), "uncommitted bytes survive");
 }
 
+/// A committed small file's data file is kept, emptied, and the next new file gets that inode
+/// (no inode allocated); a large one is deleted.
+#[test]
+fn committed_small_files_leave_spares_that_new_files_reuse() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let area = StagingArea::open(dir.path()).unwrap();
+    let small = area.create("a.txt").unwrap();
+    small.write_at(0, b"first file's bytes").unwrap();
+    let ino = std::fs::metadata(small.data_path()).unwrap().ino();
+    assert!(small.committed(small.generation()));
+    drop(small);
+    assert_eq!(area.spares.count(), 1);
+
+    let next = area.create("b.txt").unwrap();
+    assert_eq!(
+        std::fs::metadata(next.data_path()).unwrap().ino(),
+        ino,
+        "the spare's inode is reused"
+    );
+    assert_eq!(next.size(), 0);
+    assert_eq!(
+        std::fs::metadata(next.data_path()).unwrap().len(),
+        0,
+        "a spare is empty"
+    );
+    next.write_at(0, b"b").unwrap();
+    assert_eq!(&next.read_at(0, 100).unwrap()[..], b"b");
+    assert_eq!(area.spares.count(), 0);
+
+    let big = area.create("big.bin").unwrap();
+    big.write_at(0, &vec![7u8; (spares::SPARE_MAX_BYTES + 1) as usize])
+        .unwrap();
+    let data = big.data_path().to_path_buf();
+    assert!(big.committed(big.generation()));
+    drop(big);
+    assert!(!data.exists());
+    assert_eq!(area.spares.count(), 0, "a large file is deleted, not kept");
+}
+
+/// Spares a previous run left (one still holding bytes, as a crash between the rename and the
+/// truncate leaves it) are emptied at the next start and reused; recovery never takes a spare
+/// for a staged file.
+#[test]
+fn spares_left_by_an_earlier_run_are_emptied_and_never_recovered() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let area = StagingArea::open(dir.path()).unwrap();
+        let f = area.create("x").unwrap();
+        f.write_at(0, b"committed").unwrap();
+        assert!(f.committed(f.generation()));
+        drop(f);
+        assert_eq!(area.spares.count(), 1);
+    }
+    std::fs::write(dir.path().join("spare-99"), b"bytes of a file the Hub has").unwrap();
+    let area = StagingArea::open(dir.path()).unwrap();
+    assert!(area.recover().unwrap().is_empty(), "spares are not staged files");
+    assert_eq!(area.spares.count(), 2);
+    for name in ["a", "b"] {
+        let f = area.create(name).unwrap();
+        assert_eq!(
+            std::fs::metadata(f.data_path()).unwrap().len(),
+            0,
+            "{name}: a reused spare is empty"
+        );
+        f.write_at(0, name.as_bytes()).unwrap();
+        std::mem::forget(f);
+    }
+    assert_eq!(area.spares.count(), 0);
+    let f = area.create("c").unwrap();
+    assert!(f.data_path().exists(), "with no spare left, a new file is created");
+}
+
 fn journal_check(f: &DirtyFile) -> Option<quick::Check> {
     match std::fs::read(&f.meta_path) {
         Ok(b) => serde_json::from_slice::<Meta>(&b).unwrap().check,
