@@ -298,4 +298,12 @@ impl PassthroughStats {
     pub fn warmed(&self) -> u64 {
         self.0.warmed()
     }
+
+    /// Whether the session believes the kernel's page cache holds pages of `ino` (read through
+    /// FUSE, not yet evicted or shown dropped): what keeps its opens off passthrough. The kernel's
+    /// FORGET and the next OPEN may be handled on different threads, so a test that evicts an
+    /// inode waits for this to turn false before it opens the file again.
+    pub fn page_cache_held(&self, ino: u64) -> bool {
+        self.0.served.tracks(ino)
+    }
 }

@@ -84,6 +84,11 @@ impl Served {
         self.inodes.lock().remove(&ino);
     }
 
+    /// Whether any page of `ino` is believed to be in the kernel's page cache.
+    pub(super) fn tracks(&self, ino: u64) -> bool {
+        self.inodes.lock().contains_key(&ino)
+    }
+
     /// Whether the kernel's page cache of `ino` holds at least half of its `size` bytes (so a plain
     /// open reads more from memory than passthrough could, the cache file being cold).
     pub(super) fn holds_most(&self, ino: u64, size: u64) -> bool {
