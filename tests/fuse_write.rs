@@ -702,7 +702,8 @@ fn wait_clean(m: &hubfs::process::session::Mounted) {
 /// A long stream of closes commits as it goes: once a whole commit's worth is closed (500 files
 /// while the default budget's burst is full), a round goes without waiting for the stream to
 /// pause, and carries exactly that many. With early commits off (`--commit-every`, which promises
-/// one commit per period) the same closes wait for the period.
+/// one commit per period) the same closes wait for the period, and a sync then commits them all
+/// at once.
 #[test]
 fn a_full_commits_worth_of_closes_commits_before_the_stream_pauses() {
     for early in [true, false] {
@@ -730,6 +731,12 @@ fn a_full_commits_worth_of_closes_commits_before_the_stream_pauses() {
             std::thread::sleep(Duration::from_secs(3));
             assert_eq!(env.commit_count(name), before, "a commit went before the period");
             assert_eq!(m.vfs.dirty_paths().len(), 520);
+            // A sync ends the stream: one commit takes all 520, not the 500 a commit carries
+            // while the stream lasts (a second commit for the last 20 would spend the budget).
+            env.rt.block_on(m.vfs.sync_all()).unwrap();
+            assert_eq!(env.commit_count(name), before + 1, "one commit for the whole stream");
+            assert!(m.vfs.dirty_paths().is_empty(), "{:?} left", m.vfs.dirty_paths().len());
+            assert_eq!(env.hub_files(name).len(), 520);
             continue;
         }
         let deadline = Instant::now() + Duration::from_secs(20);

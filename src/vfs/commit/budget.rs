@@ -135,10 +135,13 @@ impl CommitBudget {
     /// Changes the next commit may carry when `pending` wait: [`BASE_CHANGES`] while the burst is
     /// full, more as it drains (`BASE_CHANGES × burst / commits left`), and everything up to
     /// [`MAX_CHANGES`] with the last commit before a wait. A `cp -r` of 10,000 small files thus
-    /// fits in the burst instead of waiting a refill per 500 files.
-    pub fn changes_per_commit(&mut self, now: Instant, pending: usize) -> usize {
+    /// fits in the burst instead of waiting a refill per 500 files. Once the stream of changes
+    /// `ended` (a sync, or nothing written for the quiet period), one commit takes everything
+    /// pending up to [`MAX_CHANGES`]: splitting it would only spend more of the budget, and make
+    /// the last files wait for one more commit.
+    pub fn changes_per_commit(&mut self, now: Instant, pending: usize, ended: bool) -> usize {
         let left = self.commits_now(now).max(1) as usize;
-        if left == 1 {
+        if left == 1 || ended {
             return pending.clamp(BASE_CHANGES, MAX_CHANGES);
         }
         (BASE_CHANGES * self.spec.burst() as usize / left).clamp(BASE_CHANGES, MAX_CHANGES)
@@ -149,7 +152,7 @@ impl CommitBudget {
     /// last [`TAIL_COMMITS`] are kept for the end of the stream, so that its tail does not wait a
     /// refill.
     pub fn early_cap(&mut self, now: Instant) -> Option<usize> {
-        (self.commits_now(now) > TAIL_COMMITS).then(|| self.changes_per_commit(now, 0))
+        (self.commits_now(now) > TAIL_COMMITS).then(|| self.changes_per_commit(now, 0, false))
     }
 
     /// A commit was made at `now`.
@@ -212,16 +215,16 @@ mod tests {
         let mut b = CommitBudget::new(spec("64/3600"), t0);
         let mut sizes = Vec::new();
         while b.commits_now(t0) > 0 {
-            sizes.push(b.changes_per_commit(t0, 10_000));
+            sizes.push(b.changes_per_commit(t0, 10_000, false));
             b.spend(t0);
         }
         assert_eq!(sizes, [500, 571, 666, 800, 1000, 1333, 2000, 10_000]);
         // A small backlog stays in small commits.
         let mut fresh = CommitBudget::new(spec("64/3600"), t0);
-        assert_eq!(fresh.changes_per_commit(t0, 20), BASE_CHANGES);
+        assert_eq!(fresh.changes_per_commit(t0, 20, false), BASE_CHANGES);
         // Empty: the commit after the wait takes everything pending.
-        assert_eq!(b.changes_per_commit(t0, 3_000), 3_000);
-        assert_eq!(b.changes_per_commit(t0, 50_000), MAX_CHANGES);
+        assert_eq!(b.changes_per_commit(t0, 3_000, false), 3_000);
+        assert_eq!(b.changes_per_commit(t0, 50_000, false), MAX_CHANGES);
     }
 
     #[test]
@@ -237,9 +240,13 @@ mod tests {
         // which takes everything left (a 10,000-file `cp -r`: 8 commits, as without early ones).
         assert_eq!(early, [500, 571, 666, 800, 1000, 1333]);
         assert_eq!(b.commits_now(t0), TAIL_COMMITS);
-        assert_eq!(b.changes_per_commit(t0, 5_130), 2000);
+        // While it lasts (a commit that lands before the stream ends), the next takes 2,000.
+        assert_eq!(b.changes_per_commit(t0, 5_130, false), 2000);
+        // Once it ended (a sync, or the quiet period), one commit takes everything left.
+        assert_eq!(b.changes_per_commit(t0, 5_130, true), 5_130);
+        assert_eq!(b.changes_per_commit(t0, 20_000, true), MAX_CHANGES);
         b.spend(t0);
-        assert_eq!(b.changes_per_commit(t0, 3_130), 3_130);
+        assert_eq!(b.changes_per_commit(t0, 3_130, false), 3_130);
         // Refills give early commits back only past the tail's two.
         assert_eq!(b.early_cap(t0 + Duration::from_secs(57)), None);
         assert_eq!(b.early_cap(t0 + Duration::from_secs(114)), Some(1333));

@@ -183,6 +183,11 @@ pub(crate) struct Writer {
     ahead: ahead::AheadUploads,
     /// An overlay mount's layer: its record and publishing state (`None` on a writable mount).
     pub(super) layer: Option<layer::LayerState>,
+    /// Held by a commit round from start to end, the drop of its landed files included (after
+    /// its waiters are answered, see `round`); `drain` takes it once its commits are done, so
+    /// that the mount stops only after the staged copies of committed files are gone. Taken
+    /// before any other lock of the writer; never taken by a round's own callees.
+    rounds: tokio::sync::Mutex<()>,
 }
 
 /// `hubs/<endpoint>/kind/ns/name/branch`, each part made safe as one directory name: local state
@@ -339,6 +344,7 @@ impl Writer {
             opts: opts.clone(),
             kick: Arc::new(Notify::new()),
             quiet: schedule::Quiet::new(),
+            rounds: tokio::sync::Mutex::new(()),
             waiters: Mutex::new(Vec::new()),
             last_commit: Mutex::new(None),
             last_error: Mutex::new(None),
@@ -642,6 +648,10 @@ impl VirtualFs {
                 Err(_) => break,
             }
         }
+        // The last round may still be dropping its committed files' staged copies (a round still
+        // under way past the deadline is left to the process's end, as before).
+        let left = deadline.saturating_duration_since(Instant::now());
+        drop(tokio::time::timeout(left, w.rounds.lock()).await);
         // Files closed quickly and still staged are made durable before the mount goes (the
         // background sealer may not have reached them).
         let unsealed: Vec<Arc<DirtyFile>> = w

@@ -74,6 +74,9 @@ impl Ops {
     }
 }
 
+/// What a landed commit leaves to drop: the last references to its files.
+pub(super) type Landed = (Batch, Vec<(Staged, String)>);
+
 /// What a round found to commit.
 #[derive(Default)]
 pub(super) struct Batch {
@@ -226,8 +229,10 @@ impl VirtualFs {
         let Some(w) = &self.writer else {
             return RoundOutcome::Idle;
         };
+        let _round = w.rounds.lock().await;
         let waiters: Vec<Waiter> = std::mem::take(&mut *w.waiters.lock());
-        let result = self.commit_ready(w, &waiters).await;
+        let mut landed = None;
+        let result = self.commit_ready(w, &waiters, &mut landed).await;
         let outcome = match &result {
             Ok(true) => RoundOutcome::Committed,
             Ok(false) => RoundOutcome::Idle,
@@ -258,11 +263,21 @@ impl VirtualFs {
             w.waiters.lock().extend(again);
             w.kick.notify_one();
         }
+        // Dropping the last references to the committed files deletes (or keeps as spares) their
+        // staged copies, a few syscalls each: 0.45 s for the 4,000 files of a large last commit,
+        // which `hubfs sync` and close() need not wait for.
+        if let Some(landed) = landed
+            && let Err(e) = tokio::task::spawn_blocking(move || drop(landed)).await
+        {
+            tracing::warn!(error = %e, "removing committed files' staged copies stopped");
+        }
         outcome
     }
 
     /// Gathers, uploads and commits what is ready. `Ok(false)`: nothing to do.
-    async fn commit_ready(&self, w: &Writer, waiters: &[Waiter]) -> VfsResult<bool> {
+    /// A landed commit's batch and staged files go to `landed`, for the caller to drop once
+    /// the waiters are answered.
+    async fn commit_ready(&self, w: &Writer, waiters: &[Waiter], landed: &mut Option<Landed>) -> VfsResult<bool> {
         let requested: HashSet<u64> = waiters
             .iter()
             .filter_map(|wt| wt.file.as_ref().map(|f| f.id()))
@@ -299,8 +314,9 @@ impl VirtualFs {
         self.wait_uploads_ahead(w, batch.uploads.iter().map(|(_, d)| d.id()))
             .await;
         let pending = batch.uploads.len() + batch.moves.len() + batch.gones.len();
+        let ended = flush_all || w.quiet.quiet_for(w.opts.quiet_period);
         let cap = w.budget.lock().as_mut().map_or(MAX_CHANGES_PER_COMMIT, |b| {
-            b.changes_per_commit(tokio::time::Instant::now(), pending)
+            b.changes_per_commit(tokio::time::Instant::now(), pending, ended)
         });
         batch.limit(cap);
         let base = self.commit().await?;
@@ -342,9 +358,12 @@ impl VirtualFs {
                 if let Some(b) = w.budget.lock().as_mut() {
                     b.spend(tokio::time::Instant::now());
                 }
-                let mut c = w.counters.lock();
-                c.commits += 1;
-                c.files_committed += staged.len() as u64;
+                {
+                    let mut c = w.counters.lock();
+                    c.commits += 1;
+                    c.files_committed += staged.len() as u64;
+                }
+                *landed = Some((batch, staged));
                 Ok(true)
             }
             Err(e) => {
