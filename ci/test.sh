@@ -10,7 +10,7 @@
 #      cargo test (unit and integration tests, the VirtualFs model test, the fault matrix and the
 #      stress test in their short profiles, the module layering check), then the benches' smoke
 #      runs (micro with a short measurement, one large file's reads with the disk tier and
-#      passthrough, writes, many readers)
+#      passthrough, writes, cp -r into a FUSE sink, many readers)
 #   5. ci/nfs-smoke.sh (libnfs's nfs-ls / nfs-cat against `hubfs serve-nfs`)
 #      ci/csi-sanity.sh (kubernetes-csi's csi-sanity against `hubfs csi-node`)
 #      tests/conformance/run.sh (stock huggingface_hub against `hubfs local-hub`, xet and noxet modes)
@@ -215,6 +215,10 @@ logged_step bench-fuse-read "bench smoke: one large file, disk tier, passthrough
 # files, peak RSS writing 409 MiB. Prints figures, checks nothing; they feed the writes' chart.
 logged_step bench-fuse-write "bench smoke: writes (cargo test --bench fuse_write)" \
   env HUBFS_BENCH_QUICK=1 cargo test --bench fuse_write
+# The FUSE ceiling for a cp -r of small files (1,000 files into tmpfs and into a sink that drops
+# the bytes, a few seconds): the sink got every file and byte. The release figures are in BENCHMARKS.
+logged_step bench-write-ceiling "bench smoke: cp -r into a FUSE sink (cargo test --bench write_ceiling)" \
+  env HUBFS_BENCH_FILES=1000 cargo test --bench write_ceiling
 # Several readers at once (issue 29), about 30 s: 4 readers of 4 files of 48 MiB, on loopback and on a
 # 30 ms Hub, with an 8 MiB memory tier so their prefetch windows contend for it. Asserts the Hub served
 # at most 1.02 × the bytes read: no block is fetched twice while a reader wants it (the build before

@@ -27,6 +27,7 @@ const MAX_BACKGROUND: u16 = 128;
 const _: () = assert!(MAX_READ as u64 == crate::vfs::READAHEAD_OTHER);
 
 pub mod ceiling;
+pub mod ceiling_write;
 mod convert;
 mod direct;
 mod init;
