@@ -130,7 +130,8 @@ pub fn write(dir: &Path, inst: &Instance) -> std::io::Result<()> {
 }
 
 /// Whether `dir` holds anything of a repo: staged files, saved open files, or metadata records.
-/// The lock, the upload copies of a stopped run and the instance record are not.
+/// The lock, the upload copies of a stopped run, the instance record and spare (empty) staging
+/// files are not.
 pub fn holds_state(dir: &Path) -> bool {
     let Ok(rd) = std::fs::read_dir(dir) else { return false };
     rd.flatten().any(|e| {
@@ -139,6 +140,7 @@ pub fn holds_state(dir: &Path) -> bool {
         match name.as_ref() {
             "lock" | "uploads" => false,
             n if n.starts_with(INSTANCE_FILE) => false,
+            n if n.starts_with(super::staging::SPARE_PREFIX) => false,
             "metadata.log" | "opened.log" => e.metadata().map(|m| m.len() > 0).unwrap_or(true),
             _ => true,
         }
@@ -242,10 +244,11 @@ mod tests {
         std::fs::create_dir_all(dir.join("uploads")).unwrap();
         std::fs::write(dir.join("lock"), b"").unwrap();
         std::fs::write(dir.join("metadata.log"), b"").unwrap();
+        std::fs::write(dir.join("spare-3"), b"").unwrap();
         write(&dir, &inst()).unwrap();
         assert!(
             !holds_state(&dir),
-            "lock, uploads, an empty log and the record are no state"
+            "lock, uploads, an empty log, a spare and the record are no state"
         );
         assert_eq!(read(&dir).unwrap(), Some(inst()));
         std::fs::write(dir.join("1.data"), b"staged").unwrap();

@@ -659,6 +659,7 @@ mod opens;
 
 #[path = "staging_spares.rs"]
 mod spares;
+pub(crate) use spares::PREFIX as SPARE_PREFIX;
 
 #[path = "staging_snapshot.rs"]
 mod snapshot;

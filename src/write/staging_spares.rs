@@ -25,7 +25,8 @@ pub(super) const SPARE_MAX_BYTES: u64 = super::FROZEN_IN_MEMORY_MAX;
 /// At most this many spares are kept (empty inodes, a few hundred bytes of disk each): enough for
 /// the creates between two commits of small files at the default commit budget.
 pub(super) const SPARES_MAX: usize = 4096;
-const PREFIX: &str = "spare-";
+/// A spare's name: this and a number.
+pub(crate) const PREFIX: &str = "spare-";
 
 /// The spares of one staging directory. Lock order: `free` is a leaf.
 pub(super) struct Spares {
