@@ -253,7 +253,24 @@ fn read_counters_match_the_hubs_own_and_tiers_serve_a_re_read() {
         after.sum("hubfs_mount_info", &[("repo", "demo/tiny-model"), ("mode", "ro")]),
         1.0
     );
-    assert!(after.sum("hubfs_cache_size_bytes", &[("tier", "disk")]) >= want.len() as f64);
+    // The disk tier stores blocks behind the reads that fetched them, a moment later. A block
+    // fetched while its write queue was full is written when the 32 MiB memory tier lets it go
+    // (`chunk_store::spill`), so right after the read the disk holds at least the rest (seen:
+    // 48 of 64 MiB on a busy disk, alone and in CI).
+    let on_disk_at_least = want.len() as f64 - (32u64 << 20) as f64;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let size = Scrape::take(port).sum("hubfs_cache_size_bytes", &[("tier", "disk")]);
+        if size >= on_disk_at_least {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the disk tier holds {size} bytes of the {} read",
+            want.len()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     assert!(after.sum("hubfs_uptime_seconds", &[]) > 0.0);
     // A sequential read of 64 MiB is mostly prefetched, and every prefetched block was read.
     let (fetched, used, unused) = (
@@ -302,7 +319,14 @@ fn read_counters_match_the_hubs_own_and_tiers_serve_a_re_read() {
         disk > 0.0,
         "disk loads counted with disk lookups"
     );
-    assert_eq!(d2("hubfs_read_bytes_total", &[]), want.len() as f64);
+    // Every byte once, give or take pages the kernel read twice, as for the cold read (seen in a
+    // full CI run: 64 KiB more than the file).
+    let reread = d2("hubfs_read_bytes_total", &[]);
+    assert!(
+        reread >= want.len() as f64 && reread <= want.len() as f64 * 1.01,
+        "the re-read served {reread} bytes of a {}-byte file",
+        want.len()
+    );
     // A 32 MiB memory tier read through 64 MiB twice has dropped blocks.
     assert!(third.sum("hubfs_cache_evictions_total", &[("tier", "memory")]) > 0.0);
 
