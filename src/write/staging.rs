@@ -85,14 +85,15 @@ impl StagingArea {
                 ),
             ));
         }
-        let mut max = 0;
+        // One scan finds the highest id in use and the spares a previous run left.
+        let (mut max, mut spares) = (0, Vec::new());
         for e in std::fs::read_dir(dir)? {
-            let name = e?.file_name();
-            if let Some(id) = name
-                .to_str()
-                .and_then(|n| n.split('.').next())
-                .and_then(|n| n.parse::<u64>().ok())
-            {
+            let e = e?;
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if let Some(n) = spares::number(name) {
+                spares.push((n, e));
+            } else if let Some(id) = name.split('.').next().and_then(|n| n.parse::<u64>().ok()) {
                 max = max.max(id);
             }
         }
@@ -105,7 +106,7 @@ impl StagingArea {
             next_id: AtomicU64::new(max + 1),
             sealer: quick::Sealer::start(dir)?,
             opens: std::sync::Arc::new(opens::OpensLog::open(dir)?),
-            spares: std::sync::Arc::new(spares::Spares::open(dir)?),
+            spares: std::sync::Arc::new(spares::Spares::adopt(dir, spares)),
             _lock: lock,
         })
     }

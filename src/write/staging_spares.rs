@@ -28,6 +28,11 @@ pub(super) const SPARES_MAX: usize = 4096;
 /// A spare's name: this and a number.
 pub(crate) const PREFIX: &str = "spare-";
 
+/// A spare's number, if `name` is a spare's name.
+pub(super) fn number(name: &str) -> Option<u64> {
+    name.strip_prefix(PREFIX)?.parse().ok()
+}
+
 /// The spares of one staging directory. Lock order: `free` is a leaf.
 pub(super) struct Spares {
     dir: PathBuf,
@@ -36,21 +41,13 @@ pub(super) struct Spares {
 }
 
 impl Spares {
-    /// Adopts what a previous run left in `dir`: spares are emptied (a crash may have come between
-    /// a rename and its truncate), and those past [`SPARES_MAX`] deleted.
-    pub(super) fn open(dir: &Path) -> std::io::Result<Spares> {
+    /// Adopts the spares a previous run left in `dir` (found by `StagingArea::open`'s scan, with
+    /// their numbers): they are emptied (a crash may have come between a rename and its
+    /// truncate), and those past [`SPARES_MAX`] deleted.
+    pub(super) fn adopt(dir: &Path, found: Vec<(u64, std::fs::DirEntry)>) -> Spares {
         let mut free = Vec::new();
         let mut next = 0u64;
-        for e in std::fs::read_dir(dir)? {
-            let e = e?;
-            let name = e.file_name();
-            let Some(n) = name
-                .to_str()
-                .and_then(|n| n.strip_prefix(PREFIX))
-                .and_then(|n| n.parse::<u64>().ok())
-            else {
-                continue;
-            };
+        for (n, e) in found {
             next = next.max(n + 1);
             let path = e.path();
             if free.len() >= SPARES_MAX {
@@ -70,11 +67,11 @@ impl Spares {
                 free.push(path);
             }
         }
-        Ok(Spares {
+        Spares {
             dir: dir.to_path_buf(),
             free: Mutex::new(free),
             next: AtomicU64::new(next),
-        })
+        }
     }
 
     /// An empty file renamed to `to` and opened for reading and writing, if a spare is left.
