@@ -29,8 +29,8 @@ const CHUNK: usize = 1 << 20;
 /// Idle scratch buffers kept (one per concurrent disk writer).
 const MAX_IDLE: usize = 4;
 
-/// A `CHUNK`-byte window aligned to `ALIGN`, inside an allocation `ALIGN` bytes larger (the
-/// allocator does not promise the alignment, the window's offset makes it).
+/// A window (`CHUNK` bytes, or a join's block) aligned to `ALIGN`, inside an allocation `ALIGN`
+/// bytes larger (the allocator does not promise the alignment, the window's offset makes it).
 struct Scratch {
     buf: Vec<u8>,
     /// Where the aligned window starts in `buf`.
@@ -40,10 +40,14 @@ struct Scratch {
 impl Scratch {
     /// `None` when the allocation fails (the caller then reports out-of-memory instead of aborting).
     fn new() -> Option<Scratch> {
+        Scratch::with_len(CHUNK)
+    }
+
+    fn with_len(len: usize) -> Option<Scratch> {
         let mut buf = Vec::new();
-        buf.try_reserve_exact(CHUNK + ALIGN).ok()?;
+        buf.try_reserve_exact(len + ALIGN).ok()?;
         // Zeroed once, so the window is initialised bytes.
-        buf.resize(CHUNK + ALIGN, 0);
+        buf.resize(len + ALIGN, 0);
         let base = buf.as_ptr() as usize;
         let start = base.next_multiple_of(ALIGN) - base;
         Some(Scratch { buf, start })
@@ -158,6 +162,75 @@ pub(super) fn read_at(path: &Path, offset: u64, len: usize, out: &mut PooledBuf)
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) && out.is_empty() => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// Bytes a join moves per read and write: one block, so the device streams.
+const COPY_CHUNK: usize = 8 << 20;
+
+/// Opens `path` for reading with `O_DIRECT`; `None`: the filesystem does not do it.
+pub(super) fn open_read(path: &Path) -> std::io::Result<Option<File>> {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+    {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates `path` (it must not exist) for writing with `O_DIRECT`; `None`: the filesystem does
+/// not do it (nothing was created).
+pub(super) fn create(path: &Path) -> std::io::Result<Option<File>> {
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+    {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// An aligned buffer for copies between `O_DIRECT` files: `len` bytes aligned to `ALIGN`.
+pub(super) struct CopyBuf(Scratch, usize);
+
+impl CopyBuf {
+    /// `None` when the allocation fails.
+    pub(super) fn new() -> Option<CopyBuf> {
+        Scratch::with_len(COPY_CHUNK).map(|s| CopyBuf(s, COPY_CHUNK))
+    }
+}
+
+/// Copies the first `len` bytes of `src` into `out` at `at` (a multiple of `ALIGN`), both opened
+/// with `O_DIRECT`, through `buf`. Neither file's bytes pass through the page cache, and no page
+/// is copied by the CPU: a join of a 512 MiB file through the page cache cost the mount
+/// 0.65–0.7 CPU-seconds and churned a GiB of page cache beside the reader that had just read it.
+/// A last partial page is written padded with zeros: the caller cuts `out` to its length.
+pub(super) fn copy_at(src: &File, len: u64, out: &File, at: u64, buf: &mut CopyBuf) -> std::io::Result<()> {
+    let CopyBuf(scratch, cap) = buf;
+    let window = &mut scratch.buf[scratch.start..scratch.start + *cap];
+    let mut off = 0u64;
+    while off < len {
+        let want = (*cap as u64).min(len - off) as usize;
+        let padded = want.next_multiple_of(ALIGN);
+        let mut got = 0usize;
+        while got < want {
+            match src.read_at(&mut window[got..padded], off + got as u64) {
+                Ok(0) => return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof)),
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        window[want..padded].fill(0);
+        out.write_all_at(&window[..padded], at + off)?;
+        off += want as u64;
+    }
+    Ok(())
 }
 
 /// Drops the page-cache pages of `file` (after a block was read from it into memory, where the

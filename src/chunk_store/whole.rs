@@ -4,11 +4,12 @@
 //!
 //! Why: FUSE passthrough (`fuse::passthrough`) hands the kernel one backing file per open file,
 //! and the kernel then serves reads and mmap from it without the daemon. Block files cannot be
-//! that file. The join copies in the kernel (`copy_file_range`), is made durable before it is
-//! renamed into place (a crash leaves a temporary file, never a short or empty whole file), and
-//! then the block files are deleted: the tier serves those blocks from the whole file (`locate`),
-//! so the content takes its size on disk once. The whole file is indexed and weighed like the
-//! blocks were, and evicted like them.
+//! that file. The join copies with `O_DIRECT` (no page cache, no CPU copy; `copy_file_range`
+//! where the filesystem refuses it), is made durable before it is renamed into place (a crash
+//! leaves a temporary file, never a short or empty whole file), and then the block files are
+//! deleted: the tier serves those blocks from the whole file (`locate`), so the content takes its
+//! size on disk once. The whole file is indexed and weighed like the blocks were, and evicted
+//! like them.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -89,29 +90,24 @@ impl DiskTier {
         let path = self.root.join(rel);
         let dir = path.parent().unwrap_or(&self.root).to_path_buf();
         let tmp = dir.join(format!(".tmp.{}.{}", std::process::id(), rand::random::<u64>()));
-        let r = (|| -> std::io::Result<bool> {
-            let out = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-            for idx in 0..size.div_ceil(BLOCK_SIZE) {
-                let Some(block) = rel_path(key, idx) else {
-                    return Ok(false);
-                };
-                let src = match File::open(self.root.join(block)) {
-                    Ok(f) => f,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-                    Err(e) => return Err(e),
-                };
-                let len = block_len(size, idx);
-                if src.metadata()?.len() != len {
-                    return Ok(false);
-                }
-                copy_range(&src, &out, idx * BLOCK_SIZE, len)?;
+        let mut r = self.join_into(key, size, &tmp, true);
+        let refused = match &r {
+            Ok(None) => true,
+            Err(e) => e.raw_os_error() == Some(libc::EINVAL),
+            Ok(Some(_)) => false,
+        };
+        if refused {
+            // A filesystem or device that refuses `O_DIRECT` (tmpfs, some overlays, an alignment
+            // it does not take): through the page cache instead.
+            let _ = std::fs::remove_file(&tmp);
+            r = self.join_into(key, size, &tmp, false);
+        }
+        let r = r.map(|joined| joined == Some(true)).and_then(|joined| {
+            if joined {
+                std::fs::rename(&tmp, &path)?;
             }
-            out.sync_data()?;
-            // The copy went through the page cache; the blocks' readers have their bytes already.
-            let _ = rustix::fs::fadvise(&out, 0, None, rustix::fs::Advice::DontNeed);
-            std::fs::rename(&tmp, &path)?;
-            Ok(true)
-        })();
+            Ok(joined)
+        });
         match r {
             Ok(true) => {
                 self.index.insert((key.clone(), WHOLE), size);
@@ -127,6 +123,64 @@ impl DiskTier {
                 other
             }
         }
+    }
+
+    /// Writes the blocks of `key` into the new file `tmp`, durably. `Ok(None)`: asked for
+    /// `direct` and the filesystem does not do `O_DIRECT`; `Ok(Some(false))`: a block is missing.
+    fn join_into(
+        &self,
+        key: &Arc<str>,
+        size: u64,
+        tmp: &std::path::Path,
+        direct: bool,
+    ) -> std::io::Result<Option<bool>> {
+        let (out, mut buf) = if direct {
+            let Some(out) = super::direct::create(tmp)? else {
+                return Ok(None);
+            };
+            let buf = super::direct::CopyBuf::new().ok_or(std::io::ErrorKind::OutOfMemory)?;
+            (out, Some(buf))
+        } else {
+            (
+                std::fs::OpenOptions::new().write(true).create_new(true).open(tmp)?,
+                None,
+            )
+        };
+        for idx in 0..size.div_ceil(BLOCK_SIZE) {
+            let Some(block) = rel_path(key, idx) else {
+                return Ok(Some(false));
+            };
+            let block = self.root.join(block);
+            let opened = match &buf {
+                Some(_) => {
+                    super::direct::open_read(&block).map(|f| f.ok_or(std::io::Error::from_raw_os_error(libc::EINVAL)))
+                }
+                None => Ok(File::open(&block)),
+            };
+            let src = match opened.and_then(|f| f) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Some(false)),
+                Err(e) => return Err(e),
+            };
+            let len = block_len(size, idx);
+            if src.metadata()?.len() != len {
+                return Ok(Some(false));
+            }
+            match &mut buf {
+                Some(buf) => super::direct::copy_at(&src, len, &out, idx * BLOCK_SIZE, buf)?,
+                None => copy_range(&src, &out, idx * BLOCK_SIZE, len)?,
+            }
+        }
+        if buf.is_some() {
+            // The last block's partial page went out padded.
+            out.set_len(size)?;
+        }
+        out.sync_data()?;
+        if buf.is_none() {
+            // The copy went through the page cache; the blocks' readers have their bytes already.
+            let _ = rustix::fs::fadvise(&out, 0, None, rustix::fs::Advice::DontNeed);
+        }
+        Ok(Some(true))
     }
 }
 
@@ -160,6 +214,43 @@ mod tests {
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+    }
+
+    #[test]
+    fn both_ways_of_joining_write_the_same_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = DiskTier::open(dir.path(), 1 << 30).unwrap();
+        let key: Arc<str> = Arc::from("xet:00112233445566778899");
+        let size = BLOCK_SIZE + 4096 * 3 + 17;
+        let data: Vec<u8> = (0..size).map(|i| (i * 13 + i / 977) as u8).collect();
+        for idx in 0..2u64 {
+            let a = (idx * BLOCK_SIZE) as usize;
+            let b = (a + BLOCK_SIZE as usize).min(data.len());
+            t.write((key.clone(), idx), &data[a..b]);
+            wait_indexed(&t, &(key.clone(), idx));
+        }
+        for direct in [true, false] {
+            let tmp = dir.path().join(format!("joined-{direct}"));
+            match t.join_into(&key, size, &tmp, direct).unwrap() {
+                Some(joined) => assert!(joined, "every block is there"),
+                None => {
+                    assert!(direct, "only O_DIRECT may be refused");
+                    continue;
+                }
+            }
+            let got = std::fs::read(&tmp).unwrap();
+            assert_eq!(got.len() as u64, size, "cut to the content's size (direct: {direct})");
+            assert!(got == data, "the content's bytes (direct: {direct})");
+        }
+        let missing: Arc<str> = Arc::from("xet:ffeeddccbbaa99887766");
+        t.write((missing.clone(), 0), &data[..BLOCK_SIZE as usize]);
+        wait_indexed(&t, &(missing.clone(), 0));
+        let tmp = dir.path().join("joined-missing");
+        assert_ne!(
+            t.join_into(&missing, size, &tmp, true).unwrap(),
+            Some(true),
+            "block 1 is missing"
+        );
     }
 
     #[test]
