@@ -335,6 +335,100 @@ fn read_counters_match_the_hubs_own_and_tiers_serve_a_re_read() {
     unmount(&cli, &dir, pid);
 }
 
+/// The first file named `*.whole` under `dir`.
+fn find_whole(dir: &Path) -> Option<std::path::PathBuf> {
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            if let Some(w) = find_whole(&p) {
+                return Some(w);
+            }
+        } else if p.extension().is_some_and(|x| x == "whole") {
+            return Some(p);
+        }
+    }
+    None
+}
+
+#[test]
+fn passthrough_counters_tell_a_kept_page_cache_from_a_passthrough_open() {
+    let rt = common_runtime();
+    let hub = rt.block_on(LocalHub::start_temp(true)).unwrap();
+    let ep = hub.endpoint().to_string();
+    let cli = Isolated::new(&ep);
+    let dir = cli.path("mnt");
+    let cache = cli.path("cache");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("model.safetensors");
+    let want = common::sha256_hex(&hubfs::local_hub::seed::demo_safetensors());
+    let args = |port: &str| {
+        [
+            "demo/tiny-model",
+            dir.to_str().unwrap(),
+            "--metrics-addr",
+            port,
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ]
+        .map(str::to_string)
+    };
+    let port = free_port();
+    let a: Vec<String> = args(&format!("127.0.0.1:{port}")).into();
+    let pid = mount(&cli, &a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(common::sha256_hex(&std::fs::read(&file).unwrap()), want);
+    // The close found every block on disk and joined them into one file.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while find_whole(&cache.join("blocks")).is_none() {
+        assert!(std::time::Instant::now() < deadline, "no whole file in the cache");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // This mount just served the file: the re-read stays on the kernel's page cache.
+    assert_eq!(common::sha256_hex(&std::fs::read(&file).unwrap()), want);
+    let s = Scrape::take(port);
+    if s.text.contains("hubfs_passthrough_kept_total 0") && s.text.contains("hubfs_passthrough_opens_total 0") {
+        // Not even the decision was reached: this kernel or user has no FUSE passthrough.
+        let o = cli.command(None).arg("status").output().unwrap();
+        let status = String::from_utf8_lossy(&o.stdout);
+        assert!(status.contains("passthrough: unavailable"), "{status}");
+        eprintln!("FUSE passthrough is unavailable here; skipped");
+        unmount(&cli, &dir, pid);
+        return;
+    }
+    assert_eq!(
+        s.sum("hubfs_passthrough_kept_total", &[]),
+        1.0,
+        "the re-read kept the page cache"
+    );
+    assert_eq!(s.sum("hubfs_passthrough_opens_total", &[]), 0.0);
+    unmount(&cli, &dir, pid);
+
+    // A second mount on the same cache: its first open passes through, and no READ reaches it.
+    let port = free_port();
+    let b: Vec<String> = args(&format!("127.0.0.1:{port}")).into();
+    let pid = mount(&cli, &b.iter().map(String::as_str).collect::<Vec<_>>());
+    let before = Scrape::take(port);
+    assert_eq!(common::sha256_hex(&std::fs::read(&file).unwrap()), want);
+    let after = Scrape::take(port);
+    let d = |name: &str| after.sum(name, &[]) - before.sum(name, &[]);
+    assert_eq!(d("hubfs_passthrough_opens_total"), 1.0);
+    assert_eq!(d("hubfs_passthrough_kept_total"), 0.0);
+    assert_eq!(
+        d("hubfs_read_bytes_total"),
+        0.0,
+        "the kernel read the cache file itself"
+    );
+    assert!(
+        after.sum("hubfs_passthrough_warmed_total", &[]) <= 1.0,
+        "one file, warmed once at most"
+    );
+    assert!(
+        after.text.contains("# TYPE hubfs_passthrough_warmed_total counter"),
+        "{}",
+        after.text
+    );
+    unmount(&cli, &dir, pid);
+}
+
 #[test]
 fn write_counters_follow_a_commit() {
     let rt = common_runtime();

@@ -55,6 +55,8 @@ pub struct Metrics {
     pub block_bytes: Family<SourceLabel, Counter>,
     pub block_lookups: Family<SourceLabel, Counter>,
     pub passthrough_opens: Counter,
+    pub passthrough_kept: Counter,
+    pub passthrough_warmed: Counter,
     pub read_bytes: Family<OpLabels, Counter>,
     pub op_duration: OpHist,
     pub cache_bytes: Family<TierLabel, Gauge>,
@@ -108,6 +110,8 @@ impl Metrics {
             block_bytes: Family::default(),
             block_lookups: Family::default(),
             passthrough_opens: Counter::default(),
+            passthrough_kept: Counter::default(),
+            passthrough_warmed: Counter::default(),
             read_bytes: Family::default(),
             op_duration: Family::new_with_constructor(latency_histogram),
             cache_bytes: Family::default(),
@@ -219,6 +223,16 @@ impl Metrics {
             "passthrough_opens",
             "Opens answered with FUSE passthrough (the kernel reads the disk tier's file itself)",
             self.passthrough_opens.clone(),
+        );
+        r.register(
+            "passthrough_kept",
+            "Opens that could pass through but stayed on the page cache, which held the file this mount had just served",
+            self.passthrough_kept.clone(),
+        );
+        r.register(
+            "passthrough_warmed",
+            "Cache files read ahead by the mount because they were cold at their first passthrough open",
+            self.passthrough_warmed.clone(),
         );
         r.register_with_unit(
             "read",

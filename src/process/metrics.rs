@@ -107,6 +107,8 @@ fn refresh(m: &Metrics, vfs: &VirtualFs, passthrough: Option<&crate::fuse::Passt
     memory(m, &store.memory_report());
     if let Some(p) = passthrough {
         counter_to(&m.passthrough_opens, p.opened());
+        counter_to(&m.passthrough_kept, p.kept_cached());
+        counter_to(&m.passthrough_warmed, p.warmed());
     }
     let Some(report) = vfs.status_report() else {
         return;
