@@ -10,7 +10,7 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::isolated::{Isolated, daemon_started, wait_gone};
+use common::isolated::{DaemonMount, Isolated, daemon_started, wait_gone};
 use hubfs::local_hub::LocalHub;
 use serde_json::Value;
 
@@ -375,6 +375,7 @@ fn passthrough_counters_tell_a_kept_page_cache_from_a_passthrough_open() {
     let port = free_port();
     let a: Vec<String> = args(&format!("127.0.0.1:{port}")).into();
     let pid = mount(&cli, &a.iter().map(String::as_str).collect::<Vec<_>>());
+    let guard = DaemonMount(dir.clone(), pid);
     assert_eq!(common::sha256_hex(&std::fs::read(&file).unwrap()), want);
     // The close found every block on disk and joined them into one file.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -392,6 +393,7 @@ fn passthrough_counters_tell_a_kept_page_cache_from_a_passthrough_open() {
         assert!(status.contains("passthrough: unavailable"), "{status}");
         eprintln!("FUSE passthrough is unavailable here; skipped");
         unmount(&cli, &dir, pid);
+        drop(guard);
         return;
     }
     assert_eq!(
@@ -401,11 +403,13 @@ fn passthrough_counters_tell_a_kept_page_cache_from_a_passthrough_open() {
     );
     assert_eq!(s.sum("hubfs_passthrough_opens_total", &[]), 0.0);
     unmount(&cli, &dir, pid);
+    drop(guard);
 
     // A second mount on the same cache: its first open passes through, and no READ reaches it.
     let port = free_port();
     let b: Vec<String> = args(&format!("127.0.0.1:{port}")).into();
     let pid = mount(&cli, &b.iter().map(String::as_str).collect::<Vec<_>>());
+    let _guard = DaemonMount(dir.clone(), pid);
     let before = Scrape::take(port);
     assert_eq!(common::sha256_hex(&std::fs::read(&file).unwrap()), want);
     let after = Scrape::take(port);
