@@ -3,8 +3,8 @@
 //! `FOPEN_KEEP_CACHE`, a passthrough open, or the inode's eviction, which the FORGET shows).
 //!
 //! Why: passthrough (`fuse::passthrough`) reads the disk tier's cache file, and that file is
-//! rarely in the page cache (its blocks were written with `O_DIRECT` and the join drops the pages
-//! it copied), so a passthrough open reads from the disk, and drops the FUSE inode's own pages as
+//! rarely in the page cache (its blocks and the join's copy of them are written with
+//! `O_DIRECT`), so a passthrough open reads from the disk, and drops the FUSE inode's own pages as
 //! well. Right after this mount served a file through READs, those pages hold it: a plain open
 //! that keeps them re-reads it from memory, several times faster than the disk, and without a
 //! second copy of the file in the page cache. The kernel does not say when it drops pages
