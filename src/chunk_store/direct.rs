@@ -29,7 +29,7 @@ const CHUNK: usize = 1 << 20;
 /// Idle scratch buffers kept (one per concurrent disk writer).
 const MAX_IDLE: usize = 4;
 
-/// A window (`CHUNK` bytes, or a join's block) aligned to `ALIGN`, inside an allocation `ALIGN`
+/// A window (`CHUNK` bytes, or a join's `COPY_CHUNK`) aligned to `ALIGN`, inside an allocation `ALIGN`
 /// bytes larger (the allocator does not promise the alignment, the window's offset makes it).
 struct Scratch {
     buf: Vec<u8>,
@@ -164,8 +164,16 @@ pub(super) fn read_at(path: &Path, offset: u64, len: usize, out: &mut PooledBuf)
     }
 }
 
-/// Bytes a join moves per read and write: one block, so the device streams.
-const COPY_CHUNK: usize = 8 << 20;
+/// Bytes a join moves per read and write: large enough for the device to stream.
+const COPY_CHUNK: usize = 4 << 20;
+
+/// Joins copying at once. Each holds a `COPY_CHUNK` buffer outside the memory budget, and joins
+/// start one per closed file: a hundred files closing at once would otherwise take a hundred
+/// buffers. The copies are bound by the disk, so more at once would not finish sooner.
+const COPIES_AT_ONCE: usize = 2;
+
+static COPIES: Mutex<usize> = Mutex::new(0);
+static COPY_DONE: parking_lot::Condvar = parking_lot::Condvar::new();
 
 /// Opens `path` for reading with `O_DIRECT`; `None`: the filesystem does not do it.
 pub(super) fn open_read(path: &Path) -> std::io::Result<Option<File>> {
@@ -196,13 +204,36 @@ pub(super) fn create(path: &Path) -> std::io::Result<Option<File>> {
 }
 
 /// An aligned buffer for copies between `O_DIRECT` files: `len` bytes aligned to `ALIGN`.
+/// At most `COPIES_AT_ONCE` exist at a time; one is freed when dropped.
 pub(super) struct CopyBuf(Scratch, usize);
 
 impl CopyBuf {
-    /// `None` when the allocation fails.
+    /// Waits until fewer than `COPIES_AT_ONCE` copies run (blocking: join threads only). `None`
+    /// when the allocation fails.
     pub(super) fn new() -> Option<CopyBuf> {
-        Scratch::with_len(COPY_CHUNK).map(|s| CopyBuf(s, COPY_CHUNK))
+        let mut running = COPIES.lock();
+        while *running >= COPIES_AT_ONCE {
+            COPY_DONE.wait(&mut running);
+        }
+        *running += 1;
+        drop(running);
+        let buf = Scratch::with_len(COPY_CHUNK).map(|s| CopyBuf(s, COPY_CHUNK));
+        if buf.is_none() {
+            copy_ended();
+        }
+        buf
     }
+}
+
+impl Drop for CopyBuf {
+    fn drop(&mut self) {
+        copy_ended();
+    }
+}
+
+fn copy_ended() {
+    *COPIES.lock() -= 1;
+    COPY_DONE.notify_one();
 }
 
 /// Copies the first `len` bytes of `src` into `out` at `at` (a multiple of `ALIGN`), both opened
@@ -243,6 +274,27 @@ pub(super) fn drop_pages(file: &File) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn at_most_two_copies_hold_a_buffer_at_once() {
+        let a = CopyBuf::new().unwrap();
+        let b = CopyBuf::new().unwrap();
+        let got = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let third = std::thread::spawn({
+            let got = got.clone();
+            move || {
+                let c = CopyBuf::new().unwrap();
+                got.store(true, std::sync::atomic::Ordering::SeqCst);
+                drop(c);
+            }
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!got.load(std::sync::atomic::Ordering::SeqCst), "a third copy waits");
+        drop(a);
+        third.join().unwrap();
+        assert!(got.load(std::sync::atomic::Ordering::SeqCst));
+        drop(b);
+    }
 
     #[test]
     fn odd_lengths_round_trip() {
