@@ -29,8 +29,9 @@ const CHUNK: usize = 1 << 20;
 /// Idle scratch buffers kept (one per concurrent disk writer).
 const MAX_IDLE: usize = 4;
 
-/// A window (`CHUNK` bytes, or a join's `COPY_CHUNK`) aligned to `ALIGN`, inside an allocation `ALIGN`
-/// bytes larger (the allocator does not promise the alignment, the window's offset makes it).
+/// A window (`CHUNK` bytes, or a join's `COPY_CHUNK`) aligned to `ALIGN`, inside an allocation
+/// `ALIGN` bytes larger (the allocator does not promise the alignment, the window's offset makes
+/// it).
 struct Scratch {
     buf: Vec<u8>,
     /// Where the aligned window starts in `buf`.
@@ -203,8 +204,8 @@ pub(super) fn create(path: &Path) -> std::io::Result<Option<File>> {
     }
 }
 
-/// An aligned buffer for copies between `O_DIRECT` files: `len` bytes aligned to `ALIGN`.
-/// At most `COPIES_AT_ONCE` exist at a time; one is freed when dropped.
+/// A buffer for copies between `O_DIRECT` files: `COPY_CHUNK` bytes aligned to `ALIGN`. At most
+/// `COPIES_AT_ONCE` exist at a time; dropping one lets the next copy start.
 pub(super) struct CopyBuf(Scratch, usize);
 
 impl CopyBuf {
@@ -239,7 +240,7 @@ fn copy_ended() {
 /// Copies the first `len` bytes of `src` into `out` at `at` (a multiple of `ALIGN`), both opened
 /// with `O_DIRECT`, through `buf`. Neither file's bytes pass through the page cache, and no page
 /// is copied by the CPU: a join of a 512 MiB file through the page cache cost the mount
-/// 0.65–0.7 CPU-seconds and churned a GiB of page cache beside the reader that had just read it.
+/// 0.65–1.05 CPU-seconds and churned a GiB of page cache beside the reader that had just read it.
 /// A last partial page is written padded with zeros: the caller cuts `out` to its length.
 pub(super) fn copy_at(src: &File, len: u64, out: &File, at: u64, buf: &mut CopyBuf) -> std::io::Result<()> {
     let CopyBuf(scratch, cap) = buf;
