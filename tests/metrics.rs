@@ -204,6 +204,7 @@ fn read_counters_match_the_hubs_own_and_tiers_serve_a_re_read() {
             "off",
         ],
     );
+    let _guard = DaemonMount(dir.clone(), pid);
 
     let before = Scrape::take(port);
     let hub_before = rt.block_on(hub_counts(&ep));
@@ -455,6 +456,7 @@ fn write_counters_follow_a_commit() {
             &addr,
         ],
     );
+    let _guard = DaemonMount(dir.clone(), pid);
     let before = Scrape::take(port);
     assert_eq!(before.sum("hubfs_write_staged_files", &[]), 0.0);
     assert_eq!(before.sum("hubfs_mount_info", &[("mode", "rw")]), 1.0);
@@ -533,6 +535,7 @@ fn json_logs_and_sigusr1_raises_a_running_mounts_level() {
         .output()
         .unwrap();
     let (pid, log) = daemon_started(&o);
+    let _guard = DaemonMount(dir.clone(), pid);
     let lines = |log: &Path| -> Vec<Value> {
         std::fs::read_to_string(log)
             .unwrap()
