@@ -6,10 +6,12 @@
 //! that just read the file comes from the kernel's page cache of it, not the cache file on disk
 //! (issue 27), whether the blocks were joined before or after the reopen.
 
+mod common;
+
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use hubfs::hub_client::HubClientConfig;
@@ -121,36 +123,6 @@ impl Env {
     }
 }
 
-/// The whole file the disk tier made under `cache`, once it is there.
-fn wait_whole(cache: &Path) -> PathBuf {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(p) = find_whole(&cache.join("blocks")) {
-            return p;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no whole file appeared under {}",
-            cache.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn find_whole(dir: &Path) -> Option<PathBuf> {
-    for e in std::fs::read_dir(dir).ok()?.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            if let Some(w) = find_whole(&p) {
-                return Some(w);
-            }
-        } else if p.extension().is_some_and(|x| x == "whole") {
-            return Some(p);
-        }
-    }
-    None
-}
-
 /// Drops the page cache and the unused dentries and inodes: the kernel evicts the mount's idle
 /// inodes (a FORGET each) with their pages.
 fn drop_caches() {
@@ -230,7 +202,7 @@ fn fully_cached_files_pass_through_and_remounts_read_no_bytes_from_the_hub() {
     let file = a.mountpoint.join("model.safetensors");
     // First read: not cached, a plain open; its close finds every block on disk and joins them.
     assert_eq!(sha(&read_all(&file)), want);
-    let whole = wait_whole(cache.path());
+    let whole = common::wait_whole(cache.path());
     assert_eq!(a.passthrough.opened(), 0, "nothing was whole at the first open");
     assert_eq!(
         sha(&std::fs::read(&whole).unwrap()),
@@ -313,7 +285,7 @@ fn an_inode_open_through_the_page_cache_keeps_plain_opens() {
     assert_eq!(sha(&first), want);
     // This open finds every block on disk: the join starts, but the inode is open plainly.
     let second = std::fs::File::open(&file).unwrap();
-    wait_whole(cache.path());
+    common::wait_whole(cache.path());
     // Would be ETXTBSY if answered with passthrough while `held` is open.
     assert_eq!(sha(&read_all(&file)), want);
     assert_eq!(mmap_sha(&file), want);
@@ -402,7 +374,7 @@ fn a_reread_after_a_cold_read_is_served_by_the_kernel_cache_in_every_order() {
     let near_zero = |from: u64, to: u64| to - from <= cold_reads / 8;
 
     // Reopened at once, most likely before the join ended (either way the same answer).
-    let joined_before = find_whole(&cache.path().join("blocks")).is_some();
+    let joined_before = common::find_whole(&cache.path().join("blocks")).is_some();
     reread_from_page_cache(
         &a,
         cold_reads,
@@ -411,7 +383,7 @@ fn a_reread_after_a_cold_read_is_served_by_the_kernel_cache_in_every_order() {
     );
 
     // Reopened after the join: the file is whole on disk, and still read from the page cache.
-    wait_whole(cache.path());
+    common::wait_whole(cache.path());
     reread_from_page_cache(&a, cold_reads, "the re-read after the join, and a mapping", || {
         assert_eq!(sha(&read_all(&file)), want);
         assert_eq!(mmap_sha(&file), want, "a mapping reads the same pages");
@@ -489,7 +461,7 @@ fn a_just_joined_cache_file_is_read_ahead_at_its_first_passthrough_open_only() {
     env.hub.reset_stats();
     let deadline = Instant::now() + Duration::from_secs(30);
     let whole = loop {
-        if let Some(p) = find_whole(&cache.path().join("blocks")) {
+        if let Some(p) = common::find_whole(&cache.path().join("blocks")) {
             break p;
         }
         assert!(Instant::now() < deadline, "the blocks were never joined");

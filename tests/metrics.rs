@@ -336,21 +336,6 @@ fn read_counters_match_the_hubs_own_and_tiers_serve_a_re_read() {
     unmount(&cli, &dir, pid);
 }
 
-/// The first file named `*.whole` under `dir`.
-fn find_whole(dir: &Path) -> Option<std::path::PathBuf> {
-    for e in std::fs::read_dir(dir).ok()?.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            if let Some(w) = find_whole(&p) {
-                return Some(w);
-            }
-        } else if p.extension().is_some_and(|x| x == "whole") {
-            return Some(p);
-        }
-    }
-    None
-}
-
 #[test]
 fn passthrough_counters_tell_a_kept_page_cache_from_a_passthrough_open() {
     let rt = common_runtime();
@@ -379,11 +364,7 @@ fn passthrough_counters_tell_a_kept_page_cache_from_a_passthrough_open() {
     let guard = DaemonMount(dir.clone(), pid);
     assert_eq!(common::sha256_hex(&std::fs::read(&file).unwrap()), want);
     // The close found every block on disk and joined them into one file.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while find_whole(&cache.join("blocks")).is_none() {
-        assert!(std::time::Instant::now() < deadline, "no whole file in the cache");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    common::wait_whole(&cache);
     // This mount just served the file: the re-read stays on the kernel's page cache.
     assert_eq!(common::sha256_hex(&std::fs::read(&file).unwrap()), want);
     let s = Scrape::take(port);

@@ -64,15 +64,8 @@ static IDLE: Mutex<Vec<Scratch>> = Mutex::new(Vec::new());
 /// Writes `data` to a new file at `path` with `O_DIRECT`. `Ok(false)`: the filesystem does not do
 /// `O_DIRECT` (nothing was left behind; write it buffered instead).
 pub(super) fn write_new(path: &Path, data: &[u8]) -> std::io::Result<bool> {
-    let file = match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(false),
-        Err(e) => return Err(e),
+    let Some(file) = create(path)? else {
+        return Ok(false);
     };
     let Some(mut scratch) = IDLE.lock().pop().or_else(Scratch::new) else {
         let _ = std::fs::remove_file(path);
@@ -149,14 +142,8 @@ pub(super) fn read_at(path: &Path, offset: u64, len: usize, out: &mut PooledBuf)
     {
         return Ok(false);
     }
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(false),
-        Err(e) => return Err(e),
+    let Some(file) = open_read(path)? else {
+        return Ok(false);
     };
     match out.pread_from(&file, offset, len, room) {
         Ok(()) => Ok(true),
@@ -176,32 +163,25 @@ const COPIES_AT_ONCE: usize = 2;
 static COPIES: Mutex<usize> = Mutex::new(0);
 static COPY_DONE: parking_lot::Condvar = parking_lot::Condvar::new();
 
-/// Opens `path` for reading with `O_DIRECT`; `None`: the filesystem does not do it.
-pub(super) fn open_read(path: &Path) -> std::io::Result<Option<File>> {
-    match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-    {
+/// Opens `path` as `opts` say, with `O_DIRECT`; `None`: the filesystem does not do it (nothing
+/// was created).
+fn open_direct(opts: &mut std::fs::OpenOptions, path: &Path) -> std::io::Result<Option<File>> {
+    match opts.custom_flags(libc::O_DIRECT).open(path) {
         Ok(f) => Ok(Some(f)),
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
         Err(e) => Err(e),
     }
 }
 
+/// Opens `path` for reading with `O_DIRECT`; `None`: the filesystem does not do it.
+pub(super) fn open_read(path: &Path) -> std::io::Result<Option<File>> {
+    open_direct(std::fs::OpenOptions::new().read(true), path)
+}
+
 /// Creates `path` (it must not exist) for writing with `O_DIRECT`; `None`: the filesystem does
 /// not do it (nothing was created).
 pub(super) fn create(path: &Path) -> std::io::Result<Option<File>> {
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-    {
-        Ok(f) => Ok(Some(f)),
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
-        Err(e) => Err(e),
-    }
+    open_direct(std::fs::OpenOptions::new().write(true).create_new(true), path)
 }
 
 /// A buffer for copies between `O_DIRECT` files: `COPY_CHUNK` bytes aligned to `ALIGN`. At most

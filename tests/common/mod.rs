@@ -458,3 +458,34 @@ pub async fn upload_xet_files(ep: &str, repo: &Repo, files: &[(String, Vec<u8>)]
             .unwrap();
     }
 }
+
+/// The whole file the disk tier made under `cache`, once it is there.
+pub fn wait_whole(cache: &Path) -> std::path::PathBuf {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(p) = find_whole(&cache.join("blocks")) {
+            return p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no whole file appeared under {}",
+            cache.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The first disk-tier whole file (`HASH.whole`) under `dir`.
+pub fn find_whole(dir: &Path) -> Option<std::path::PathBuf> {
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            if let Some(w) = find_whole(&p) {
+                return Some(w);
+            }
+        } else if p.extension().is_some_and(|x| x == "whole") {
+            return Some(p);
+        }
+    }
+    None
+}
