@@ -40,8 +40,12 @@ const DEMAND_WAIT: Duration = Duration::from_secs(5);
 const WAIT_SLICE: Duration = Duration::from_millis(50);
 
 /// Size of a pooled response-body buffer: one part of a block fetched from a distant Hub
-/// (`vfs::remote::MIN_PART`), so a part's body fills one (see `vfs::remote::xet::body`).
-pub const BODY_BUFFER: u64 = 2 << 20;
+/// (`vfs::remote::MIN_PART`) with room for its chunk headers and an even split's share of the
+/// remainder (up to a sixteenth), so a part's body fits one (see `vfs::remote::xet::body`).
+pub const BODY_BUFFER: u64 = (2 << 20) + (128 << 10);
+
+/// Parts a block of a distant Hub is fetched in (`BLOCK_SIZE / MIN_PART`).
+const PARTS_PER_BLOCK: usize = 4;
 
 /// How a budget is split. Every field is bytes but `idle_buffers` and `idle_bodies`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,9 +59,9 @@ pub struct Plan {
     pub downloads: u64,
     /// Pooled block buffers kept idle for reuse.
     pub idle_buffers: usize,
-    /// Pooled response-body buffers (`BODY_BUFFER` each) kept idle for reuse: as many bytes as
-    /// the idle block buffers beyond the first (none under 256M, which leaves a 96M budget its
-    /// four blocks).
+    /// Pooled response-body buffers (`BODY_BUFFER` each) kept idle for reuse: a block's parts
+    /// for each idle block buffer beyond the first (none under 256M, which leaves a 96M budget
+    /// its four blocks).
     #[serde(default)]
     pub idle_bodies: usize,
     /// Block buffers on loan: memory tier, held windows, loads, disk writes queued.
@@ -89,7 +93,7 @@ impl Plan {
         let fixed = FIXED_OVERHEAD;
         let downloads = downloads_for(limit);
         let idle_buffers = ((limit / 16) / BLOCK_SIZE).clamp(1, 4) as usize;
-        let idle_bodies = (idle_buffers - 1) * (BLOCK_SIZE / BODY_BUFFER) as usize;
+        let idle_bodies = (idle_buffers - 1) * PARTS_PER_BLOCK;
         let blocks = limit - fixed - downloads - idle_buffers as u64 * BLOCK_SIZE - idle_bodies as u64 * BODY_BUFFER;
         // A quarter at most for blocks nobody holds, so windows keep most of the room.
         let memory_tier = memory_tier.min(blocks / 4);
@@ -465,7 +469,11 @@ mod tests {
         assert_eq!(p.downloads, 64 * MIB);
         assert_eq!(p.idle_buffers, 2);
         assert_eq!(p.idle_bodies, 4);
-        assert_eq!(Plan::new(512 * MIB, 0).idle_bodies, 12, "the default: 24 MiB of bodies");
+        assert_eq!(
+            Plan::new(512 * MIB, 0).idle_bodies,
+            12,
+            "the default: every part of three blocks"
+        );
         assert_eq!(Plan::new(128 * MIB, 0).idle_bodies, 0);
         assert_eq!(
             p.fixed + p.downloads + p.idle_buffers as u64 * BLOCK_SIZE + p.idle_bodies as u64 * BODY_BUFFER + p.blocks,

@@ -67,11 +67,17 @@ impl Latency {
         self.1.load(std::sync::atomic::Ordering::Relaxed) > 0
     }
 
-    /// Size of each part of a block of `len` bytes.
+    /// Size of each part of a block of `len` bytes: the whole block, or from two parts' worth of
+    /// latency on, parts of `MIN_PART`, the size of the pooled buffers their bodies are copied
+    /// into. Parts in between (a third of a block at 30 ms) fit no pooled buffer, so every body
+    /// took fresh memory and faulted in its pages: a quarter of the mount's CPU with 8 readers.
     fn part_size(&self, len: u64) -> u64 {
         let us = self.0.load(std::sync::atomic::Ordering::Relaxed);
-        let parts = (us / LATENCY_PER_PART_US).clamp(1, len.div_ceil(MIN_PART).max(1));
-        len.div_ceil(parts)
+        if us / LATENCY_PER_PART_US >= 2 {
+            len.min(MIN_PART)
+        } else {
+            len
+        }
     }
 }
 
@@ -485,8 +491,15 @@ mod tests {
         );
         let l = Latency::default();
         l.record(Duration::from_millis(25));
-        assert_eq!(l.part_size(8 << 20), 4 << 20, "in between: two parts");
+        assert_eq!(
+            l.part_size(8 << 20),
+            MIN_PART,
+            "two parts' worth: parts of a body buffer"
+        );
         assert_eq!(l.part_size(1 << 20), 1 << 20, "a small block stays whole");
+        let l = Latency::default();
+        l.record(Duration::from_millis(15));
+        assert_eq!(l.part_size(8 << 20), 8 << 20, "one part's worth: whole");
         let l = Latency::default();
         l.record(Duration::from_millis(1));
         for _ in 0..10 {
