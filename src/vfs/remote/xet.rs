@@ -24,7 +24,7 @@ use bytes::Bytes;
 use xet_client::cas_types::QueryReconstructionResponseV2;
 use xet_core_structures::xorb_object::{CompressionScheme, XORB_CHUNK_HEADER_LENGTH, parse_chunk_header};
 
-use crate::chunk_store::buffer_pool::BufferPool;
+use crate::chunk_store::buffer_pool::{BufferPool, Lease};
 use crate::hub_client::HubClient;
 use crate::hub_client::windows::{Bucket, Windows};
 use crate::vfs::error::{VfsError, VfsResult};
@@ -119,9 +119,16 @@ impl Fetcher {
         on_first_byte: &(dyn Fn(Duration) + Sync),
     ) -> Result<Vec<Bytes>, FetchError> {
         let (start, len) = (span.start, span.end.saturating_sub(span.start));
+        // The buffers this load takes, announced so that buffers given back meanwhile wait for it
+        // (the caller admitted it with room for them).
+        let fast = self.fast_link.load(std::sync::atomic::Ordering::Relaxed);
+        let lease = self.bodies.lease(len, part, fast);
         // A presigned URL may expire between the reconstruction and the fetch: one fresh try.
         for _ in 0..2 {
-            match self.try_range(cas, hash, start, len, part, piece, on_first_byte).await {
+            match self
+                .try_range(cas, hash, start, len, part, piece, &lease, on_first_byte)
+                .await
+            {
                 Ok(v) => return Ok(v),
                 Err(FetchError::Expired) => {
                     tracing::debug!(hash, start, "xorb URL refused; asking for a new reconstruction")
@@ -146,6 +153,7 @@ impl Fetcher {
         len: u64,
         part: u64,
         piece: u64,
+        lease: &Lease,
         on_first_byte: &(dyn Fn(Duration) + Sync),
     ) -> Result<Vec<Bytes>, FetchError> {
         let Some(recon) = self.reconstruction(cas, hash, start, len, on_first_byte).await? else {
@@ -165,7 +173,7 @@ impl Fetcher {
         // Built up front: a stream holding these closures across awaits would not be `Send`.
         let requests: Vec<_> = parts
             .iter()
-            .map(|&(i, a, b)| self.get_part(&fetches[i].url, a, b, on_first_byte))
+            .map(|&(i, a, b)| self.get_part(&fetches[i].url, a, b, Some(lease), on_first_byte))
             .collect();
         let answers = futures::future::try_join_all(requests).await?;
         let mut bodies: Vec<Vec<Bytes>> = vec![Vec::new(); fetches.len()];
@@ -192,7 +200,7 @@ impl Fetcher {
         let url = format!("{}/v2/reconstructions/{hash}", cas.url.trim_end_matches('/'));
         let range = format!("bytes={start}-{}", start + len.max(1) - 1);
         let (status, body) = self
-            .get(&url, Some(&cas.token), &range, on_first_byte, 64 << 20)
+            .get(&url, Some(&cas.token), &range, None, on_first_byte, 64 << 20)
             .await?;
         if status == 416 {
             return Ok(None);
@@ -209,11 +217,12 @@ impl Fetcher {
         url: &str,
         a: u64,
         b: u64,
+        lease: Option<&Lease>,
         on_first_byte: &(dyn Fn(Duration) + Sync),
     ) -> Result<Vec<Bytes>, FetchError> {
         let want = b - a + 1;
         let (status, pieces) = self
-            .get(url, None, &format!("bytes={a}-{b}"), on_first_byte, want)
+            .get(url, None, &format!("bytes={a}-{b}"), lease, on_first_byte, want)
             .await?;
         let got: u64 = pieces.iter().map(|p| p.len() as u64).sum();
         if !matches!(status, 200 | 206) || got != want {
@@ -230,6 +239,7 @@ impl Fetcher {
         url: &str,
         bearer: Option<&str>,
         range: &str,
+        lease: Option<&Lease>,
         on_first_byte: &(dyn Fn(Duration) + Sync),
         cap: u64,
     ) -> Result<(u16, Vec<Bytes>), FetchError> {
@@ -244,7 +254,7 @@ impl Fetcher {
                 None => rb,
             }
         };
-        self.send(&make, bearer.is_some(), on_first_byte, cap).await
+        self.send(&make, bearer.is_some(), lease, on_first_byte, cap).await
     }
 
     /// A request built by `make`, retried on transport errors, timeouts, 429 and 5xx (waiting as
@@ -255,6 +265,7 @@ impl Fetcher {
         &self,
         make: &(dyn Fn() -> reqwest::RequestBuilder + Sync),
         api: bool,
+        lease: Option<&Lease>,
         on_first_byte: &(dyn Fn(Duration) + Sync),
         cap: u64,
     ) -> Result<(u16, Vec<Bytes>), FetchError> {
@@ -276,7 +287,7 @@ impl Fetcher {
                 let wait = HubClient::retry_wait(resp.headers());
                 let expect = resp.content_length().unwrap_or(0).min(cap.saturating_add(1));
                 let fast = self.fast_link.load(std::sync::atomic::Ordering::Relaxed);
-                let mut body = Body::new(expect, if fast { LARGE_PIECE } else { usize::MAX }, &self.bodies);
+                let mut body = Body::new(expect, if fast { LARGE_PIECE } else { usize::MAX }, &self.bodies, lease);
                 while let Some(c) = resp.chunk().await? {
                     body.push(c);
                     if body.got > cap {

@@ -74,7 +74,7 @@ impl Fetcher {
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(body.clone())
         };
-        let pieces = match self.send(&make, true, on_first_byte, ANSWER_CAP).await {
+        let pieces = match self.send(&make, true, None, on_first_byte, ANSWER_CAP).await {
             Ok((_, pieces)) => pieces,
             Err(FetchError::Status(404 | 405 | 501, _)) => return Ok(Batch::Unsupported),
             Err(FetchError::Unreachable(why)) => return Ok(Batch::Unreachable(why)),
@@ -87,7 +87,7 @@ impl Fetcher {
         let (joined, placed) = join_ranges(&answer);
         let gets: Vec<_> = joined
             .iter()
-            .map(|j| self.get_part(&j.url, j.start, j.end, on_first_byte))
+            .map(|j| self.get_part(&j.url, j.start, j.end, None, on_first_byte))
             .collect();
         let bodies: Vec<Bytes> = futures::future::try_join_all(gets)
             .await

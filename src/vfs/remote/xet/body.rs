@@ -17,7 +17,7 @@
 
 use bytes::{Bytes, BytesMut};
 
-use crate::chunk_store::buffer_pool::{BufferPool, PooledBuf};
+use crate::chunk_store::buffer_pool::{BufferPool, Lease, PooledBuf};
 
 /// On a fast link, pieces at least this long are kept as they came: the read buffer one pins is
 /// at most a few times larger.
@@ -43,6 +43,14 @@ impl BodyBuffers {
     /// (the blocks' room allows 256 MiB on a slow link); the idle ones are what stays of them.
     pub fn new(idle: usize) -> Self {
         BodyBuffers(BufferPool::new(BODY_BUFFER, idle))
+    }
+
+    /// Announces the pooled buffers a load of `len` bytes in `part`-byte parts will take (none
+    /// on a fast link, where bodies are not copied whole; see `Body::new`).
+    pub fn lease(&self, len: u64, part: u64, fast: bool) -> Lease {
+        let size = self.0.buf_size() as u64;
+        let pooled = !fast && (size / 2..=size).contains(&part);
+        self.0.lease(if pooled { len.div_ceil(part) as usize } else { 0 })
     }
 
     /// How many buffers were made and how many reused.
@@ -87,10 +95,13 @@ impl Body {
     /// measured) are not cut into pooled buffers: those beyond the idle ones went back to the
     /// allocator's arenas instead of the kernel, and CI's 4 readers on loopback peaked 60-90 MiB
     /// higher.
-    pub(super) fn new(expect: u64, keep_from: usize, buffers: &BodyBuffers) -> Body {
+    pub(super) fn new(expect: u64, keep_from: usize, buffers: &BodyBuffers, lease: Option<&Lease>) -> Body {
         let size = buffers.0.buf_size() as u64;
         let run = if keep_from == usize::MAX && (size / 2..=size).contains(&expect) {
-            Run::Pooled(buffers.0.acquire(expect as usize))
+            Run::Pooled(match lease {
+                Some(l) => l.acquire(expect as usize),
+                None => buffers.0.acquire(expect as usize),
+            })
         } else {
             Run::Plain(BytesMut::new())
         };
@@ -161,7 +172,7 @@ mod tests {
         keep_from: usize,
         sent: impl IntoIterator<Item = Bytes>,
     ) -> Vec<Bytes> {
-        let mut b = Body::new(expect, keep_from, buffers);
+        let mut b = Body::new(expect, keep_from, buffers, None);
         for c in sent {
             b.push(c);
         }
