@@ -44,8 +44,8 @@ const WAIT_SLICE: Duration = Duration::from_millis(50);
 /// remainder (up to a sixteenth), so a part's body fits one (see `vfs::remote::xet::body`).
 pub const BODY_BUFFER: u64 = (2 << 20) + (128 << 10);
 
-/// Parts a block of a distant Hub is fetched in (`BLOCK_SIZE / MIN_PART`).
-const PARTS_PER_BLOCK: usize = 4;
+/// Parts a block of a distant Hub is fetched in.
+const PARTS_PER_BLOCK: usize = (BLOCK_SIZE / crate::vfs::remote::MIN_PART) as usize;
 
 /// How a budget is split. Every field is bytes but `idle_buffers` and `idle_bodies`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
