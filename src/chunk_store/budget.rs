@@ -39,13 +39,17 @@ const DEMAND_WAIT: Duration = Duration::from_secs(5);
 /// A waiting reader tries again at least this often.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
 
+/// A block fetched from a distant Hub is split into parts of this size (`vfs::remote::MIN_PART`
+/// re-exports it): defined here because the memory plan counts the bodies of a block's parts.
+pub const PART: u64 = 2 << 20;
+
 /// Size of a pooled response-body buffer: one part of a block fetched from a distant Hub
-/// (`vfs::remote::MIN_PART`) with room for its chunk headers and an even split's share of the
+/// ([`PART`]) with room for its chunk headers and an even split's share of the
 /// remainder (up to a sixteenth), so a part's body fits one (see `vfs::remote::xet::body`).
-pub const BODY_BUFFER: u64 = (2 << 20) + (128 << 10);
+pub const BODY_BUFFER: u64 = PART + (128 << 10);
 
 /// Parts a block of a distant Hub is fetched in.
-const PARTS_PER_BLOCK: usize = (BLOCK_SIZE / crate::vfs::remote::MIN_PART) as usize;
+const PARTS_PER_BLOCK: usize = (BLOCK_SIZE / PART) as usize;
 
 /// How a budget is split. Every field is bytes but `idle_buffers` and `idle_bodies`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -18,8 +18,8 @@ use crate::hub_client::{HubClient, RepoRef};
 /// Ranges at least this long are assembled in a pooled (reused) buffer.
 const POOLED_MIN: u64 = 1 << 20;
 
-/// Smallest part a block is split into when the link is latency-bound.
-pub const MIN_PART: u64 = 2 << 20;
+/// Smallest part a block is split into when the link is latency-bound (the memory plan's part).
+pub const MIN_PART: u64 = crate::chunk_store::budget::PART;
 
 /// Request latency (time to first byte) from which one more part per block pays off: a request
 /// costs about this much before bytes flow, so splitting a block keeps more connections busy.
