@@ -96,30 +96,34 @@ impl Drop for Lease {
 
 /// Faults in the pages under the first `len` bytes of `buf`'s capacity with one
 /// `MADV_POPULATE_WRITE` (Linux 5.14): the kernel maps them in a batch instead of taking one
-/// fault per 4 KiB page as the first copy writes them (at 30 ms, 8 readers' mount took 344k-406k
-/// such faults for 2 GiB read, most of them in the copies into fresh block and body buffers).
-/// Only whole pages inside the allocation are advised; where the kernel refuses, pages fault in
-/// on first write as before.
-fn populate(buf: &Vec<u8>, len: usize) {
+/// fault per page as the first copy writes them (8 readers of 256 MiB at 30 ms: 292k-371k
+/// page-fault traps in the mount, 41k-50k with it). Only whole pages inside the allocation are
+/// advised. Returns false where the kernel refuses (the pages then fault in on first write).
+fn populate(buf: &Vec<u8>, len: usize) -> bool {
     #[cfg(target_os = "linux")]
     {
-        const PAGE: usize = 4096;
+        let page = rustix::param::page_size();
         let len = len.min(buf.capacity());
         let base = buf.as_ptr() as usize;
-        let start = base.next_multiple_of(PAGE);
-        let end = (base + len) / PAGE * PAGE;
-        if end > start {
-            // SAFETY: [start, end) lies inside `buf`'s allocation (page-rounded inwards), which
-            // is mapped and owned by `buf`; MADV_POPULATE_WRITE only faults pages in as a write
-            // would, without changing their content (fresh capacity is uninitialised anyway).
-            let rc = unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_POPULATE_WRITE) };
-            if rc != 0 {
-                tracing::trace!(error = %std::io::Error::last_os_error(), "pages not populated");
-            }
+        let start = base.next_multiple_of(page);
+        let end = (base + len) / page * page;
+        if end <= start {
+            return true;
         }
+        // SAFETY: [start, end) lies inside `buf`'s allocation (page-rounded inwards), which is
+        // mapped and owned by `buf`; MADV_POPULATE_WRITE only faults pages in as a write would,
+        // without changing their content (fresh capacity is uninitialised anyway).
+        let rc = unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_POPULATE_WRITE) };
+        if rc != 0 {
+            tracing::trace!(error = %std::io::Error::last_os_error(), "pages not populated");
+        }
+        rc == 0
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = (buf, len);
+    {
+        let _ = (buf, len);
+        false
+    }
 }
 
 /// Cheap to clone; all clones share one free list.
@@ -159,17 +163,24 @@ impl BufferPool {
         let mut fresh = Vec::new();
         let have = self.inner.free.lock().len();
         for _ in have..want {
-            fresh.push(self.fresh(self.inner.buf_size));
+            let (mut b, populated) = self.fresh(self.inner.buf_size);
+            if !populated {
+                // A non-zero fill writes every page (zero pages may be mapped lazily).
+                b.resize(b.capacity(), 0xA5);
+                b.clear();
+            }
+            fresh.push(b);
         }
         self.inner.free.lock().extend(fresh);
     }
 
-    /// A new buffer whose first `len` bytes (and the alignment padding) have their pages in.
-    fn fresh(&self, len: usize) -> Vec<u8> {
+    /// A new buffer whose first `len` bytes (and the alignment padding) have their pages in,
+    /// and whether the kernel mapped them (see [`populate`]).
+    fn fresh(&self, len: usize) -> (Vec<u8>, bool) {
         self.inner.created.fetch_add(1, Ordering::Relaxed);
         let buf = Vec::with_capacity(self.inner.buf_size + ALIGN);
-        populate(&buf, len + ALIGN);
-        buf
+        let populated = populate(&buf, len + ALIGN);
+        (buf, populated)
     }
 
     /// Announces `n` buffers a load admitted with room for them will take (see [`Lease`]).
@@ -194,7 +205,7 @@ impl BufferPool {
                 self.inner.reused.fetch_add(1, Ordering::Relaxed);
                 b
             }
-            None if len <= self.inner.buf_size => self.fresh(len),
+            None if len <= self.inner.buf_size => self.fresh(len).0,
             None => Vec::with_capacity(len + ALIGN),
         };
         buf.clear();
@@ -385,13 +396,16 @@ mod tests {
         assert_eq!(pool.stats().free, 2);
     }
 
-    /// Resident pages of the `len` bytes at `at` (page-aligned), by `mincore`.
+    /// Resident pages under the `len` bytes at `at`, by `mincore` (from the page `at` is in).
     #[cfg(target_os = "linux")]
     fn resident_pages(at: *const u8, len: usize) -> usize {
-        let mut v = vec![0u8; len.div_ceil(4096)];
-        // SAFETY: the caller's range lies in one live allocation and starts on a page; `v` has a
-        // byte per page of it.
-        let rc = unsafe { libc::mincore(at as *mut libc::c_void, len, v.as_mut_ptr()) };
+        let page = rustix::param::page_size();
+        let start = at as usize / page * page;
+        let len = len + (at as usize - start);
+        let mut v = vec![0u8; len.div_ceil(page)];
+        // SAFETY: the caller's range lies in one live allocation; from the start of its first
+        // page the range is mapped, and `v` has a byte per page of it.
+        let rc = unsafe { libc::mincore(start as *mut libc::c_void, len, v.as_mut_ptr()) };
         assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
         v.iter().filter(|b| **b & 1 == 1).count()
     }
@@ -405,10 +419,11 @@ mod tests {
         let pool = BufferPool::new(4 * MIB, 2);
         let b = pool.acquire(2 * MIB);
         let at = b.as_ref().as_ptr();
-        assert_eq!(at as usize % 4096, 0);
+        let page = rustix::param::page_size();
+        assert_eq!(at as usize % ALIGN, 0);
         assert_eq!(
             resident_pages(at, 2 * MIB),
-            2 * MIB / 4096,
+            2 * MIB / page,
             "the asked-for 2 MiB are in"
         );
         let pool = BufferPool::new(4 * MIB, 2);
@@ -416,7 +431,7 @@ mod tests {
         let whole: Vec<PooledBuf> = (0..2).map(|_| pool.acquire(4 * MIB)).collect();
         assert_eq!(pool.stats().created, 2, "both prefilled, none made on acquire");
         for b in &whole {
-            assert_eq!(resident_pages(b.as_ref().as_ptr(), 4 * MIB), 4 * MIB / 4096);
+            assert_eq!(resident_pages(b.as_ref().as_ptr(), 4 * MIB), 4 * MIB / page);
         }
     }
 
