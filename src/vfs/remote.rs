@@ -450,10 +450,16 @@ impl Remote {
                 token: token.access_token,
             };
             let _held = self.body_room(len, room).await?;
-            let part = self.latency.part_size(len);
             let got = self
                 .xet
-                .range(&cas, hash, start..start + len, part, len, &|d| self.latency.record(d))
+                .range(
+                    &cas,
+                    hash,
+                    start..start + len,
+                    &|len| self.latency.part_size(len),
+                    len,
+                    &|d| self.latency.record(d),
+                )
                 .await;
             match got {
                 Ok(v) => return Ok(v),

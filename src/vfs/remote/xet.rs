@@ -108,27 +108,25 @@ pub struct Fetcher {
 impl Fetcher {
     /// Bytes `span` of Xet file `hash` (clamped to the file) as consecutive
     /// buffers of `piece` bytes (the last one shorter), xorb ranges fetched in parts of about
-    /// `part` bytes. `on_first_byte` gets each request's time to first byte.
+    /// `part(len)` bytes. `on_first_byte` gets each request's time to first byte.
+    ///
+    /// `part` is asked once the reconstruction has answered: that answer's time is the mount's
+    /// first measure of the link, so the very first loads of a distant Hub are already split
+    /// (asked before, the first three blocks of a cold read at 30 ms each went as one 8 MiB
+    /// request).
     pub async fn range(
         &self,
         cas: &Cas,
         hash: &str,
         span: std::ops::Range<u64>,
-        part: u64,
+        part: &(dyn Fn(u64) -> u64 + Sync),
         piece: u64,
         on_first_byte: &(dyn Fn(Duration) + Sync),
     ) -> Result<Vec<Bytes>, FetchError> {
         let (start, len) = (span.start, span.end.saturating_sub(span.start));
-        // The buffers this load takes, announced so that buffers given back meanwhile wait for it
-        // (the caller admitted it with room for them).
-        let fast = self.fast_link.load(std::sync::atomic::Ordering::Relaxed);
-        let lease = self.bodies.lease(len, part, fast);
         // A presigned URL may expire between the reconstruction and the fetch: one fresh try.
         for _ in 0..2 {
-            match self
-                .try_range(cas, hash, start, len, part, piece, &lease, on_first_byte)
-                .await
-            {
+            match self.try_range(cas, hash, start, len, part, piece, on_first_byte).await {
                 Ok(v) => return Ok(v),
                 Err(FetchError::Expired) => {
                     tracing::debug!(hash, start, "xorb URL refused; asking for a new reconstruction")
@@ -151,14 +149,19 @@ impl Fetcher {
         hash: &str,
         start: u64,
         len: u64,
-        part: u64,
+        part: &(dyn Fn(u64) -> u64 + Sync),
         piece: u64,
-        lease: &Lease,
         on_first_byte: &(dyn Fn(Duration) + Sync),
     ) -> Result<Vec<Bytes>, FetchError> {
         let Some(recon) = self.reconstruction(cas, hash, start, len, on_first_byte).await? else {
             return Ok(Vec::new());
         };
+        let part = part(len);
+        // The buffers this load takes, announced so that buffers given back meanwhile wait for it
+        // (the caller admitted it with room for them).
+        let fast = self.fast_link.load(std::sync::atomic::Ordering::Relaxed);
+        let lease = self.bodies.lease(len, part, fast);
+        let lease = &lease;
         let (fetches, steps) = plan(&recon)?;
         let unpacked: u64 = steps.iter().map(|s| s.unpacked).sum();
         let len = len.min(unpacked.saturating_sub(recon.offset_into_first_range));
