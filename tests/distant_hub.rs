@@ -6,10 +6,8 @@
 
 mod common;
 
-use std::path::PathBuf;
-
-use common::isolated::DaemonMount;
-use hubfs::local_hub::{DEFAULT_WRITE_TOKEN, FaultSettings, LocalHub, RouteClass};
+use common::isolated::mounted_xet_dataset;
+use hubfs::local_hub::{FaultSettings, RouteClass};
 
 /// Two cache blocks.
 const SIZE: usize = 16 << 20;
@@ -19,31 +17,10 @@ const PARTS_PER_BLOCK: u64 = 4;
 
 #[test]
 fn the_first_blocks_of_a_cold_read_from_a_distant_hub_go_in_parts() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: FUSE mounts need root here");
-        return;
-    }
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let hub = rt.block_on(LocalHub::start_temp(false)).unwrap();
-    let ep = hub.endpoint().to_string();
     let data = common::bytes(SIZE, 61);
-    let repo = common::Repo::dataset("local/distant");
-    rt.block_on(common::upload_xet_files(
-        &ep,
-        &repo,
-        &[("weights.bin".to_string(), data.clone())],
-    ));
-    let cli = common::isolated::Isolated::new(&ep);
-    let dir: PathBuf = cli.path("mnt");
-    std::fs::create_dir_all(&dir).unwrap();
-    let o = cli
-        .command(Some(DEFAULT_WRITE_TOKEN))
-        .args(["mount", "datasets/local/distant", dir.to_str().unwrap(), "--daemon"])
-        .output()
-        .unwrap();
-    let (pid, _log) = common::isolated::daemon_started(&o);
-    let _mounted = DaemonMount(dir.clone(), pid);
-
+    let Some(((_rt, hub, _cli), dir, _mounted)) = mounted_xet_dataset("distant", &[("weights.bin", &data)], &[]) else {
+        return;
+    };
     let path = dir.join("weights.bin");
     assert_eq!(std::fs::metadata(&path).unwrap().len(), SIZE as u64);
     let slow = FaultSettings {

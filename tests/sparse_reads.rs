@@ -6,52 +6,15 @@
 mod common;
 
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
 
-use common::isolated::DaemonMount;
-use hubfs::local_hub::{DEFAULT_WRITE_TOKEN, LocalHub, RouteClass};
+use common::isolated::mounted_xet_dataset as mounted;
+use hubfs::local_hub::{LocalHub, RouteClass};
 
 const SIZE: usize = 24 << 20;
 /// Reads of 512 KiB every 2 MiB: within the 4 MiB a reader may skip and still count as reading
 /// on, but more skipped than read (a parquet reader's column chunks).
 const READ: usize = 512 << 10;
 const STRIDE: usize = 2 << 20;
-
-/// A local Hub with `files` in dataset `local/NAME` (Xet), mounted with `mount --daemon` and
-/// `extra` options: the runtime and Hub (kept alive), the mountpoint and its guard; `None` when
-/// not root (FUSE mounts need it here).
-fn mounted(name: &str, files: &[(&str, &[u8])], extra: &[&str]) -> Option<(Hub, PathBuf, DaemonMount)> {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: FUSE mounts need root here");
-        return None;
-    }
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let hub = rt.block_on(LocalHub::start_temp(false)).unwrap();
-    let ep = hub.endpoint().to_string();
-    let repo = common::Repo::dataset(&format!("local/{name}"));
-    let files: Vec<(String, Vec<u8>)> = files.iter().map(|(p, d)| (p.to_string(), d.to_vec())).collect();
-    rt.block_on(common::upload_xet_files(&ep, &repo, &files));
-    let cli = common::isolated::Isolated::new(&ep);
-    let dir = cli.path("mnt");
-    std::fs::create_dir_all(&dir).unwrap();
-    let o = cli
-        .command(Some(DEFAULT_WRITE_TOKEN))
-        .args([
-            "mount",
-            &format!("datasets/local/{name}"),
-            dir.to_str().unwrap(),
-            "--daemon",
-        ])
-        .args(extra)
-        .output()
-        .unwrap();
-    let (pid, _log) = common::isolated::daemon_started(&o);
-    let guard = DaemonMount(dir.clone(), pid);
-    Some(((rt, hub, cli), dir, guard))
-}
-
-/// What `mounted` keeps alive for a test: the runtime, the Hub, and the binary's private home.
-type Hub = (tokio::runtime::Runtime, LocalHub, common::isolated::Isolated);
 
 #[test]
 fn strided_reads_fetch_their_bytes_and_a_later_cat_only_the_rest() {

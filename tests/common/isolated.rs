@@ -121,3 +121,43 @@ pub fn can_hide_dev() -> bool {
         }
     }
 }
+
+/// A local Hub with `files` in dataset `local/NAME` (Xet), mounted with `mount --daemon` and
+/// `extra` options: the runtime and Hub (kept alive), the mountpoint and its guard; `None` when
+/// not root (FUSE mounts need it here).
+pub fn mounted_xet_dataset(
+    name: &str,
+    files: &[(&str, &[u8])],
+    extra: &[&str],
+) -> Option<(MountedHub, PathBuf, DaemonMount)> {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: FUSE mounts need root here");
+        return None;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let hub = rt.block_on(hubfs::local_hub::LocalHub::start_temp(false)).unwrap();
+    let ep = hub.endpoint().to_string();
+    let repo = super::Repo::dataset(&format!("local/{name}"));
+    let files: Vec<(String, Vec<u8>)> = files.iter().map(|(p, d)| (p.to_string(), d.to_vec())).collect();
+    rt.block_on(super::upload_xet_files(&ep, &repo, &files));
+    let cli = Isolated::new(&ep);
+    let dir = cli.path("mnt");
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = cli
+        .command(Some(hubfs::local_hub::DEFAULT_WRITE_TOKEN))
+        .args([
+            "mount",
+            &format!("datasets/local/{name}"),
+            dir.to_str().unwrap(),
+            "--daemon",
+        ])
+        .args(extra)
+        .output()
+        .unwrap();
+    let (pid, _log) = daemon_started(&o);
+    let guard = DaemonMount(dir.clone(), pid);
+    Some(((rt, hub, cli), dir, guard))
+}
+
+/// What `mounted_xet_dataset` keeps alive for a test: the runtime, the Hub, and the binary's private home.
+pub type MountedHub = (tokio::runtime::Runtime, hubfs::local_hub::LocalHub, Isolated);
