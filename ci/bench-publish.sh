@@ -22,6 +22,9 @@
 # HUBFS_BENCH_LATENCY_MS=30 delays every api request by 30 ms (a distant Hub).
 # HUBFS_BENCH_DIR (default /var/tmp) holds the files, the Hub, the cache and the mount's staging:
 # /dev/shm takes the disk out of the figures.
+# HUBFS_BENCH_RUNS=N (default 1) repeats every shape N times, each run on new repos with fresh bytes
+# and its ratios against its own upload_folder, then prints each way's ratios and their median (one
+# run on these machines moves by a quarter from the next).
 # Ends with `bench-publish: N passed, M failed`.
 set -uo pipefail
 
@@ -31,6 +34,8 @@ shift 2
 SHAPES=("$@")
 [ ${#SHAPES[@]} -eq 0 ] && SHAPES=(mixed)
 LATENCY="${HUBFS_BENCH_LATENCY_MS:-0}"
+RUNS="${HUBFS_BENCH_RUNS:-1}"
+case "$RUNS" in '' | *[!0-9]* | 0) echo "HUBFS_BENCH_RUNS must be a whole number of runs, 1 or more (got '$RUNS')" >&2; exit 2 ;; esac
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=ci/lib.sh
 . "$ROOT/ci/lib.sh"
@@ -104,10 +109,10 @@ for dirpath, _, names in os.walk(folder):
 print(f"{bad} {len(api.list_repo_commits(repo, repo_type='dataset'))}")
 EOF
 
-# publish WAY SHAPE DIR: one run on a new repo; sets LAST="seconds api_calls rss_mib" and
+# publish WAY SHAPE DIR REPO: one run on the new repo REPO; sets LAST="seconds api_calls rss_mib" and
 # COMMITS0 (the new repo's commits before it).
 publish() {
-  local way=$1 shape=$2 dir=$3 repo="local/pub-$2-${1//=/-}" name pid s e rss calls0 calls1 cache
+  local way=$1 shape=$2 dir=$3 repo=$4 name pid s e rss calls0 calls1 cache
   name=${repo#local/}
   curl -sf -X POST "$EP/api/repos/create" "${auth[@]}" -H 'content-type: application/json' \
     -d "{\"name\":\"$name\",\"organization\":\"local\",\"type\":\"dataset\"}" >/dev/null
@@ -140,9 +145,11 @@ publish() {
 
 declare -A SHAPE_OF=([mixed]=500,4,64 [small]=10000,0,0 [huge]=10,2,1024)
 WAYS=(upload_folder close=upload close=stage)
-echo "publishing on a local Hub (api latency ${LATENCY} ms, request windows and commit limit on)"
+declare -A RATIOS=()
+echo "publishing on a local Hub (api latency ${LATENCY} ms, request windows and commit limit on, $RUNS run(s))"
 printf '| shape | way | seconds | MB/s | commits | api calls | mount peak RSS MiB | vs upload_folder |\n'
 printf '|---|---|---|---|---|---|---|---|\n'
+for ((run = 1; run <= RUNS; run++)); do
 for spec in "${SHAPES[@]}"; do
   shape=${spec%%=*}
   dims=${SHAPE_OF[$shape]:-${spec#*=}}
@@ -153,12 +160,14 @@ for spec in "${SHAPES[@]}"; do
     dir="$WORK/src-$shape"
     rm -rf "$dir"
     make_tree "$dir" "$small" "$big" "$mib"
-    publish "$way" "$shape" "$dir"
+    repo="local/pub-$shape-${way//=/-}"
+    [ "$RUNS" -gt 1 ] && repo="$repo-$run"
+    publish "$way" "$shape" "$dir" "$repo"
     rc=$?
     read -r secs calls rss <<<"$LAST"
     check "$shape ($small small + $big x $mib MiB) by $way" $rc
     [ $rc -eq 0 ] || continue
-    read -r bad commits <<<"$("$PY" "$WORK/verify.py" "$EP" "$TOKEN" "local/pub-$shape-${way//=/-}" "$dir" 2>&1 | tail -n1)"
+    read -r bad commits <<<"$("$PY" "$WORK/verify.py" "$EP" "$TOKEN" "$repo" "$dir" 2>&1 | tail -n1)"
     commits=$((${commits:-999} - COMMITS0))
     check "  every file on the Hub with its bytes ($bad wrong or missing)" "$([ "$bad" = 0 ] && echo 0 || echo 1)"
     [ "$way" = upload_folder ] ||
@@ -168,8 +177,21 @@ for spec in "${SHAPES[@]}"; do
     mbs=$(python3 -c "print(f'{$total_mb / $secs:.0f}' if $secs > 0 else '-')")
     printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$shape" "$way" "$secs" "$mbs" "$commits" "$calls" \
       "$([ "$rss" = 0 ] && echo - || echo "$rss")" "$ratio"
-    rm -rf "$dir" "$WORK/cache-pub-$shape-${way//=/-}"
+    [ "$way" = upload_folder ] || RATIOS[$shape $way]+="$ratio "
+    rm -rf "$dir" "$WORK/cache-${repo#local/}"
   done
 done
+done
+if [ "$RUNS" -gt 1 ]; then
+  printf '\n| shape | way | ratios to upload_folder, run by run | median |\n|---|---|---|---|\n'
+  for spec in "${SHAPES[@]}"; do
+    shape=${spec%%=*}
+    for way in "${WAYS[@]:1}"; do
+      r="${RATIOS[$shape $way]:-}"
+      med=$(python3 -c "import statistics, sys; v = [float(x) for x in sys.argv[1:] if x != '-']; print(f'{statistics.median(v):.2f}' if v else '-')" $r)
+      printf '| %s | %s | %s | %s |\n' "$shape" "$way" "${r% }" "$med"
+    done
+  done
+fi
 echo "bench-publish: $PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]
