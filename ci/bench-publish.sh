@@ -150,37 +150,37 @@ echo "publishing on a local Hub (api latency ${LATENCY} ms, request windows and 
 printf '| shape | way | seconds | MB/s | commits | api calls | mount peak RSS MiB | vs upload_folder |\n'
 printf '|---|---|---|---|---|---|---|---|\n'
 for ((run = 1; run <= RUNS; run++)); do
-for spec in "${SHAPES[@]}"; do
-  shape=${spec%%=*}
-  dims=${SHAPE_OF[$shape]:-${spec#*=}}
-  IFS=, read -r small big mib <<<"$dims"
-  total_mb=$(python3 -c "print(($small * 60 + $big * ($mib << 20)) / 1e6)")
-  base=""
-  for way in "${WAYS[@]}"; do
-    dir="$WORK/src-$shape"
-    rm -rf "$dir"
-    make_tree "$dir" "$small" "$big" "$mib"
-    repo="local/pub-$shape-${way//=/-}"
-    [ "$RUNS" -gt 1 ] && repo="$repo-$run"
-    publish "$way" "$shape" "$dir" "$repo"
-    rc=$?
-    read -r secs calls rss <<<"$LAST"
-    check "$shape ($small small + $big x $mib MiB) by $way" $rc
-    [ $rc -eq 0 ] || continue
-    read -r bad commits <<<"$("$PY" "$WORK/verify.py" "$EP" "$TOKEN" "$repo" "$dir" 2>&1 | tail -n1)"
-    commits=$((${commits:-999} - COMMITS0))
-    check "  every file on the Hub with its bytes ($bad wrong or missing)" "$([ "$bad" = 0 ] && echo 0 || echo 1)"
-    [ "$way" = upload_folder ] ||
-      check "  $commits commits, within the default budget's burst of 8 (no refill waited for)" "$([ "$commits" -le 8 ] 2>/dev/null && echo 0 || echo 1)"
-    [ "$way" = upload_folder ] && base=$secs
-    ratio=$(python3 -c "print(f'{$base / $secs:.2f}' if '$base' and $secs > 0 else '-')")
-    mbs=$(python3 -c "print(f'{$total_mb / $secs:.0f}' if $secs > 0 else '-')")
-    printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$shape" "$way" "$secs" "$mbs" "$commits" "$calls" \
-      "$([ "$rss" = 0 ] && echo - || echo "$rss")" "$ratio"
-    [ "$way" = upload_folder ] || RATIOS[$shape $way]+="$ratio "
-    rm -rf "$dir" "$WORK/cache-${repo#local/}"
+  for spec in "${SHAPES[@]}"; do
+    shape=${spec%%=*}
+    dims=${SHAPE_OF[$shape]:-${spec#*=}}
+    IFS=, read -r small big mib <<<"$dims"
+    total_mb=$(python3 -c "print(($small * 60 + $big * ($mib << 20)) / 1e6)")
+    base=""
+    for way in "${WAYS[@]}"; do
+      dir="$WORK/src-$shape"
+      rm -rf "$dir"
+      make_tree "$dir" "$small" "$big" "$mib"
+      repo="local/pub-$shape-${way//=/-}"
+      [ "$RUNS" -gt 1 ] && repo="$repo-$run"
+      publish "$way" "$shape" "$dir" "$repo"
+      rc=$?
+      read -r secs calls rss <<<"$LAST"
+      check "$shape ($small small + $big x $mib MiB) by $way" $rc
+      [ $rc -eq 0 ] || continue
+      read -r bad commits <<<"$("$PY" "$WORK/verify.py" "$EP" "$TOKEN" "$repo" "$dir" 2>&1 | tail -n1)"
+      commits=$((${commits:-999} - COMMITS0))
+      check "  every file on the Hub with its bytes ($bad wrong or missing)" "$([ "$bad" = 0 ] && echo 0 || echo 1)"
+      [ "$way" = upload_folder ] ||
+        check "  $commits commits, within the default budget's burst of 8 (no refill waited for)" "$([ "$commits" -le 8 ] 2>/dev/null && echo 0 || echo 1)"
+      [ "$way" = upload_folder ] && base=$secs
+      ratio=$(python3 -c "print(f'{$base / $secs:.2f}' if '$base' and $secs > 0 else '-')")
+      mbs=$(python3 -c "print(f'{$total_mb / $secs:.0f}' if $secs > 0 else '-')")
+      printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$shape" "$way" "$secs" "$mbs" "$commits" "$calls" \
+        "$([ "$rss" = 0 ] && echo - || echo "$rss")" "$ratio"
+      [ "$way" = upload_folder ] || RATIOS[$shape $way]+="$ratio "
+      rm -rf "$dir" "$WORK/cache-${repo#local/}"
+    done
   done
-done
 done
 if [ "$RUNS" -gt 1 ]; then
   printf '\n| shape | way | ratios to upload_folder, run by run | median |\n|---|---|---|---|\n'
