@@ -141,7 +141,7 @@ pub fn holds_state(dir: &Path) -> bool {
             "lock" | "uploads" => false,
             n if n.starts_with(INSTANCE_FILE) => false,
             n if n.starts_with(super::staging::SPARE_PREFIX) => false,
-            "metadata.log" | "opened.log" => e.metadata().map(|m| m.len() > 0).unwrap_or(true),
+            "metadata.log" | "opened.log" | "data.log" => e.metadata().map(|m| m.len() > 0).unwrap_or(true),
             _ => true,
         }
     })

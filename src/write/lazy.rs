@@ -261,9 +261,10 @@ impl DirtyFile {
     /// reads from `base` (`write::lazy`). Called on a new, empty staged file.
     pub fn set_base(&self, base: Base) -> std::io::Result<()> {
         let size = base.meta.size;
+        let file = self.disk()?;
         let lazy = Lazy::create(self.data_path(), base)?;
         let mut s = self.st.lock();
-        self.file.set_len(size)?;
+        file.set_len(size)?;
         s.size = size;
         *self.lazy.lock() = Some(lazy);
         Ok(())
@@ -295,7 +296,7 @@ impl DirtyFile {
         let Some(l) = lazy.as_mut() else { return Ok(()) };
         for (s, e) in l.missing(offset, data.len() as u64) {
             let part = &data[(s - offset) as usize..(e - offset) as usize];
-            self.file.write_all_at(part, s)?;
+            self.disk()?.write_all_at(part, s)?;
             l.note_write(s, e - s)?;
         }
         Ok(())
@@ -307,7 +308,7 @@ impl DirtyFile {
         let mut lazy = self.lazy.lock();
         match lazy.as_ref() {
             Some(l) if l.missing(0, size).is_empty() => {
-                self.file.sync_data()?;
+                self.disk()?.sync_data()?;
                 if let Some(l) = lazy.take() {
                     l.finish()?;
                 }

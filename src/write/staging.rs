@@ -13,6 +13,10 @@
 //! A small file's close may skip the wait for the disk (`close_quick`, in `staging/quick.rs`): its
 //! closed entry then carries the content's size and CRC, and a background thread makes both
 //! durable a moment later.
+//!
+//! A new file has no `<id>.data` at first: while it is small, its bytes are appended to a log
+//! shared by all such files (`staging/datalog.rs`), and it gets its data file only when it grows
+//! or something needs the file itself.
 
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Write};
@@ -54,8 +58,10 @@ pub struct StagingArea {
     sealer: quick::Sealer,
     /// New files' open entries.
     opens: std::sync::Arc<opens::OpensLog>,
-    /// Emptied data files of committed small files, reused by `create`.
+    /// Emptied data files of committed small files, reused when a file needs one.
     spares: std::sync::Arc<spares::Spares>,
+    /// New small files' bytes.
+    data: std::sync::Arc<datalog::DataLog>,
     /// Keeps the directory's advisory lock for as long as the mount lives.
     _lock: File,
 }
@@ -85,6 +91,8 @@ impl StagingArea {
                 ),
             ));
         }
+        // First, so that the files it restores are found like any other.
+        let data = std::sync::Arc::new(datalog::DataLog::open(dir)?);
         // One scan finds the highest id in use and the spares a previous run left.
         let (mut max, mut spares) = (0, Vec::new());
         for e in std::fs::read_dir(dir)? {
@@ -107,6 +115,7 @@ impl StagingArea {
             sealer: quick::Sealer::start(dir)?,
             opens: std::sync::Arc::new(opens::OpensLog::open(dir)?),
             spares: std::sync::Arc::new(spares::Spares::adopt(dir, spares)),
+            data,
             _lock: lock,
         })
     }
@@ -115,28 +124,35 @@ impl StagingArea {
         &self.dir
     }
 
-    /// A new, empty staged file for `repo_path`, journaled as open: a spare renamed into place
-    /// when there is one (`staging/spares.rs`), else a new file.
+    /// A new, empty staged file for `repo_path`, journaled as open: held by the data log while
+    /// it has room (`staging/datalog.rs`), else given a data file (a spare renamed into place when
+    /// there is one, `staging/spares.rs`).
     pub fn create(&self, repo_path: &str) -> std::io::Result<DirtyFile> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let data_path = self.dir.join(format!("{id}.data"));
-        let file = match self.spares.take(&data_path) {
-            Some(f) => f,
-            None => OpenOptions::new()
-                .create_new(true)
-                .read(true)
-                .write(true)
-                .open(&data_path)?,
+        let file = if self.data.adopt(id)? {
+            None
+        } else {
+            Some(match self.spares.take(&data_path) {
+                Some(f) => f,
+                None => OpenOptions::new()
+                    .create_new(true)
+                    .read(true)
+                    .write(true)
+                    .open(&data_path)?,
+            })
         };
         let df = DirtyFile::new(
             id,
-            data_path,
-            self.dir.join(format!("{id}.meta")),
+            &self.dir,
             file,
             repo_path.to_string(),
             0,
-            self.opens.clone(),
-            self.spares.clone(),
+            Stores {
+                opens: self.opens.clone(),
+                spares: self.spares.clone(),
+                log: self.data.clone(),
+            },
             false,
         );
         df.write_meta(repo_path, Phase::Open)?;
@@ -206,13 +222,15 @@ impl StagingArea {
             };
             let df = DirtyFile::new(
                 id,
-                data_path,
-                meta_path,
-                file,
+                &self.dir,
+                Some(file),
                 meta.path,
                 size,
-                self.opens.clone(),
-                self.spares.clone(),
+                Stores {
+                    opens: self.opens.clone(),
+                    spares: self.spares.clone(),
+                    log: self.data.clone(),
+                },
                 has_meta,
             );
             *df.lazy.lock() = lazy;
@@ -257,8 +275,16 @@ pub(super) struct State {
     uploaded: Option<Snapshot>,
 }
 
-/// One staged file. Lock order: `st` is a leaf; file I/O happens outside it except where the size
-/// must change atomically with the data (truncate).
+/// The staging area's shared stores a file writes to.
+struct Stores {
+    opens: std::sync::Arc<opens::OpensLog>,
+    spares: std::sync::Arc<spares::Spares>,
+    log: std::sync::Arc<datalog::DataLog>,
+}
+
+/// One staged file. Lock order: `journal` → `logged` → `st` → the stores' locks (each a leaf);
+/// `st` is taken before `logged` only by `truncate` (the size must change atomically with the
+/// data), which takes nothing else under it. File I/O happens outside `st` but there.
 pub struct DirtyFile {
     id: u64,
     data_path: PathBuf,
@@ -266,7 +292,12 @@ pub struct DirtyFile {
     opens: std::sync::Arc<opens::OpensLog>,
     /// Where the data file goes once the Hub has it, if small (see `Drop`).
     spares: std::sync::Arc<spares::Spares>,
-    pub(super) file: File,
+    /// Holds the content while the file has no data file (`staging/datalog.rs`).
+    log: std::sync::Arc<datalog::DataLog>,
+    /// The data file; unset while the content lives in the log.
+    disk: std::sync::OnceLock<File>,
+    /// Taken to read or write content that lives in the log, and to move it to a data file.
+    logged: Mutex<()>,
     pub(super) st: Mutex<State>,
     /// Serialises journal updates (they share one temporary file name).
     journal: Mutex<()>,
@@ -282,26 +313,30 @@ pub struct DirtyFile {
 }
 
 impl DirtyFile {
-    /// A staged file not yet on the Hub (generation 1, nothing committed).
-    #[allow(clippy::too_many_arguments)]
+    /// A staged file not yet on the Hub (generation 1, nothing committed); `file` is `None` for
+    /// one the data log holds.
     fn new(
         id: u64,
-        data_path: PathBuf,
-        meta_path: PathBuf,
-        file: File,
+        dir: &Path,
+        file: Option<File>,
         path: String,
         size: u64,
-        opens: std::sync::Arc<opens::OpensLog>,
-        spares: std::sync::Arc<spares::Spares>,
+        stores: Stores,
         has_meta: bool,
     ) -> DirtyFile {
+        let disk = std::sync::OnceLock::new();
+        if let Some(f) = file {
+            let _ = disk.set(f);
+        }
         DirtyFile {
             id,
-            data_path,
-            meta_path,
-            opens,
-            spares,
-            file,
+            data_path: dir.join(format!("{id}.data")),
+            meta_path: dir.join(format!("{id}.meta")),
+            opens: stores.opens,
+            spares: stores.spares,
+            log: stores.log,
+            disk,
+            logged: Mutex::new(()),
             st: Mutex::new(State {
                 path,
                 size,
@@ -437,7 +472,8 @@ impl DirtyFile {
             }
             s.generation
         };
-        self.file.sync_data()?;
+        // A durable entry names a data file.
+        self.disk()?.sync_data()?;
         {
             let mut s = self.st.lock();
             s.synced = s.synced.max(generation);
@@ -509,9 +545,11 @@ impl DirtyFile {
             s.quick = g;
             return Ok(());
         }
+        // An entry file names a data file.
+        let file = self.disk()?;
         if durable && let Some(generation) = unsynced {
             // A rename of a quickly closed file, whose bytes may not be on disk yet.
-            self.file.sync_data()?;
+            file.sync_data()?;
             let mut s = self.st.lock();
             s.synced = s.synced.max(generation);
         }
@@ -577,12 +615,12 @@ impl DirtyFile {
             let mut lazy = self.lazy.lock();
             match lazy.as_mut() {
                 Some(l) => self
-                    .file
-                    .write_all_at(data, offset)
+                    .disk()
+                    .and_then(|f| f.write_all_at(data, offset))
                     .and_then(|()| l.note_write(offset, data.len() as u64)),
                 None => {
                     drop(lazy);
-                    self.file.write_all_at(data, offset)
+                    self.store_at(data, offset)
                 }
             }
         };
@@ -606,7 +644,7 @@ impl DirtyFile {
         let mut buf = vec![0u8; len];
         let mut done = 0;
         while done < len {
-            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+            match self.read_some(&mut buf[done..], offset + done as u64) {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -620,7 +658,7 @@ impl DirtyFile {
     pub fn truncate(&self, size: u64) -> std::io::Result<()> {
         self.grown_only.store(false, Ordering::SeqCst);
         let mut s = self.st.lock();
-        self.file.set_len(size)?;
+        self.store_len(size)?;
         if let Some(l) = self.lazy.lock().as_mut() {
             l.note_truncate(size)?;
         }
@@ -645,8 +683,12 @@ impl Drop for DirtyFile {
             if lazy {
                 Lazy::remove_files(&self.data_path);
             }
-            if lazy || !small || !self.spares.give_back(&self.data_path, &self.file) {
-                let _ = std::fs::remove_file(&self.data_path);
+            match self.disk.get() {
+                None => self.log.forget(self.id),
+                Some(f) if lazy || !small || !self.spares.give_back(&self.data_path, f) => {
+                    let _ = std::fs::remove_file(&self.data_path);
+                }
+                Some(_) => {}
             }
         }
     }
@@ -660,6 +702,9 @@ mod opens;
 
 #[path = "staging_spares.rs"]
 mod spares;
+
+#[path = "staging_datalog.rs"]
+mod datalog;
 pub(crate) use spares::PREFIX as SPARE_PREFIX;
 
 #[path = "staging_snapshot.rs"]

@@ -83,9 +83,9 @@ impl DirtyFile {
     /// Makes a quick close durable as it is, entry and all, without rewriting the entry (the
     /// check it carries then holds): fsyncs the data and the entry file. Returns the generation
     /// that is durable once the directory is synced too (and the opens log, when the entry is a
-    /// line there: `true`), or `None` when the file moved on since (written, renamed, reopened):
-    /// then it needs a full seal.
-    fn sync_quick(&self) -> std::io::Result<Option<(u64, bool)>> {
+    /// line there: `in_log`; the data log, when it holds the content: `data_in_log`), or `None`
+    /// when the file moved on since (written, renamed, reopened): then it needs a full seal.
+    fn sync_quick(&self) -> std::io::Result<Option<QuickSynced>> {
         let generation = {
             let s = self.st.lock();
             if s.discarded || s.quick == 0 || s.quick != s.generation {
@@ -93,7 +93,14 @@ impl DirtyFile {
             }
             s.generation
         };
-        self.file.sync_data()?;
+        // Content the data log holds is synced with the log, once for the whole batch.
+        let data_in_log = match self.disk.get() {
+            Some(f) => {
+                f.sync_data()?;
+                false
+            }
+            None => true,
+        };
         // The entry is not replaced while it is synced.
         let _j = self.journal.lock();
         let in_log = {
@@ -106,11 +113,20 @@ impl DirtyFile {
         if !in_log {
             File::open(&self.meta_path)?.sync_data()?;
         }
-        Ok(Some((generation, in_log)))
+        Ok(Some(QuickSynced {
+            generation,
+            in_log,
+            data_in_log,
+        }))
     }
 
-    /// After the staging directory's fsync: generation `g`'s quick entry and data are durable.
-    fn settle_quick(&self, g: u64) {
+    /// After the staging directory's fsync: generation `g`'s quick entry and data are durable
+    /// (unless the content was meanwhile moved out of the data log to a data file not synced).
+    fn settle_quick(&self, q: &QuickSynced) {
+        if q.data_in_log && !self.in_log() {
+            return;
+        }
+        let g = q.generation;
         let mut s = self.st.lock();
         if s.quick == g && s.generation == g {
             s.synced = s.synced.max(g);
@@ -123,6 +139,15 @@ impl DirtyFile {
         let s = self.st.lock();
         !s.discarded && s.writers == 0 && s.generation > s.committed && !(s.sealed && s.synced == s.generation)
     }
+}
+
+/// What `sync_quick` made durable, or left to the batch's syncs.
+struct QuickSynced {
+    generation: u64,
+    /// The entry is a line in the opens log.
+    in_log: bool,
+    /// The content is in the data log.
+    data_in_log: bool,
 }
 
 /// How long the sealer gathers closes before it syncs them. Each batch costs the disk one
@@ -164,6 +189,7 @@ impl Sealer {
 pub(super) fn seal_batch(dir: &std::path::Path, batch: impl Iterator<Item = Weak<DirtyFile>>) -> std::io::Result<()> {
     let mut synced = Vec::new();
     let mut log: Option<Arc<super::opens::OpensLog>> = None;
+    let mut data: Option<Arc<super::datalog::DataLog>> = None;
     for f in batch {
         // Gone: committed (or deleted) and dropped, nothing left to make durable.
         let Some(f) = f.upgrade() else { continue };
@@ -171,11 +197,14 @@ pub(super) fn seal_batch(dir: &std::path::Path, batch: impl Iterator<Item = Weak
             continue;
         }
         let done = match f.sync_quick() {
-            Ok(Some((g, in_log))) => {
-                if in_log && log.is_none() {
+            Ok(Some(q)) => {
+                if q.in_log && log.is_none() {
                     log = Some(f.opens.clone());
                 }
-                synced.push((f, g));
+                if q.data_in_log && data.is_none() {
+                    data = Some(f.log.clone());
+                }
+                synced.push((f, q));
                 continue;
             }
             Ok(None) => f.seal(),
@@ -188,12 +217,19 @@ pub(super) fn seal_batch(dir: &std::path::Path, batch: impl Iterator<Item = Weak
     if synced.is_empty() {
         return Ok(());
     }
+    // Data before the entries that name it.
+    if let Some(data) = data {
+        data.sync()?;
+    }
     if let Some(log) = log {
         log.sync()?;
     }
-    File::open(dir)?.sync_all()?;
-    for (f, g) in synced {
-        f.settle_quick(g);
+    // Only new directory entries need it: a data file, or an entry file renamed into place.
+    if synced.iter().any(|(_, q)| !(q.in_log && q.data_in_log)) {
+        File::open(dir)?.sync_all()?;
+    }
+    for (f, q) in synced {
+        f.settle_quick(&q);
     }
     Ok(())
 }

@@ -3,7 +3,6 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -131,8 +130,13 @@ impl DirtyFile {
             let s = self.st.lock();
             (s.generation, s.size, s.path.clone())
         };
+        // The uploader reads the data file itself; a file the data log holds is small and goes
+        // through a snapshot.
+        if self.in_log() {
+            return Ok(None);
+        }
         let mut sample = vec![0u8; SAMPLE_BYTES.min(size as usize)];
-        let n = self.file.read_at(&mut sample, 0)?;
+        let n = self.read_some(&mut sample, 0)?;
         sample.truncate(n);
         Ok(Some(InPlace {
             generation,
@@ -164,7 +168,13 @@ impl DirtyFile {
     /// writer; the caller knows the range is written).
     pub fn read_exact_at(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
         let mut buf = vec![0u8; len];
-        std::os::unix::fs::FileExt::read_exact_at(&self.file, &mut buf, offset)?;
+        let mut done = 0;
+        while done < len {
+            match self.read_some(&mut buf[done..], offset + done as u64)? {
+                0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                n => done += n,
+            }
+        }
         Ok(buf)
     }
 
@@ -244,7 +254,7 @@ impl DirtyFile {
         let mut buf = vec![0u8; size as usize];
         let mut done = 0;
         while done < buf.len() {
-            let n = self.file.read_at(&mut buf[done..], done as u64)?;
+            let n = self.read_some(&mut buf[done..], done as u64)?;
             if n == 0 {
                 break;
             }
@@ -262,7 +272,7 @@ impl DirtyFile {
         let mut done = 0u64;
         while done < size {
             let want = (buf.len() as u64).min(size - done) as usize;
-            let n = self.file.read_at(&mut buf[..want], done)?;
+            let n = self.read_some(&mut buf[..want], done)?;
             let chunk = if n == 0 {
                 // Shorter on disk than recorded (only after a crash): the zeros a read returns.
                 buf[..want].fill(0);

@@ -172,17 +172,26 @@ fn committed_files_are_deleted_on_drop_dirty_ones_kept() {
     let dir = tempfile::tempdir().unwrap();
     let area = StagingArea::open(dir.path()).unwrap();
     let clean = area.create("c").unwrap();
-    clean.write_at(0, b"1").unwrap();
+    clean.write_at(0, &vec![1u8; 100 << 10]).unwrap();
     let g = clean.generation();
     assert!(clean.committed(g));
     let data = clean.data_path().to_path_buf();
     drop(clean);
     assert!(!data.exists());
     let dirty = area.create("d").unwrap();
-    dirty.write_at(0, b"1").unwrap();
+    dirty.write_at(0, &vec![1u8; 100 << 10]).unwrap();
     let data = dirty.data_path().to_path_buf();
     drop(dirty);
     assert!(data.exists(), "uncommitted bytes survive");
+    // A small one the data log holds: kept there, and given a data file at the next start.
+    let small = area.create("e").unwrap();
+    small.write_at(0, b"1").unwrap();
+    let data = small.data_path().to_path_buf();
+    drop(small);
+    assert!(!data.exists());
+    drop(area);
+    let _area = StagingArea::open(dir.path()).unwrap();
+    assert_eq!(std::fs::read(&data).unwrap(), b"1", "uncommitted bytes survive");
 }
 
 /// A committed small file's data file is kept, emptied, and the next new file gets that inode
@@ -192,26 +201,29 @@ fn committed_small_files_leave_spares_that_new_files_reuse() {
     use std::os::unix::fs::MetadataExt;
     let dir = tempfile::tempdir().unwrap();
     let area = StagingArea::open(dir.path()).unwrap();
+    // Small files get data files only when something needs one (a durable seal here).
     let small = area.create("a.txt").unwrap();
     small.write_at(0, b"first file's bytes").unwrap();
+    small.seal().unwrap();
     let ino = std::fs::metadata(small.data_path()).unwrap().ino();
     assert!(small.committed(small.generation()));
     drop(small);
     assert_eq!(area.spares.count(), 1);
 
     let next = area.create("b.txt").unwrap();
+    assert_eq!(next.size(), 0);
+    next.write_at(0, b"b").unwrap();
+    next.seal().unwrap();
     assert_eq!(
         std::fs::metadata(next.data_path()).unwrap().ino(),
         ino,
         "the spare's inode is reused"
     );
-    assert_eq!(next.size(), 0);
     assert_eq!(
         std::fs::metadata(next.data_path()).unwrap().len(),
-        0,
-        "a spare is empty"
+        1,
+        "a spare is emptied before it takes the file's bytes"
     );
-    next.write_at(0, b"b").unwrap();
     assert_eq!(&next.read_at(0, 100).unwrap()[..], b"b");
     assert_eq!(area.spares.count(), 0);
 
@@ -235,6 +247,7 @@ fn spares_left_by_an_earlier_run_are_emptied_and_never_recovered() {
         let area = StagingArea::open(dir.path()).unwrap();
         let f = area.create("x").unwrap();
         f.write_at(0, b"committed").unwrap();
+        f.seal().unwrap();
         assert!(f.committed(f.generation()));
         drop(f);
         assert_eq!(area.spares.count(), 1);
@@ -245,16 +258,18 @@ fn spares_left_by_an_earlier_run_are_emptied_and_never_recovered() {
     assert_eq!(area.spares.count(), 2);
     for name in ["a", "b"] {
         let f = area.create(name).unwrap();
-        assert_eq!(
-            std::fs::metadata(f.data_path()).unwrap().len(),
-            0,
-            "{name}: a reused spare is empty"
-        );
         f.write_at(0, name.as_bytes()).unwrap();
+        f.seal().unwrap();
+        assert_eq!(
+            std::fs::read(f.data_path()).unwrap(),
+            name.as_bytes(),
+            "{name}: a reused spare holds only the file's bytes"
+        );
         std::mem::forget(f);
     }
     assert_eq!(area.spares.count(), 0);
     let f = area.create("c").unwrap();
+    f.seal().unwrap();
     assert!(f.data_path().exists(), "with no spare left, a new file is created");
 }
 
@@ -344,6 +359,8 @@ fn a_quick_entry_holds_only_over_the_bytes_it_checked() {
             "no entry file: a line in the log"
         );
     }
+    // A start gives the files the data log held their data files (then a clean stop).
+    drop(StagingArea::open(dir.path()).unwrap());
     let log = opens::OpensLog::open(dir.path()).unwrap();
     let ids: std::collections::HashMap<String, u64> = (1..=3).map(|id| (log.path_of(id).unwrap(), id)).collect();
     drop(log);
@@ -415,8 +432,8 @@ fn the_opens_log_forgets_a_discarded_file_and_keeps_a_sealed_one() {
         std::mem::forget(kept);
     }
     assert!(
-        crashed.path().join("1.data").exists(),
-        "the discarded file's data is still there"
+        std::fs::metadata(crashed.path().join("data.log")).unwrap().len() > 0,
+        "the discarded file's data is still there, in the data log"
     );
     let area = StagingArea::open(crashed.path()).unwrap();
     let found: Vec<(String, Phase)> = area

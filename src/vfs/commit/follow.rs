@@ -184,7 +184,7 @@ async fn follow(me: Weak<VirtualFs>, file: Arc<DirtyFile>, feed: Arc<Feed>, _slo
 /// Opens the stream, compressed or not as the bytes written so far say.
 async fn start(w: &Writer, file: &Arc<DirtyFile>) -> Result<Option<LiveUpload>, UploadError> {
     // A sample only: bytes a writer is changing meanwhile cannot make the upload wrong.
-    let path = file.data_path().to_path_buf();
+    let path = file.data_file()?.to_path_buf();
     let len = file.size();
     let compression = tokio::task::spawn_blocking(move || -> std::io::Result<Compression> {
         Compression::of_file(&std::fs::File::open(path)?, len)

@@ -156,7 +156,7 @@ pub(super) async fn open(
             if let Some(parent) = dest.parent() {
                 std::fs::create_dir_all(parent)?;
             }
-            std::fs::rename(f.data_path(), &dest)?;
+            std::fs::rename(f.data_file()?, &dest)?;
             f.discard();
             tracing::warn!(path = %path, saved = %dest.display(), "a staged file the journal does not name was saved aside");
         }

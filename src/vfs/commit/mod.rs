@@ -401,7 +401,7 @@ impl Writer {
                     if let Some(parent) = dest.parent() {
                         std::fs::create_dir_all(parent)?;
                     }
-                    std::fs::rename(r.file.data_path(), &dest)?;
+                    std::fs::rename(r.file.data_file()?, &dest)?;
                     r.file.discard();
                     tracing::warn!(
                         path = %repo_path,
