@@ -713,7 +713,7 @@ fn wait_clean(m: &hubfs::process::session::Mounted) {
 
 /// A long stream of closes commits as it goes: once a whole commit's worth is closed (500 files
 /// while the default budget's burst is full), a round goes without waiting for the stream to
-/// pause, and carries exactly that many. With early commits off (`--commit-every`, which promises
+/// pause, and carries every file closed by then. With early commits off (`--commit-every`, which promises
 /// one commit per period) the same closes wait for the period, and a sync then commits them all
 /// at once.
 #[test]
@@ -757,15 +757,19 @@ fn a_full_commits_worth_of_closes_commits_before_the_stream_pauses() {
             std::thread::sleep(Duration::from_millis(100));
         }
         let on_hub = env.hub_files(name);
-        assert_eq!(on_hub.len(), 500, "the first commit carries the cap");
+        assert!(
+            (500..=520).contains(&on_hub.len()),
+            "the first commit carries what was closed once 500 were: {}",
+            on_hub.len()
+        );
         for (path, (size, _)) in &on_hub {
             let i: usize = path["row-".len()..path.len() - ".json".len()].parse().unwrap();
             assert_eq!(*size, format!("{{\"id\": {i}}}\n").len() as u64, "{path}");
         }
-        // The 20 left are the tail's: they wait for the period (no second early commit).
+        // Any left are the tail's: they wait for the period (no second early commit).
         std::thread::sleep(Duration::from_millis(1000));
         assert_eq!(env.commit_count(name), before + 1);
-        assert_eq!(m.vfs.dirty_paths().len(), 20);
+        assert_eq!(m.vfs.dirty_paths().len(), 520 - on_hub.len());
     }
 }
 

@@ -132,18 +132,20 @@ impl CommitBudget {
         (self.tokens.floor() as u32).min(by_log)
     }
 
-    /// Changes the next commit may carry when `pending` wait: [`BASE_CHANGES`] while the burst is
-    /// full, more as it drains (`BASE_CHANGES × burst / commits left`), and everything up to
-    /// [`MAX_CHANGES`] with the last commit before a wait. A `cp -r` of 10,000 small files thus
-    /// fits in the burst instead of waiting a refill per 500 files. Once the stream of changes
-    /// `ended` (a sync, or nothing written for the quiet period), one commit takes everything
-    /// pending up to [`MAX_CHANGES`]: splitting it would only spend more of the budget, and make
-    /// the last files wait for one more commit.
-    pub fn changes_per_commit(&mut self, now: Instant, pending: usize, ended: bool) -> usize {
+    /// Changes the next commit may carry when `pending` wait: everything pending, up to
+    /// [`MAX_CHANGES`]. Splitting what is ready would only spend more of the budget, and make the
+    /// last files wait for one more commit. While a stream of changes lasts, how *soon* a commit
+    /// goes is [`Self::early_cap`]'s (a whole commit's worth); what it carries is then whatever
+    /// closed meanwhile: a copy faster than the Hub's commits leaves less for after its end.
+    pub fn changes_per_commit(pending: usize) -> usize {
+        pending.clamp(BASE_CHANGES, MAX_CHANGES)
+    }
+
+    /// A whole commit's worth while a stream of changes lasts: [`BASE_CHANGES`] while the burst is
+    /// full, more as it drains (`BASE_CHANGES × burst / commits left`), so that a `cp -r` of
+    /// 10,000 small files fits in the burst instead of waiting a refill per 500 files.
+    fn stream_batch(&mut self, now: Instant) -> usize {
         let left = self.commits_now(now).max(1) as usize;
-        if left == 1 || ended {
-            return pending.clamp(BASE_CHANGES, MAX_CHANGES);
-        }
         (BASE_CHANGES * self.spec.burst() as usize / left).clamp(BASE_CHANGES, MAX_CHANGES)
     }
 
@@ -152,7 +154,7 @@ impl CommitBudget {
     /// last [`TAIL_COMMITS`] are kept for the end of the stream, so that its tail does not wait a
     /// refill.
     pub fn early_cap(&mut self, now: Instant) -> Option<usize> {
-        (self.commits_now(now) > TAIL_COMMITS).then(|| self.changes_per_commit(now, 0, false))
+        (self.commits_now(now) > TAIL_COMMITS).then(|| self.stream_batch(now))
     }
 
     /// A commit was made at `now`.
@@ -215,16 +217,14 @@ mod tests {
         let mut b = CommitBudget::new(spec("64/3600"), t0);
         let mut sizes = Vec::new();
         while b.commits_now(t0) > 0 {
-            sizes.push(b.changes_per_commit(t0, 10_000, false));
+            sizes.push(b.stream_batch(t0));
             b.spend(t0);
         }
-        assert_eq!(sizes, [500, 571, 666, 800, 1000, 1333, 2000, 10_000]);
-        // A small backlog stays in small commits.
-        let mut fresh = CommitBudget::new(spec("64/3600"), t0);
-        assert_eq!(fresh.changes_per_commit(t0, 20, false), BASE_CHANGES);
-        // Empty: the commit after the wait takes everything pending.
-        assert_eq!(b.changes_per_commit(t0, 3_000, false), 3_000);
-        assert_eq!(b.changes_per_commit(t0, 50_000, false), MAX_CHANGES);
+        assert_eq!(sizes, [500, 571, 666, 800, 1000, 1333, 2000, 4000]);
+        // A commit takes everything ready, up to MAX_CHANGES, burst full or empty.
+        assert_eq!(CommitBudget::changes_per_commit(20), BASE_CHANGES);
+        assert_eq!(CommitBudget::changes_per_commit(3_000), 3_000);
+        assert_eq!(CommitBudget::changes_per_commit(50_000), MAX_CHANGES);
     }
 
     #[test]
@@ -236,18 +236,13 @@ mod tests {
             early.push(cap);
             b.spend(t0);
         }
-        // 4,870 changes go while the stream lasts; two commits stay for its end, the last of
-        // which takes everything left (a 10,000-file `cp -r`: 8 commits, as without early ones).
+        // Six commits go while the stream lasts, each once this many changes are ready (taking
+        // whatever more closed meanwhile); two stay for its end.
         assert_eq!(early, [500, 571, 666, 800, 1000, 1333]);
         assert_eq!(b.commits_now(t0), TAIL_COMMITS);
-        // While it lasts (a commit that lands before the stream ends), the next takes 2,000.
-        assert_eq!(b.changes_per_commit(t0, 5_130, false), 2000);
-        // Once it ended (a sync, or the quiet period), one commit takes everything left.
-        assert_eq!(b.changes_per_commit(t0, 5_130, true), 5_130);
-        assert_eq!(b.changes_per_commit(t0, 20_000, true), MAX_CHANGES);
+        // The first of the tail's commits goes; refills give early commits back only past the
+        // tail's two.
         b.spend(t0);
-        assert_eq!(b.changes_per_commit(t0, 3_130, false), 3_130);
-        // Refills give early commits back only past the tail's two.
         assert_eq!(b.early_cap(t0 + Duration::from_secs(57)), None);
         assert_eq!(b.early_cap(t0 + Duration::from_secs(114)), Some(1333));
     }

@@ -87,8 +87,8 @@ pub(super) struct Batch {
     pub(super) aliases: Vec<(String, Arc<DirtyFile>)>,
 }
 
-/// Changes one commit carries without a commit budget; with one, the budget decides
-/// (`CommitBudget::changes_per_commit`). 2,000 small files: four commits.
+/// Changes one commit carries without a commit budget; with one, everything ready up to
+/// `budget::MAX_CHANGES` (`CommitBudget::changes_per_commit`). 2,000 small files: four commits.
 pub const MAX_CHANGES_PER_COMMIT: usize = super::budget::BASE_CHANGES;
 
 /// Files below this size may go inline in the commit body (the Hub stores larger ones through
@@ -314,10 +314,10 @@ impl VirtualFs {
         self.wait_uploads_ahead(w, batch.uploads.iter().map(|(_, d)| d.id()))
             .await;
         let pending = batch.uploads.len() + batch.moves.len() + batch.gones.len();
-        let ended = flush_all || w.quiet.quiet_for(w.opts.quiet_period);
-        let cap = w.budget.lock().as_mut().map_or(MAX_CHANGES_PER_COMMIT, |b| {
-            b.changes_per_commit(tokio::time::Instant::now(), pending, ended)
-        });
+        let cap = match w.budget.lock().is_some() {
+            true => super::budget::CommitBudget::changes_per_commit(pending),
+            false => MAX_CHANGES_PER_COMMIT,
+        };
         batch.limit(cap);
         let base = self.commit().await?;
         let built = if self.repo.is_bucket() {

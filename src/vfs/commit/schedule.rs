@@ -58,11 +58,6 @@ impl Quiet {
         !self.debouncing.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Whether no change came for `quiet` (a stream of changes, if any, ended).
-    pub(super) fn quiet_for(&self, quiet: Duration) -> bool {
-        self.last() + quiet <= tokio::time::Instant::now()
-    }
-
     fn last(&self) -> tokio::time::Instant {
         self.born + Duration::from_nanos(self.last.load(std::sync::atomic::Ordering::SeqCst))
     }
