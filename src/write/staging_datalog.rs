@@ -113,6 +113,8 @@ impl DataLog {
     /// fsynced with the directory), and the log emptied.
     pub(super) fn open(dir: &Path) -> std::io::Result<DataLog> {
         let path = dir.join(LOG);
+        // A rewrite a crash interrupted: the log it was to replace is still whole.
+        let _ = std::fs::remove_file(path.with_extension("log.tmp"));
         let left = replay(&path)?;
         if !left.is_empty() {
             for (id, bytes) in &left {

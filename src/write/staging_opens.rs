@@ -73,6 +73,8 @@ impl OpensLog {
     /// the rest dropped.
     pub(super) fn open(dir: &Path) -> std::io::Result<OpensLog> {
         let path = dir.join(LOG);
+        // A rewrite a crash interrupted: the log it was to replace is still whole.
+        let _ = std::fs::remove_file(path.with_extension("log.tmp"));
         let mut open = HashMap::new();
         match File::open(&path) {
             Ok(f) => {
