@@ -6,8 +6,9 @@
 //! starts without one: its bytes are kept in memory and appended, as they are written, to one
 //! shared `data.log` (no fsync per write; the sealer syncs it once per batch of quick closes, as
 //! it does the opens log). The file moves to a data file of its own (it is *promoted*) when it
-//! grows past [`LOGGED_MAX`], when the bytes held here would pass [`HELD_MAX`], or when something needs
-//! the file itself: a durable seal (fsync, NFS COMMIT, a rename), a copy-up, an overlay publish.
+//! grows past [`LOGGED_MAX`], when the bytes held here would pass [`HELD_MAX`], or when something
+//! needs the file itself: a durable seal (fsync, NFS COMMIT, a rename), a copy-up, a live upload,
+//! an overlay's recovery.
 //!
 //! A crash of the mount loses nothing: the log is in the page cache. At the next start the log is
 //! replayed and every file it still holds gets its `<id>.data` before anything else looks at the

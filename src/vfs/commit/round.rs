@@ -314,9 +314,10 @@ impl VirtualFs {
         self.wait_uploads_ahead(w, batch.uploads.iter().map(|(_, d)| d.id()))
             .await;
         let pending = batch.uploads.len() + batch.moves.len() + batch.gones.len();
-        let cap = match w.budget.lock().is_some() {
-            true => super::budget::CommitBudget::changes_per_commit(pending),
-            false => MAX_CHANGES_PER_COMMIT,
+        let cap = if w.budget.lock().is_some() {
+            super::budget::CommitBudget::changes_per_commit(pending)
+        } else {
+            MAX_CHANGES_PER_COMMIT
         };
         batch.limit(cap);
         let base = self.commit().await?;
